@@ -1,0 +1,55 @@
+# rul: `make train` and `make test` work as the first command on a fresh clone; both install
+# what they need into .venv on first use (and again only when pyproject.toml changes).
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+CONFIG  ?= experiments/fd001.yaml
+TUNE_CONFIG ?= experiments/tune_fd001.yaml
+# Extra arguments for train/tune/test, e.g. make train ARGS="epochs=5 model=lstm"
+ARGS    ?=
+# Optional torch requirement installed first, e.g. TORCH=torch==2.13.0 for the CPU build.
+TORCH   ?=
+
+# Use the C-MAPSS copy beside this checkout when there is one (see README: Data).
+ifneq ($(wildcard ../shared/cmapss/train_FD001.txt),)
+CMAPSS_DIR ?= $(abspath ../shared/cmapss)
+endif
+ifdef CMAPSS_DIR
+export CMAPSS_DIR
+endif
+
+.PHONY: install train tune test test-fast ui bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || python3 -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(if $(TORCH),$(BIN)/python -m pip install -q "$(TORCH)")
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+train: $(STAMP)
+	$(BIN)/rul train $(CONFIG) $(ARGS)
+
+tune: $(STAMP)
+	$(BIN)/rul tune $(TUNE_CONFIG) $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+
+ui: $(STAMP)
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --default-artifact-root ./mlruns
+
+bench: $(STAMP)
+	$(BIN)/python -m bench $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

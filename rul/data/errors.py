@@ -1,0 +1,16 @@
+"""Errors raised for bad C-MAPSS input."""
+
+from pathlib import Path
+
+
+class DataError(ValueError):
+    """A C-MAPSS file is missing, malformed or inconsistent. The message names the file."""
+
+    def __init__(self, path: str | Path, problem: str):
+        self.path = Path(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class DataUnavailableError(RuntimeError):
+    """The data set is neither available locally nor downloadable."""

@@ -1,0 +1,41 @@
+"""Which columns feed the model."""
+
+import numpy as np
+import pandas as pd
+
+from rul.data.schema import INFORMATIVE_SENSORS, SENSOR_COLUMNS, SETTING_COLUMNS
+
+FEATURE_SETS = {"informative": INFORMATIVE_SENSORS, "all": SENSOR_COLUMNS}
+
+
+def candidate_columns(features: str | list[str], include_settings: bool) -> list[str]:
+    """Resolve a feature spec ('informative', 'all' or a list of sensor names)."""
+    if isinstance(features, str):
+        if features not in FEATURE_SETS:
+            raise ValueError(
+                f"features must be one of {sorted(FEATURE_SETS)} or a list of columns, "
+                f"got {features!r}"
+            )
+        columns = list(FEATURE_SETS[features])
+    else:
+        columns = list(features)
+        unknown = [c for c in columns if c not in SENSOR_COLUMNS + SETTING_COLUMNS]
+        if unknown or not columns:
+            raise ValueError(f"unknown feature columns {unknown}; sensors are s_1..s_21")
+    if include_settings:
+        columns = [c for c in SETTING_COLUMNS if c not in columns] + columns
+    return columns
+
+
+def near_constant(frame: pd.DataFrame, columns: list[str], groups: np.ndarray,
+                  tolerance: float) -> list[str]:
+    """Columns whose standard deviation (raw units) is below `tolerance` in every group.
+
+    Judged within operating conditions, since in FD002/FD004 the conditions alone move every
+    sensor. FD001's s_1, s_5, s_6, s_10, s_16, s_18, s_19 fall below the default 0.01.
+    """
+    values = frame[columns].to_numpy()
+    worst = np.zeros(len(columns))
+    for group in np.unique(groups):
+        worst = np.maximum(worst, values[groups == group].std(axis=0))
+    return [c for c, spread in zip(columns, worst) if spread < tolerance]

@@ -1,0 +1,71 @@
+"""The whole preprocessing as one scikit-learn style estimator (fit on training units only)."""
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator
+
+from rul.data.schema import SETTING_COLUMNS
+from rul.preprocessing.features import candidate_columns, near_constant
+from rul.preprocessing.scaling import ConditionScaler
+from rul.preprocessing.target import piecewise_rul
+from rul.preprocessing.windows import WindowSet, last_windows, window_starts
+
+
+class Preprocessor(BaseEstimator):
+    """Raw C-MAPSS rows -> normalized features -> windows (+ piecewise-linear RUL targets).
+
+    fit(frame) learns the feature columns and the scaler from the given (training) rows;
+    transform(frame) returns normalized float32 rows; windows(frame) and last_windows(frame)
+    build model inputs. Picklable: the fitted object is what inference bundles.
+    """
+
+    def __init__(self, features="informative", include_settings=False, drop_constant=False,
+                 constant_tolerance=1e-2, normalization="minmax", n_conditions=1,
+                 window=30, rul_cap=125, random_state=0):
+        self.features = features
+        self.include_settings = include_settings
+        self.drop_constant = drop_constant
+        self.constant_tolerance = constant_tolerance
+        self.normalization = normalization
+        self.n_conditions = n_conditions
+        self.window = window
+        self.rul_cap = rul_cap
+        self.random_state = random_state
+
+    def fit(self, frame: pd.DataFrame, y=None):
+        columns = candidate_columns(self.features, self.include_settings)
+        self.scaler_ = ConditionScaler(self.normalization, self.n_conditions, self.random_state)
+        settings = frame[SETTING_COLUMNS].to_numpy()
+        if self.drop_constant:
+            if self.n_conditions > 1:  # constancy is judged within each operating condition
+                self.scaler_.fit(frame[columns].to_numpy(), settings)
+            groups = self.scaler_.conditions(settings)
+            dropped = set(near_constant(frame, columns, groups, self.constant_tolerance))
+            columns = [c for c in columns if c not in dropped]
+            if not columns:
+                raise ValueError("every feature column is near-constant on the training rows")
+        self.feature_columns_ = columns
+        self.scaler_.fit(frame[columns].to_numpy(), settings)
+        return self
+
+    def transform(self, frame: pd.DataFrame) -> np.ndarray:
+        return self.scaler_.transform(
+            frame[self.feature_columns_].to_numpy(), frame[SETTING_COLUMNS].to_numpy()
+        )
+
+    @property
+    def n_features(self) -> int:
+        return len(self.feature_columns_)
+
+    def windows(self, frame: pd.DataFrame) -> WindowSet:
+        """All full windows of each unit with their piecewise-linear RUL targets."""
+        values = self.transform(frame)
+        units = frame["unit"].to_numpy()
+        starts = window_starts(units, self.window)
+        rul = piecewise_rul(frame, self.rul_cap)
+        end = starts + self.window - 1
+        return WindowSet(values, starts, rul[end], units[end], self.window)
+
+    def last_windows(self, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(unit ids, last window of each unit): the input for predicting RUL now."""
+        return last_windows(self.transform(frame), frame["unit"].to_numpy(), self.window)
