@@ -6,6 +6,7 @@ or unit, and what is wrong. Bad input never yields a partial frame.
 """
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,9 @@ import pandas as pd
 
 from rul.data.errors import DataError
 from rul.data.schema import COLUMNS
+
+# A plain decimal number, as the C parser reads it ("1_0" or full-width digits are not).
+NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 def read_trajectories(path: str | Path) -> pd.DataFrame:
@@ -28,9 +32,9 @@ def read_trajectories(path: str | Path) -> pd.DataFrame:
         raise DataError(path, "file not found")
     try:
         frame = pd.read_csv(path, sep=r"\s+", header=None, engine="c", dtype=np.float64)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, ValueError):
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, ValueError) as error:
         _diagnose_lines(path)  # raises with the exact line
-        raise
+        raise DataError(path, f"not a valid C-MAPSS table: {error}") from None
     if frame.shape[1] != len(COLUMNS) or not np.isfinite(frame.to_numpy()).all():
         _diagnose_lines(path)
         raise DataError(path, f"expected {len(COLUMNS)} numeric columns, found {frame.shape[1]}")
@@ -82,14 +86,15 @@ def _diagnose_lines(path: Path) -> None:
                 path, f"line {number}: expected {len(COLUMNS)} columns, found {len(tokens)}"
             )
         for column, token in zip(COLUMNS, tokens):
+            if NUMBER.fullmatch(token) and math.isfinite(float(token)):
+                continue
             try:
-                value = float(token)
+                finite = math.isfinite(float(token))
             except ValueError:
-                raise DataError(
-                    path, f"line {number}, column {column}: {token!r} is not a number"
-                ) from None
-            if not math.isfinite(value):
+                finite = True
+            if not finite:
                 raise DataError(path, f"line {number}, column {column}: value {token} is not finite")
+            raise DataError(path, f"line {number}, column {column}: {token!r} is not a number")
 
 
 def _integer_ids(path: Path, frame: pd.DataFrame) -> pd.DataFrame:

@@ -87,6 +87,9 @@ def locate(subset: str, data_dir: str | Path | None = None, *, download: bool = 
     if not download:
         raise DataUnavailableError(_how_to_supply(subset, "downloads are disabled"))
     download_archive(cache, archive)
+    missing = [n for n in names if not (cache / n).is_file()]
+    if missing:
+        raise DataUnavailableError(f"the downloaded archive lacks {', '.join(missing)}")
     return cache
 
 
@@ -97,7 +100,17 @@ def download_archive(destination: str | Path, archive: Archive = OFFICIAL_ARCHIV
     renamed into place only at the end. On any failure nothing new is left in `destination`.
     """
     destination = Path(destination)
+    created = not destination.exists()
     destination.mkdir(parents=True, exist_ok=True)
+    try:
+        return _download_into(destination, archive)
+    except BaseException:
+        if created:
+            shutil.rmtree(destination, ignore_errors=True)
+        raise
+
+
+def _download_into(destination: Path, archive: Archive) -> list[Path]:
     errors = []
     with tempfile.TemporaryDirectory(prefix=".download-", dir=destination) as scratch:
         scratch = Path(scratch)

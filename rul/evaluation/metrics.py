@@ -1,0 +1,32 @@
+"""RUL metrics over all units at once (never a mean of per-batch values)."""
+
+import numpy as np
+
+
+def rmse(predicted, true) -> float:
+    d = np.asarray(predicted, dtype=np.float64) - np.asarray(true, dtype=np.float64)
+    return float(np.sqrt(np.mean(d**2)))
+
+
+def mae(predicted, true) -> float:
+    d = np.asarray(predicted, dtype=np.float64) - np.asarray(true, dtype=np.float64)
+    return float(np.mean(np.abs(d)))
+
+
+def phm08_score(predicted, true) -> float:
+    """PHM08 challenge score: sum of exp(-d/13)-1 for d<0 (early), exp(d/10)-1 for d>=0
+    (late), d = predicted - true. Late predictions cost more. Lower is better."""
+    d = np.asarray(predicted, dtype=np.float64) - np.asarray(true, dtype=np.float64)
+    return float(np.sum(np.where(d < 0, np.expm1(-d / 13.0), np.expm1(d / 10.0))))
+
+
+def rul_metrics(predicted, true_rul, rul_cap) -> dict[str, float]:
+    """The literature's convention: RMSE against the capped true RUL (plus the raw one)."""
+    true_rul = np.asarray(true_rul, dtype=np.float64)
+    capped = true_rul if rul_cap is None else np.minimum(true_rul, rul_cap)
+    return {
+        "test_rmse": rmse(predicted, capped),
+        "test_rmse_uncapped": rmse(predicted, true_rul),
+        "test_mae": mae(predicted, capped),
+        "test_score": phm08_score(predicted, capped),
+    }

@@ -1,0 +1,1 @@
+"""Training: seeded batching, the accumulation/AMP optimizer step, the epoch loop."""

@@ -1,0 +1,48 @@
+"""Effective batches drawn from in-memory tensors by a seeded permutation.
+
+The sequence of effective batches depends only on the seed, the epoch and the effective batch
+size B = micro_batch_size x K x world_size, never on how B is split into micro-batches.
+"""
+
+import torch
+
+
+class WindowBatches:
+    """Windows of one split held as tensors on the training device.
+
+    `values` are the normalized rows; window i is rows starts[i] .. starts[i]+window-1. A batch
+    gathers its windows with one indexing op (no Dataset/DataLoader per-sample overhead).
+    """
+
+    def __init__(self, window_set, device: torch.device):
+        self.values = torch.as_tensor(window_set.values, device=device)
+        self.starts = torch.as_tensor(window_set.starts, device=device)
+        self.targets = torch.as_tensor(window_set.targets, device=device)
+        self.offsets = torch.arange(window_set.window, device=device)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def get(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = self.starts[index, None] + self.offsets  # (b, window)
+        return self.values[rows], self.targets[index]
+
+    def in_order(self, batch_size: int):
+        for index in torch.arange(len(self), device=self.starts.device).split(batch_size):
+            yield self.get(index)
+
+
+def effective_batches(n: int, micro_batch_size: int, accumulation_steps: int, seed: int,
+                      epoch: int, world_size: int = 1, rank: int = 0):
+    """Yield, per optimizer step, the list of this rank's micro-batch index tensors.
+
+    The permutation is seeded by (seed, epoch) so a resumed run draws the same batches. The
+    last effective batch of an epoch may be short: it holds fewer micro-batches (and the last
+    may be partial); the step weights each by its share of samples, so nothing is ÷K there.
+    """
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    order = torch.randperm(n, generator=generator)
+    size = micro_batch_size * accumulation_steps * world_size
+    for batch in order.split(size):
+        shard = batch[rank::world_size]
+        yield list(shard.split(micro_batch_size))

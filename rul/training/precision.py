@@ -1,0 +1,41 @@
+"""Device and mixed-precision policy: which autocast dtype, and whether a GradScaler runs."""
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Precision:
+    device: torch.device
+    name: str  # fp32 | fp16 | bf16
+    use_scaler: bool  # fp16 only: bf16 has fp32's exponent range
+
+    def autocast(self):
+        if self.name == "fp32":
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=DTYPES[self.name])
+
+    def grad_scaler(self) -> torch.amp.GradScaler:
+        # Disabled scaler: scale()/unscale_()/update() are no-ops and step() just steps.
+        return torch.amp.GradScaler(self.device.type, enabled=self.use_scaler)
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device=cuda but no CUDA device is available (use device=auto)")
+    return torch.device(device)
+
+
+def resolve_precision(precision: str, device: torch.device) -> Precision:
+    """auto = fp16 autocast + GradScaler on CUDA, fp32 on CPU."""
+    if precision == "auto":
+        precision = "fp16" if device.type == "cuda" else "fp32"
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise RuntimeError("precision=bf16 but this GPU does not support bfloat16")
+    return Precision(device, precision, use_scaler=precision == "fp16")

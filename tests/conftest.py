@@ -1,0 +1,165 @@
+"""Shared fixtures: the real C-MAPSS copy (when there is one) and small synthetic C-MAPSS files.
+
+Synthetic files follow the real format: one row per cycle, 26 space-separated columns
+(`unit cycle setting_1..3 s_1..s_21`), rows of a unit contiguous with strictly increasing cycles.
+They are built from a seeded numpy RNG, so every run writes the same bytes.
+"""
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rul.data.schema import COLUMNS, INFORMATIVE_SENSORS, SENSOR_COLUMNS, SETTING_COLUMNS
+
+# Default synthetic layout: train units run to failure, test units are cut off earlier
+# (unit 3 of the test file is shorter than the usual 30-cycle window on purpose).
+TRAIN_LENGTHS = (52, 60, 35, 47, 41)
+TEST_LENGTHS = (31, 45, 22, 38)
+
+# Operating conditions of FD002/FD004 (setting_1, setting_2, setting_3), as in the real data.
+CONDITIONS = np.array(
+    [
+        [0.0, 0.0, 100.0],
+        [10.0, 0.25, 100.0],
+        [20.0, 0.70, 100.0],
+        [25.0, 0.62, 60.0],
+        [35.0, 0.84, 100.0],
+        [42.0, 0.84, 100.0],
+    ]
+)
+
+
+def synthetic_frame(lengths, seed: int = 0, first_unit: int = 1, conditions=None) -> pd.DataFrame:
+    """A typed C-MAPSS frame: `lengths[i]` cycles for unit `first_unit + i`.
+
+    Informative sensors drift with wear (a quadratic trend towards the end of life) plus noise;
+    the other sensors are exactly constant, as s_1, s_5, ... nearly are in FD001. With
+    `conditions` (an array of condition indices per row, or an int count to draw them), settings
+    take the FD002 triplets and each condition adds a large, different offset to every sensor.
+    """
+    rng = np.random.default_rng(seed)
+    n_rows = int(sum(lengths))
+    unit = np.repeat(np.arange(first_unit, first_unit + len(lengths)), lengths)
+    cycle = np.concatenate([np.arange(1, n + 1) for n in lengths])
+    wear = np.concatenate([(np.arange(1, n + 1) / n) ** 2 for n in lengths])
+
+    sensors = np.tile(500.0 + 10.0 * np.arange(len(SENSOR_COLUMNS)), (n_rows, 1))
+    informative = [SENSOR_COLUMNS.index(c) for c in INFORMATIVE_SENSORS]
+    direction = np.where(np.arange(len(informative)) % 2 == 0, 1.0, -1.0)
+    sensors[:, informative] += 5.0 * wear[:, None] * direction + rng.normal(
+        0.0, 0.5, (n_rows, len(informative))
+    )
+    if conditions is None:
+        settings = np.column_stack(
+            [rng.normal(0.0, 0.002, n_rows), rng.normal(0.0, 0.0003, n_rows),
+             np.full(n_rows, 100.0)]
+        )
+    else:
+        if np.isscalar(conditions):
+            conditions = rng.integers(0, int(conditions), n_rows)
+        conditions = np.asarray(conditions)
+        settings = CONDITIONS[conditions] + rng.normal(0.0, 1e-3, (n_rows, 3)) * [1, 0.1, 0]
+        offsets = 1000.0 * (np.arange(len(CONDITIONS))[:, None] + 1) * (
+            1.0 + np.arange(len(SENSOR_COLUMNS))[None, :] % 3
+        )
+        sensors = sensors + offsets[conditions]
+    frame = pd.DataFrame(np.column_stack([settings, sensors]),
+                         columns=SETTING_COLUMNS + SENSOR_COLUMNS)
+    frame.insert(0, "cycle", cycle.astype(np.int64))
+    frame.insert(0, "unit", unit.astype(np.int64))
+    assert list(frame.columns) == COLUMNS
+    return frame
+
+
+def frame_to_text(frame: pd.DataFrame) -> str:
+    """Format a frame like the C-MAPSS files (ints for unit/cycle, trailing space per line)."""
+    lines = []
+    for row in frame.itertuples(index=False):
+        values = [str(int(row[0])), str(int(row[1]))] + [f"{v:.4f}" for v in row[2:]]
+        lines.append(" ".join(values) + " ")
+    return "\n".join(lines) + "\n"
+
+
+def rewrite_line(path: Path, number: int, change: "str | Callable[[list[str]], object]") -> str:
+    """Replace line `number` (1-based) of `path`; return the new line.
+
+    `change` is either the new line's text, or a function given the line's tokens (a list it
+    may edit in place, or return a new list/str from).
+    """
+    lines = Path(path).read_text().splitlines()
+    if isinstance(change, str):
+        new = change
+    else:
+        tokens = lines[number - 1].split()
+        result = change(tokens)
+        result = tokens if result is None else result
+        new = result if isinstance(result, str) else " ".join(result)
+    lines[number - 1] = new
+    Path(path).write_text("\n".join(lines) + "\n")
+    return new
+
+
+@pytest.fixture(scope="session")
+def real_data_dir() -> Path:
+    """The real C-MAPSS folder from $CMAPSS_DIR; skipped when absent, but a failure on CI."""
+    value = os.environ.get("CMAPSS_DIR")
+    if value and (Path(value) / "train_FD001.txt").is_file():
+        return Path(value)
+    reason = (
+        f"real C-MAPSS data not found (CMAPSS_DIR={value!r} lacks train_FD001.txt); "
+        "set CMAPSS_DIR to a folder with the FD001 files"
+    )
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def fd001(real_data_dir):
+    """The real FD001 subset, loaded once per session."""
+    from rul.data import load_subset
+
+    return load_subset("FD001", real_data_dir)
+
+
+@pytest.fixture(scope="session")
+def make_frame() -> Callable[..., pd.DataFrame]:
+    """Factory for typed synthetic frames, see `synthetic_frame`."""
+    return synthetic_frame
+
+
+@pytest.fixture
+def write_cmapss(tmp_path) -> Callable[..., Path]:
+    """Factory writing a small valid C-MAPSS subset; returns the folder.
+
+    write_cmapss(directory=None, *, subset="FD001", train_lengths=TRAIN_LENGTHS,
+                 test_lengths=TEST_LENGTHS, rul=None, seed=0)
+
+    Files: train_<subset>.txt, test_<subset>.txt, RUL_<subset>.txt (one RUL per test unit,
+    default 10, 17, 24, ...). Corrupt a line afterwards with the `rewrite_line` fixture.
+    """
+
+    def write(directory=None, *, subset="FD001", train_lengths=TRAIN_LENGTHS,
+              test_lengths=TEST_LENGTHS, rul=None, seed=0) -> Path:
+        directory = Path(directory) if directory is not None else tmp_path / "cmapss"
+        directory.mkdir(parents=True, exist_ok=True)
+        train = synthetic_frame(train_lengths, seed=seed)
+        test = synthetic_frame(test_lengths, seed=seed + 1)
+        if rul is None:
+            rul = [10 + 7 * i for i in range(len(test_lengths))]
+        (directory / f"train_{subset}.txt").write_text(frame_to_text(train))
+        (directory / f"test_{subset}.txt").write_text(frame_to_text(test))
+        (directory / f"RUL_{subset}.txt").write_text("".join(f"{v} \n" for v in rul))
+        return directory
+
+    return write
+
+
+@pytest.fixture
+def rewrite() -> Callable[..., str]:
+    """`rewrite(path, line_number, new_text_or_function)`, see `rewrite_line`."""
+    return rewrite_line

@@ -1,0 +1,89 @@
+"""Metrics, config validation, model constraints."""
+
+import math
+
+import numpy as np
+import pytest
+from torch import nn
+
+from rul import config as cfg
+from rul.evaluation.metrics import mae, phm08_score, rmse, rul_metrics
+from rul.models import build_model
+from rul.training.seeding import derive_seeds
+
+
+def test_phm08_score_against_hand_computed_values():
+    # d = -13 -> e^1 - 1; d = 0 -> 0; d = 10 -> e^1 - 1; d = -26 -> e^2 - 1; d = 20 -> e^2 - 1
+    assert phm08_score([87, 100, 110], [100, 100, 100]) == pytest.approx(2 * (math.e - 1))
+    assert phm08_score([74], [100]) == pytest.approx(math.e**2 - 1)
+    assert phm08_score([120], [100]) == pytest.approx(math.e**2 - 1)
+    # late is penalized more than early by the same amount
+    assert phm08_score([110], [100]) > phm08_score([90], [100])
+
+
+def test_rmse_over_all_units_not_mean_of_batches():
+    pred, true = np.array([0.0, 0.0, 10.0, 10.0]), np.zeros(4)
+    assert rmse(pred, true) == pytest.approx(math.sqrt(50))  # sqrt(200/4)
+    batch_mean = (rmse(pred[:3], true[:3]) + rmse(pred[3:], true[3:])) / 2
+    assert batch_mean == pytest.approx((math.sqrt(100 / 3) + 10) / 2)  # what we must not do
+    assert mae(pred, true) == pytest.approx(5.0)
+
+
+def test_rul_metrics_cap_the_true_rul():
+    m = rul_metrics([125.0, 50.0], [200, 50], rul_cap=125)
+    assert m["test_rmse"] == 0.0
+    assert m["test_rmse_uncapped"] == pytest.approx(math.sqrt(75**2 / 2))
+
+
+@pytest.mark.parametrize("model", ["cnn", "lstm", "gru", "transformer"])
+def test_models_have_no_batchnorm_and_map_windows_to_rul(model):
+    import torch
+
+    config = cfg.load(None, {"model": model, "hidden_size": 16, "num_heads": 2, "window": 30})
+    net = build_model(config, n_features=14)
+    assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in net.modules())
+    out = net(torch.randn(3, 30, 14))
+    assert out.shape == (3,)
+
+
+def test_config_defaults_and_overrides():
+    c = cfg.load("experiments/fd001.yaml",
+                 ["epochs=5", "lr=3e-4", "model=gru", "max_grad_norm=null"])
+    assert (c.epochs, c.lr, c.model, c.max_grad_norm) == (5, 3e-4, "gru", None)
+    d = cfg.load("experiments/fd001.yaml")
+    assert (d.micro_batch_size, d.accumulation_steps, d.effective_batch_size) == (256, 2, 512)
+    assert (d.window, d.rul_cap, d.max_grad_norm, d.precision) == (30, 125, 1.0, "auto")
+    assert d.n_conditions == 1 and cfg.load(None, ["subset=fd002"]).n_conditions == 6
+
+
+@pytest.mark.parametrize("override,message", [
+    ("epoch=3", "unknown key(s) 'epoch' (did you mean 'epochs'?)"),
+    ("micro_batch_size=0", "micro_batch_size=0: must be a positive integer"),
+    ("micro_batch_size=abc", "must be a positive integer"),
+    ("precision=fp8", "precision='fp8': must be one of auto, fp32, fp16, bf16"),
+    ("subset=FD009", "unknown C-MAPSS subset 'FD009'"),
+    ("features=[s_99]", "unknown feature columns ['s_99']"),
+    ("lr=-1", "must be a non-negative number"),
+    ("deterministic=maybe", "must be true or false"),
+    ("noequals", "must look like key=value"),
+])
+def test_bad_config_values_are_clear_errors(override, message):
+    with pytest.raises(cfg.ConfigError) as error:
+        cfg.load("experiments/fd001.yaml", [override])
+    assert message in str(error.value)
+
+
+def test_bad_config_file_is_named(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("epochs: [1,\n")
+    with pytest.raises(cfg.ConfigError, match="bad.yaml: not valid YAML"):
+        cfg.load(bad)
+    with pytest.raises(cfg.ConfigError, match="missing.yaml: config file not found"):
+        cfg.load(tmp_path / "missing.yaml")
+
+
+def test_derived_seeds_are_distinct_and_stable():
+    a, b = derive_seeds(42), derive_seeds(42)
+    assert a == b
+    assert len(set(a.as_dict().values()) - {42}) == 5
+    assert derive_seeds(43).split != a.split

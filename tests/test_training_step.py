@@ -1,0 +1,209 @@
+"""The training contract: exact accumulation, AMP skip/scale behaviour, clipping, scheduler."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from rul import config as cfg
+from rul.models import build_model
+from rul.training.batching import effective_batches
+from rul.training.engine import TrainState, fit
+from rul.training.precision import Precision, resolve_precision
+from rul.training.step import optimizer_step
+
+CPU = torch.device("cpu")
+FP32 = resolve_precision("fp32", CPU)
+
+
+@pytest.fixture(scope="module")
+def fd001_windows(real_data_dir):
+    """Real FD001 train/validation windows as device tensors (split by unit)."""
+    from rul.experiment import prepare_data
+    from rul.training.batching import WindowBatches
+    from rul.training.seeding import derive_seeds
+
+    config = cfg.load(None, {"data_dir": str(real_data_dir)})
+    prepared = prepare_data(config, derive_seeds(0))
+    return WindowBatches(prepared.train, CPU), WindowBatches(prepared.val, CPU)
+
+
+def tiny_model(seed=0, model="transformer"):
+    torch.manual_seed(seed)
+    config = cfg.load(None, {"model": model, "hidden_size": 16, "num_heads": 2, "num_layers": 2,
+                             "dropout": 0.0, "window": 12, "filters": 4, "kernel_size": 3})
+    return build_model(config, n_features=5)
+
+
+def data(n, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 12, 5, generator=g), torch.rand(n, generator=g) * 125
+
+
+def near_targets(x, seed=2):
+    """Targets close to an untrained model's output: small losses, no fp16 overflow."""
+    with torch.no_grad():
+        out = tiny_model()(x)
+    return out + 10 * torch.randn(len(x), generator=torch.Generator().manual_seed(seed))
+
+
+class GradCapture(torch.optim.SGD):
+    """SGD that remembers the (unscaled, clipped) gradients it stepped with."""
+
+    def step(self, closure=None):
+        self.grads = [p.grad.detach().clone() for g in self.param_groups for p in g["params"]]
+        return super().step(closure)
+
+
+def step_with(model, x, y, micro, precision=FP32, max_grad_norm=None, lr=0.1):
+    """One SGD step over (x, y) split into micro-batches of `micro`."""
+    optimizer = GradCapture(model.parameters(), lr=lr)
+    scaler = precision.grad_scaler()
+    micro_batches = list(zip(x.split(micro), y.split(micro)))
+    result = optimizer_step(model, optimizer, scaler, micro_batches, precision, max_grad_norm,
+                            target_scale=125.0)
+    step_with.grads = getattr(optimizer, "grads", None)
+    return result, {k: v.clone() for k, v in model.state_dict().items()}, scaler
+
+
+def assert_same_gradients(a, b, rel=1e-5):
+    for ga, gb in zip(a, b):
+        assert ((ga - gb).norm() / gb.norm().clamp_min(1e-12)).item() < rel
+
+
+@pytest.mark.parametrize("model_name", ["transformer", "cnn", "lstm"])
+@pytest.mark.parametrize("n,micro", [(300, 128), (256, 64), (97, 40)])
+def test_accumulated_gradient_equals_one_large_batch(model_name, n, micro):
+    """Including a partial last micro-batch (300 = 128+128+44): weighted by share, not ÷K."""
+    x, y = data(n)
+    big_result, _, _ = step_with(tiny_model(model=model_name), x, y, micro=n)
+    big_grads = step_with.grads
+    acc_result, _, _ = step_with(tiny_model(model=model_name), x, y, micro=micro)
+    assert_same_gradients(step_with.grads, big_grads)
+    assert acc_result.loss == pytest.approx(big_result.loss, rel=1e-5)
+    assert acc_result.grad_norm == pytest.approx(big_result.grad_norm, rel=1e-4)
+    # the recorded loss is the mean over all samples, not the last micro-batch's
+    with torch.no_grad():
+        full_loss = nn.functional.mse_loss(tiny_model(model=model_name)(x) / 125, y / 125).item()
+    assert acc_result.loss == pytest.approx(full_loss, rel=1e-5)
+
+
+def test_dividing_by_k_on_a_short_last_batch_would_differ():
+    """Guard that the test above can fail: plain ÷K weighting gives another gradient."""
+    x, y = data(300)
+    step_with(tiny_model(), x, y, micro=300)
+    model = tiny_model()
+    for xb, yb in zip(x.split(128), y.split(128)):
+        (nn.functional.mse_loss(model(xb), yb) / 3).backward()
+    with pytest.raises(AssertionError):
+        assert_same_gradients([p.grad for p in model.parameters()], step_with.grads)
+
+
+def test_effective_batches_do_not_depend_on_the_split():
+    for epoch in range(2):
+        plans = [list(effective_batches(1100, m, k, seed=7, epoch=epoch))
+                 for m, k in [(512, 1), (256, 2), (128, 4)]]
+        flat = [[torch.cat(step) for step in plan] for plan in plans]
+        assert [len(p) for p in flat] == [3, 3, 3]  # 512 + 512 + 76
+        for other in flat[1:]:
+            for a, b in zip(flat[0], other):
+                assert torch.equal(a, b)
+        assert [len(mb) for mb in plans[2][-1]] == [76]  # short last effective batch
+    first = [torch.cat(next(effective_batches(1100, 512, 1, 7, e))) for e in (0, 1)]
+    assert not torch.equal(first[0], first[1])  # a new order each epoch
+
+
+def test_clipping_is_applied_after_unscaling_and_recorded():
+    x, y = data(64)
+    result, before, _ = step_with(tiny_model(), x, y, micro=64, max_grad_norm=math.inf, lr=0.0)
+    assert result.grad_norm > 1.0 and not result.clipped
+    model = tiny_model()
+    start = [p.detach().clone() for p in model.parameters()]
+    result, _, _ = step_with(model, x, y, micro=32, max_grad_norm=0.05, lr=1.0)
+    assert result.clipped
+    delta = torch.sqrt(sum(((p - s) ** 2).sum() for p, s in zip(model.parameters(), start)))
+    assert delta.item() == pytest.approx(0.05, rel=1e-4)  # SGD lr=1: update = clipped grad
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_autocast_on_cpu_records_unscaled_grad_norm(dtype):
+    x, _ = data(128)
+    y = near_targets(x)
+    fp32_result, _, _ = step_with(tiny_model(), x, y, micro=64)
+    precision = resolve_precision(dtype, CPU)
+    assert precision.use_scaler == (dtype == "fp16")
+    result, _, scaler = step_with(tiny_model(), x, y, micro=64, precision=precision)
+    assert not result.skipped
+    # the recorded norm is that of the unscaled gradients the optimizer stepped with ...
+    stepped_norm = torch.stack([g.norm() for g in step_with.grads]).norm().item()
+    assert result.grad_norm == pytest.approx(stepped_norm, rel=1e-5)
+    # ... which match fp32's up to autocast rounding (not 65536 times larger)
+    assert result.grad_norm == pytest.approx(fp32_result.grad_norm, rel=0.1)
+    if dtype == "fp16":
+        assert result.scale == 2.0**16 and scaler.get_scale() == 2.0**16
+    else:
+        assert result.scale == 1.0
+    for p in tiny_model().parameters():
+        assert p.dtype == torch.float32  # parameters stay fp32
+
+
+def poison_first_backward(model):
+    """Make the first backward produce an inf gradient on one parameter."""
+    calls = {"n": 0}
+    param = next(model.parameters())
+
+    def hook(grad):
+        calls["n"] += 1
+        return grad * math.inf if calls["n"] == 1 else grad
+
+    param.register_hook(hook)
+    return calls
+
+
+def test_inf_gradient_skips_step_and_halves_scale():
+    precision = Precision(CPU, "fp16", use_scaler=True)
+    model = tiny_model()
+    poison_first_backward(model)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x, _ = data(64)
+    y = near_targets(x)
+    result, after, scaler = step_with(model, x, y, micro=32, precision=precision)
+    assert result.skipped and not math.isfinite(result.grad_norm)
+    assert scaler.get_scale() == result.scale / 2 == 2.0**15
+    for name in before:
+        assert torch.equal(before[name], after[name]), name
+    result2, after2, _ = step_with(model, x, y, micro=32, precision=precision)
+    assert not result2.skipped
+
+
+def test_fit_counts_skipped_steps_and_does_not_advance_scheduler(fd001_windows):
+    train, val = fd001_windows
+    config = cfg.load(None, {"model": "cnn", "filters": 4, "num_layers": 2, "hidden_size": 16,
+                             "dropout": 0.0, "epochs": 1, "scheduler": "cosine",
+                             "micro_batch_size": 1024, "accumulation_steps": 2,
+                             "precision": "fp16", "device": "cpu"})
+    torch.manual_seed(0)
+    model = build_model(config, n_features=14)
+    poison_first_backward(model)
+    precision = resolve_precision("fp16", CPU)
+    steps = []
+
+    class Spy:
+        def on_step(self, state, result):
+            steps.append(result)
+
+        def on_epoch(self, state, metrics):
+            pass
+
+    from rul.training.seeding import derive_seeds
+
+    state = fit(model, config, precision, derive_seeds(0), train, val, callback=Spy(),
+                progress=False)
+    assert isinstance(state, TrainState)
+    assert state.skipped_steps == 1 and steps[0].skipped
+    assert [s.scale for s in steps[:2]] == [2.0**16, 2.0**15]
+    # cosine: lr after k real steps is lr * (1 + cos(pi k / T)) / 2; the skipped step is no k
+    total = math.ceil(len(train) / 2048)
+    assert steps[1].lr == pytest.approx(1e-3)  # scheduler did not move on the skipped step
+    assert steps[2].lr == pytest.approx(1e-3 * (1 + math.cos(math.pi / total)) / 2)
