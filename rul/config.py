@@ -1,5 +1,6 @@
 """Run configuration: YAML file + `key=value` overrides, validated before any work starts."""
 
+import contextlib
 import dataclasses
 import difflib
 from dataclasses import dataclass, field
@@ -130,10 +131,8 @@ def build(values: dict, changes: dict | None = None, source: str = "config") -> 
         raise ConfigError(f"{source}: unknown key(s) {', '.join(hints)}")
     for key in FLOATS:  # YAML 1.1 reads 3e-4 (no dot) as a string
         if isinstance(merged.get(key), str):
-            try:
+            with contextlib.suppress(ValueError):
                 merged[key] = float(merged[key])
-            except ValueError:
-                pass
     config = Config(**merged)
     _validate(config, source)
     return config

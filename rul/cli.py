@@ -1,0 +1,116 @@
+"""Command line: `rul train`, `rul predict`, `rul tune`."""
+
+import sys
+from pathlib import Path
+
+import click
+
+from rul import config as cfg
+
+
+class UserError(click.ClickException):
+    exit_code = 2
+
+
+def _user_errors():
+    from mlflow.exceptions import MlflowException
+
+    from rul.data.errors import DataError, DataUnavailableError
+
+    return (cfg.ConfigError, DataError, DataUnavailableError, FileNotFoundError, MlflowException)
+
+
+def _load_config(config_path, overrides, data_dir=None):
+    overrides = list(overrides)
+    if config_path and "=" in config_path and not Path(config_path).exists():
+        overrides.insert(0, config_path)  # `rul train key=value` without a config file
+        config_path = None
+    if data_dir:
+        overrides.append(f"data_dir={data_dir}")
+    return cfg.load(config_path, overrides)
+
+
+@click.group()
+@click.version_option(package_name="rul")
+def main():
+    """Remaining Useful Life of turbofan engines (NASA C-MAPSS), tracked in MLflow."""
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("config_path", required=False, metavar="[CONFIG]")
+@click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Local C-MAPSS folder.")
+@click.option("--resume", is_flag=True, help="Continue this config's interrupted run.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def train(config_path, overrides, data_dir, resume, no_progress):
+    """Train a model (CONFIG is a YAML file in experiments/; KEY=VALUE overrides any key)."""
+    from rul.tracking.store import configure
+    from rul.tracking.tracked_run import train_tracked
+
+    try:
+        config = _load_config(config_path, overrides, data_dir)
+        outcome, run_id = train_tracked(config, resume=resume, progress=not no_progress)
+    except _user_errors() as error:
+        raise UserError(str(error)) from None
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted: the run is marked KILLED; continue it with --resume", err=True)
+        sys.exit(130)
+    m = outcome.metrics
+    uri = configure(config.tracking_uri)
+    click.echo(
+        f"\ntest RMSE {m['test_rmse']:.2f} (uncapped {m['test_rmse_uncapped']:.2f})  "
+        f"MAE {m['test_mae']:.2f}  score {m['test_score']:.1f}  "
+        f"best epoch {m['best_epoch']} (val RMSE {m['best_val_rmse']:.2f})\n"
+        f"run {run_id} in experiment {config.experiment_name!r}\n"
+        f"browse: make ui (or: mlflow ui --backend-store-uri {uri}) -> http://127.0.0.1:5000"
+    )
+
+
+@main.command()
+@click.option("--model", "model_uri", required=True,
+              help="Model URI, e.g. models:/rul-fd001@champion or runs:/<id>/model")
+@click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
+              help="C-MAPSS rows: a test_FDxxx.txt file or a CSV with named columns.")
+@click.option("--output", type=click.Path(dir_okay=False), help="CSV to write (default: stdout)")
+@click.option("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI or ./mlflow.db)")
+def predict(model_uri, input_path, output, tracking_uri):
+    """Predict the RUL of each engine at its last cycle; writes CSV `unit,rul`."""
+    from rul.predict import predict_file
+
+    try:
+        result = predict_file(model_uri, input_path, tracking_uri)
+    except (*_user_errors(), ValueError) as error:
+        raise UserError(str(error)) from None
+    if output:
+        result.to_csv(output, index=False)
+        click.echo(f"wrote {len(result)} predictions to {output}", err=True)
+    else:
+        click.echo(result.to_csv(index=False), nl=False)
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("config_path", required=False, metavar="[CONFIG]")
+@click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
+@click.option("--n-trials", type=int, default=None, help="Trials to add (default: config).")
+@click.option("--timeout", type=float, default=None, help="Stop starting trials after S seconds.")
+@click.option("--workers", type=int, default=1, show_default=True,
+              help="Parallel worker processes on this machine (journal storage).")
+@click.option("--storage", default=None,
+              help="Optuna storage URL (default: sqlite, or a journal file with --workers>1).")
+@click.option("--study-name", default=None, help="Study name (default: from the config).")
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Local C-MAPSS folder.")
+def tune(config_path, overrides, n_trials, timeout, workers, storage, study_name, data_dir):
+    """Search micro-batch size, accumulation steps and more with Optuna."""
+    from rul.tuning.study import run_study
+
+    try:
+        config = _load_config(config_path, overrides, data_dir)
+        summary = run_study(config, n_trials=n_trials, timeout=timeout, workers=workers,
+                            storage=storage, study_name=study_name)
+    except _user_errors() as error:
+        raise UserError(str(error)) from None
+    click.echo(summary)
+
+
+if __name__ == "__main__":
+    main()

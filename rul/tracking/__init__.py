@@ -1,0 +1,1 @@
+"""MLflow tracking: store, batched metric callback, figures, pyfunc model, registry."""

@@ -1,0 +1,49 @@
+"""Matplotlib figures logged with every run."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def learning_curves(history: list[dict]):
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
+    epochs = np.arange(1, len(history) + 1)
+    ax[0].plot(epochs, [h["train_loss_epoch"] for h in history])
+    ax[0].set(xlabel="epoch", ylabel="train loss (MSE of RUL/cap)", yscale="log")
+    ax[1].plot(epochs, [h["val_rmse"] for h in history])
+    ax[1].set(xlabel="epoch", ylabel="validation RMSE (cycles)")
+    fig.tight_layout()
+    return fig
+
+
+def predicted_vs_true(predictions, rul_cap):
+    fig, ax = plt.subplots(figsize=(5, 5))
+    true = np.minimum(predictions["true_rul"], rul_cap)
+    ax.scatter(true, predictions["predicted_rul"], s=12)
+    top = max(true.max(), predictions["predicted_rul"].max())
+    ax.plot([0, top], [0, top], "k--", lw=1)
+    ax.set(xlabel="true RUL (capped)", ylabel="predicted RUL", title="test units")
+    fig.tight_layout()
+    return fig
+
+
+def error_histogram(predictions, rul_cap):
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    error = predictions["predicted_rul"] - np.minimum(predictions["true_rul"], rul_cap)
+    ax.hist(error, bins=30)
+    ax.set(xlabel="predicted - true RUL (cycles)", ylabel="test units")
+    fig.tight_layout()
+    return fig
+
+
+def grad_norm_trace(grad_norms: list[float], max_grad_norm):
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.plot(grad_norms, lw=0.6)
+    if max_grad_norm:
+        ax.axhline(max_grad_norm, color="r", ls="--", lw=1, label="clip")
+        ax.legend()
+    ax.set(xlabel="optimizer step", ylabel="grad norm (unscaled)", yscale="log")
+    fig.tight_layout()
+    return fig
