@@ -18,6 +18,7 @@ CHOICES = {
     "scheduler": ("none", "cosine", "onecycle"),
     "precision": ("auto", "fp32", "fp16", "bf16"),
     "device": ("auto", "cpu", "cuda"),
+    "pruner": ("median", "hyperband", "none"),
 }
 
 
@@ -62,9 +63,13 @@ class Config:
     run_name: str | None = None
     checkpoint_dir: str = "mlruns/checkpoints"
     # tuning (used by `rul tune` only)
-    search_space: dict = field(default_factory=dict)
-    max_effective_batch: int | None = None
-    scale_lr_with_batch: bool = False
+    search_space: dict = field(default_factory=dict)  # key -> {type, choices | low/high/log}
+    max_effective_batch: int | None = None  # larger micro x K is pruned, not run
+    scale_lr_with_batch: bool = False  # lr x effective_batch / 512 (linear scaling rule)
+    n_trials: int = 12
+    pruner: str = "median"  # median | hyperband | none
+    pruner_warmup_epochs: int = 3
+    study_name: str | None = None  # default rul-<subset>-tune
 
     @property
     def effective_batch_size(self) -> int:
@@ -95,7 +100,8 @@ class ConfigError(ValueError):
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 POSITIVE_INT = {"window", "rul_cap", "micro_batch_size", "accumulation_steps", "epochs",
-                "hidden_size", "num_layers", "kernel_size", "filters", "num_heads", "patience"}
+                "hidden_size", "num_layers", "kernel_size", "filters", "num_heads", "patience", "n_trials"}
+NON_NEGATIVE_INT = {"pruner_warmup_epochs"}
 FLOATS = {"lr", "weight_decay", "val_fraction", "dropout", "max_grad_norm"}
 BOOLS = {"include_settings", "drop_constant", "deterministic", "register", "scale_lr_with_batch"}
 
@@ -188,6 +194,20 @@ def _validate(config: Config, source: str) -> None:
         not isinstance(config.max_effective_batch, int) or config.max_effective_batch < 1
     ):
         fail("max_effective_batch", "must be a positive integer or null")
+    if not isinstance(config.search_space, dict):
+        fail("search_space", "must be a mapping of config keys to distributions")
+    for key, spec in config.search_space.items():
+        if key not in FIELDS or key in ("search_space", "subset", "data_dir"):
+            raise ConfigError(f"{source}: search_space: {key!r} is not a tunable config key")
+        if not isinstance(spec, dict) or spec.get("type") not in ("categorical", "int", "float"):
+            raise ConfigError(
+                f"{source}: search_space.{key}: needs type categorical (choices) or int/float "
+                "(low, high, optional log)"
+            )
+        if spec["type"] == "categorical" and not spec.get("choices"):
+            raise ConfigError(f"{source}: search_space.{key}: categorical needs choices")
+        if spec["type"] != "categorical" and not ("low" in spec and "high" in spec):
+            raise ConfigError(f"{source}: search_space.{key}: needs low and high")
     from rul.preprocessing.features import candidate_columns
 
     try:

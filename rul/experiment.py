@@ -25,7 +25,8 @@ from rul.training.seeding import Seeds, seed_everything
 
 # Keys that do not change what is trained (so they do not change the checkpoint identity).
 NON_TRAINING_KEYS = {"data_dir", "tracking_uri", "experiment", "register", "run_name",
-                     "checkpoint_dir", "search_space", "max_effective_batch", "device"}
+                     "checkpoint_dir", "search_space", "max_effective_batch", "device",
+                     "n_trials", "pruner", "pruner_warmup_epochs", "study_name"}
 
 
 @dataclass

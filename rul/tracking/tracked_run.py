@@ -63,7 +63,8 @@ def _train_in_run(config, run_id, resume_from, progress, extra_tags, callback_fa
     if resume_from is None:
         params = {**config.to_dict(), "effective_batch_size": config.effective_batch_size,
                   "world_size": 1}
-        params.pop("search_space")
+        for key in ("search_space", "n_trials", "pruner", "pruner_warmup_epochs", "study_name"):
+            params.pop(key)
         mlflow.log_params({k: str(v)[:6000] for k, v in params.items()})
         mlflow.set_tags({
             **{f"seed.{k}": v for k, v in seeds.as_dict().items()},

@@ -1,0 +1,1 @@
+"""Optuna tuning over micro-batch size, accumulation steps, lr, width/depth, dropout, window."""

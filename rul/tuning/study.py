@@ -1,0 +1,220 @@
+"""`rul tune`: an Optuna study whose trials are nested MLflow runs of `rul train`.
+
+Storage: SQLite for one worker; a JournalStorage file for several workers on one machine
+(SQLite is unsafe for parallel writers); any RDB URL (PostgreSQL, MySQL) across machines.
+Re-running the same command loads the study (sampler and pruner are passed again, they are
+not stored) and adds trials; the MLflow parent run is kept in the study's user attributes.
+"""
+
+import multiprocessing
+import tempfile
+from pathlib import Path
+
+import mlflow
+import optuna
+from mlflow.tracking import MlflowClient
+
+from rul.config import Config
+from rul.tracking.callback import MLflowCallback
+from rul.tracking.registry import register_and_promote
+from rul.tracking.store import configure, ensure_experiment
+from rul.tracking.tracked_run import train_tracked
+from rul.tuning.space import suggest, trial_overrides
+
+DEFAULT_SQLITE = "sqlite:///optuna.db"
+DEFAULT_JOURNAL = "optuna.journal"
+
+
+def open_storage(url: str | None, workers: int):
+    if url is None:
+        url = DEFAULT_JOURNAL if workers > 1 else DEFAULT_SQLITE
+    if url.startswith("sqlite") and workers > 1:
+        raise ValueError("SQLite storage is unsafe with --workers > 1: use a .journal file "
+                         "(the default) or an RDB server URL")
+    if url.endswith(".journal") or url.startswith("journal:"):
+        path = url.removeprefix("journal:")
+        from optuna.storages.journal import JournalFileBackend
+
+        return optuna.storages.JournalStorage(JournalFileBackend(path))
+    return url
+
+
+def make_pruner(config: Config):
+    if config.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=2,
+                                           n_warmup_steps=config.pruner_warmup_epochs)
+    if config.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=max(1, config.pruner_warmup_epochs),
+                                              max_resource=config.epochs)
+    return optuna.pruners.NopPruner()
+
+
+def load_study(config: Config, storage, study_name: str, worker: int = 0) -> optuna.Study:
+    return optuna.create_study(
+        storage=storage, study_name=study_name, direction="minimize", load_if_exists=True,
+        sampler=optuna.samplers.TPESampler(seed=config.seed + worker, n_startup_trials=4),
+        pruner=make_pruner(config),
+    )
+
+
+class PruningCallback(MLflowCallback):
+    """Records like `rul train`, then reports validation RMSE to Optuna after each epoch."""
+
+    def __init__(self, run_id: str, trial: optuna.Trial):
+        super().__init__(run_id)
+        self.trial = trial
+        trial.set_user_attr("mlflow_run_id", run_id)
+
+    def on_epoch(self, state, metrics) -> None:
+        super().on_epoch(state, metrics)
+        self.trial.report(metrics["val_rmse"], state.epoch)  # per epoch: fair across K
+        if self.trial.should_prune():
+            raise optuna.TrialPruned(f"pruned at epoch {state.epoch}: "
+                                     f"val_rmse {metrics['val_rmse']:.3f}")
+
+
+def objective_for(base: Config, parent_run_id: str):
+    def objective(trial: optuna.Trial) -> float:
+        values = suggest(trial, base.search_space)
+        changes, reason = trial_overrides(base, values)
+        if reason:
+            trial.set_user_attr("prune_reason", reason)
+            raise optuna.TrialPruned(reason)
+        config = base.replace(**changes, register=False, run_name=f"trial-{trial.number}",
+                              checkpoint_dir=str(Path(base.checkpoint_dir) / "tune"))
+        tags = {"optuna.trial": str(trial.number), "optuna.study": trial.study.study_name}
+        try:
+            outcome, _ = train_tracked(config, progress=False, parent_run_id=parent_run_id,
+                                       extra_tags=tags, register=False,
+                                       callback_factory=lambda rid: PruningCallback(rid, trial))
+        except optuna.TrialPruned as pruned:
+            _mark(trial, "PRUNED", str(pruned))
+            raise
+        except Exception as error:
+            if _is_out_of_memory(error):
+                reason = f"CUDA out of memory at micro_batch_size={config.micro_batch_size}"
+                _mark(trial, "PRUNED", reason)
+                raise optuna.TrialPruned(reason) from None
+            _mark(trial, "FAIL", f"{type(error).__name__}: {error}")
+            raise
+        _mark(trial, "COMPLETE", "")
+        return outcome.state.best_val_rmse
+
+    return objective
+
+
+def _is_out_of_memory(error: BaseException) -> bool:
+    import torch
+
+    return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error)
+
+
+def _mark(trial, state: str, reason: str) -> None:
+    run_id = trial.user_attrs.get("mlflow_run_id")
+    if reason:
+        trial.set_user_attr("reason", reason[:1000])
+    if run_id:
+        client = MlflowClient()
+        client.set_tag(run_id, "optuna.trial_state", state)
+        if reason:
+            client.set_tag(run_id, "optuna.reason", reason[:5000])
+        if state == "PRUNED":  # stopped by policy, not broken: the run itself is complete
+            client.set_terminated(run_id, status="FINISHED")
+
+
+def _worker(config: Config, storage_url, workers, study_name, parent_run_id, target, timeout,
+            worker):
+    configure(config.tracking_uri)
+    study = load_study(config, open_storage(storage_url, workers), study_name, worker)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study.optimize(
+        objective_for(config, parent_run_id), timeout=timeout, catch=(Exception,),
+        callbacks=[optuna.study.MaxTrialsCallback(target, states=None)],
+    )
+
+
+def run_study(config: Config, n_trials: int | None = None, timeout: float | None = None,
+              workers: int = 1, storage: str | None = None, study_name: str | None = None):
+    if not config.search_space:
+        raise ValueError("the config has no search_space to tune")
+    n_trials = n_trials if n_trials is not None else config.n_trials
+    study_name = study_name or config.study_name or f"rul-{config.subset.lower()}-tune"
+    configure(config.tracking_uri)
+    experiment_id = ensure_experiment(config.experiment_name)  # once, before any worker
+    study = load_study(config, open_storage(storage, workers), study_name)
+    parent_run_id = study.user_attrs.get("mlflow_parent_run_id")
+    client = MlflowClient()
+    if parent_run_id is None:
+        parent_run_id = client.create_run(experiment_id, run_name=study_name,
+                                          tags={"optuna.study": study_name}).info.run_id
+        study.set_user_attr("mlflow_parent_run_id", parent_run_id)
+        client.log_param(parent_run_id, "search_space", str(config.search_space)[:6000])
+    else:
+        client.update_run(parent_run_id, status="RUNNING")
+    target = len(study.trials) + n_trials
+    args = (config, storage, workers, study_name, parent_run_id, target, timeout)
+    try:
+        if workers == 1:
+            _worker(*args, 0)
+        else:
+            context = multiprocessing.get_context("spawn")
+            processes = [context.Process(target=_worker, args=(*args, i)) for i in range(workers)]
+            for p in processes:
+                p.start()
+            for p in processes:
+                p.join()
+            failed = [p.exitcode for p in processes if p.exitcode]
+            if failed:
+                raise RuntimeError(f"tuning workers exited with codes {failed}")
+        study = load_study(config, open_storage(storage, workers), study_name)
+        summary = _record_study(study, parent_run_id, config)
+    except BaseException as error:
+        client.set_tag(parent_run_id, "error", f"{type(error).__name__}: {error}"[:5000])
+        client.set_terminated(parent_run_id, status="KILLED"
+                              if isinstance(error, KeyboardInterrupt) else "FAILED")
+        raise
+    client.set_terminated(parent_run_id, status="FINISHED")
+    return summary
+
+
+def _record_study(study: optuna.Study, parent_run_id: str, config: Config) -> str:
+    import matplotlib.pyplot as plt
+    from optuna.trial import TrialState
+
+    client = MlflowClient()
+    states = {s: len(study.get_trials(deepcopy=False, states=(s,))) for s in TrialState}
+    counts = {f"trials_{s.name.lower()}": n for s, n in states.items() if n}
+    lines = [f"study {study.study_name}: {len(study.trials)} trials "
+             + ", ".join(f"{k.removeprefix('trials_')} {v}" for k, v in counts.items())]
+    with mlflow.start_run(run_id=parent_run_id):
+        mlflow.log_metrics({k: float(v) for k, v in counts.items()}, step=len(study.trials))
+        with tempfile.TemporaryDirectory() as scratch:
+            table = Path(scratch) / "trials.csv"
+            study.trials_dataframe().to_csv(table, index=False)
+            mlflow.log_artifact(str(table))
+        if states[TrialState.COMPLETE] == 0:
+            return "\n".join([*lines, "no trial completed: nothing to register"])
+        best = study.best_trial
+        mlflow.log_metric("best_val_rmse", best.value, step=len(study.trials))
+        mlflow.set_tags({"best_trial": str(best.number),
+                         **{f"best.{k}": str(v) for k, v in best.params.items()}})
+        from optuna.visualization import matplotlib as vis
+
+        for name, plot in (("optimization_history.png", vis.plot_optimization_history),
+                           ("param_importances.png", vis.plot_param_importances)):
+            try:
+                axes = plot(study)
+                mlflow.log_figure(axes.figure, f"figures/{name}")
+                plt.close(axes.figure)
+            except (ValueError, RuntimeError) as error:  # e.g. too few completed trials
+                mlflow.set_tag(f"figure_skipped.{name}", str(error)[:500])
+    best_run = best.user_attrs.get("mlflow_run_id")
+    lines.append(f"best trial {best.number}: val_rmse {best.value:.3f} with {best.params}")
+    if best_run and config.register:  # reuse the best trial's logged model
+        record = register_and_promote(f"runs:/{best_run}/model", f"rul-{config.subset.lower()}",
+                                      best_run, best.value)
+        for key, value in record.items():
+            client.set_tag(parent_run_id, key, value)
+        lines.append(f"registered {record['registered_model']} v{record['registered_version']}"
+                     f" (champion moved: {record['champion_promoted']})")
+    return "\n".join(lines)

@@ -1,0 +1,364 @@
+"""MLflow tracking end to end, against a real SQLite store in a temporary folder.
+
+One tiny tracked training on the real FD001 data is shared by most tests (module fixture);
+the registry, failure, Ctrl-C and serving tests add a few more short runs to the same store.
+"""
+
+import hashlib
+import io
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from click.testing import CliRunner
+from mlflow.tracking import MlflowClient
+
+from rul import config as cfg
+from rul.cli import main
+from rul.data import DataError
+from rul.data.reader import read_trajectories
+from rul.experiment import checkpoint_path
+from rul.tracking.callback import MLflowCallback
+from rul.tracking.registry import CHAMPION, register_and_promote
+from rul.tracking.tracked_run import train_tracked
+from rul.training.seeding import derive_seeds
+
+CONFIG_PATH = Path(__file__).resolve().parents[1] / "experiments" / "fd001.yaml"
+TINY = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
+        "micro_batch_size": 1024, "accumulation_steps": 1, "patience": 5}
+MODEL_NAME = "rul-fd001"
+STEP_METRICS = ("train_loss", "grad_norm", "lr", "amp_scale", "clipped", "skipped_steps")
+EPOCH_METRICS = ("train_loss_epoch", "val_rmse", "samples_per_s", "peak_memory_mb")
+FINAL_METRICS = ("test_rmse", "test_rmse_uncapped", "test_mae", "test_score", "best_epoch")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, real_data_dir):
+    """A fresh MLflow store (sqlite + ./mlruns) with the working directory inside it."""
+    root = tmp_path_factory.mktemp("tracking")
+    patch = pytest.MonkeyPatch()
+    patch.delenv("MLFLOW_TRACKING_URI", raising=False)  # restored on undo
+    patch.chdir(root)
+    try:
+        yield SimpleNamespace(root=root, uri=f"sqlite:///{root}/mlflow.db",
+                              data_dir=Path(real_data_dir))
+    finally:
+        mlflow.set_tracking_uri(None)  # configure() set it (and the env var) globally
+        patch.undo()
+
+
+def make_config(store, **changes):
+    return cfg.load(CONFIG_PATH, {**TINY, "tracking_uri": store.uri,
+                                  "checkpoint_dir": str(store.root / "ckpt"),
+                                  "data_dir": str(store.data_dir), **changes})
+
+
+@pytest.fixture(scope="module")
+def client(store):
+    return MlflowClient(tracking_uri=store.uri)
+
+
+@pytest.fixture(scope="module")
+def trained(store):
+    """The shared tracked training: (config, outcome, run_id)."""
+    config = make_config(store)
+    outcome, run_id = train_tracked(config, progress=False)
+    return SimpleNamespace(config=config, outcome=outcome, run_id=run_id)
+
+
+def steps_of(client, run_id, key):
+    return sorted(m.step for m in client.get_metric_history(run_id, key))
+
+
+def champion_version(client) -> str:
+    return str(client.get_model_version_by_alias(MODEL_NAME, CHAMPION).version)
+
+
+def n_optimizer_steps(outcome, epochs):
+    return epochs * math.ceil(len(outcome.data.train) / outcome.config.effective_batch_size)
+
+
+# ---------------------------------------------------------------- params, tags, metrics
+
+
+def test_params_record_the_batch_contract(client, trained):
+    params = client.get_run(trained.run_id).data.params
+    c = trained.config
+    assert params["micro_batch_size"] == "1024"
+    assert params["accumulation_steps"] == "1"
+    assert params["effective_batch_size"] == str(c.micro_batch_size * c.accumulation_steps)
+    assert params["precision"] == str(c.precision)
+    assert params["max_grad_norm"] == str(c.max_grad_norm)
+    assert params["seed"] == str(c.seed)
+
+
+def test_tags_record_seeds_code_data_and_environment(client, trained, real_data_dir):
+    tags = client.get_run(trained.run_id).data.tags
+    seeds = derive_seeds(trained.config.seed)
+    for key in ("split", "shuffle", "torch", "numpy"):
+        assert tags[f"seed.{key}"] == str(getattr(seeds, key))
+    assert tags["git_commit"] == "unknown" or len(tags["git_commit"]) == 40
+    assert tags["git_dirty"] in ("true", "false", "unknown")
+    assert tags["subset"] == "FD001"
+    digest = hashlib.sha256((Path(real_data_dir) / "train_FD001.txt").read_bytes()).hexdigest()
+    assert tags["data.sha256.train"] == digest
+    assert tags["torch_version"] == torch.__version__
+    assert tags["device_name"]
+
+
+def test_metric_histories_have_one_entry_per_step_and_epoch(client, trained):
+    outcome, run_id = trained.outcome, trained.run_id
+    epochs = trained.config.epochs
+    assert outcome.state.epoch == epochs
+    n_steps = n_optimizer_steps(outcome, epochs)
+    for key in STEP_METRICS:
+        assert steps_of(client, run_id, key) == list(range(1, n_steps + 1)), key
+    for key in EPOCH_METRICS:
+        assert steps_of(client, run_id, key) == list(range(1, epochs + 1)), key
+    val = sorted(client.get_metric_history(run_id, "val_rmse"), key=lambda m: m.step)
+    assert [m.value for m in val] == pytest.approx([h["val_rmse"] for h in outcome.state.history])
+    final = client.get_run(run_id).data.metrics
+    for key in FINAL_METRICS:
+        assert final[key] == pytest.approx(outcome.metrics[key], rel=1e-12), key
+
+
+def test_run_finished_with_three_dataset_inputs(client, trained):
+    run = client.get_run(trained.run_id)
+    assert run.info.status == "FINISHED"
+    inputs = run.inputs.dataset_inputs
+    assert len(inputs) == 3
+    contexts = sorted(
+        tag.value for i in inputs for tag in i.tags if tag.key == "mlflow.data.context"
+    )
+    assert contexts == ["testing", "training", "validation"]
+
+
+def test_figures_and_weights_are_logged(client, trained):
+    figures = {a.path for a in client.list_artifacts(trained.run_id, "figures")}
+    assert figures >= {"figures/learning_curves.png", "figures/predicted_vs_true.png",
+                       "figures/error_histogram.png", "figures/grad_norm.png"}
+    weights = {a.path for a in client.list_artifacts(trained.run_id, "weights")}
+    assert "weights/model.pt" in weights
+
+
+# ---------------------------------------------------------------- registry
+
+
+def test_model_registered_and_champion_alias_set(client, trained):
+    tags = client.get_run(trained.run_id).data.tags
+    version = tags["registered_version"]
+    assert tags["registered_model"] == MODEL_NAME
+    registered = client.get_model_version(MODEL_NAME, version)
+    assert registered.run_id == trained.run_id
+    assert champion_version(client) == version
+    assert tags["champion_promoted"] == "true"
+
+
+def test_champion_loads_in_a_fresh_process(store, trained, real_data_dir):
+    test_file = Path(real_data_dir) / "test_FD001.txt"
+    output = store.root / "subprocess_predictions.csv"
+    script = (
+        "import sys, mlflow\n"
+        "from rul.data.reader import read_trajectories\n"
+        "model = mlflow.pyfunc.load_model('models:/rul-fd001@champion')\n"
+        "model.predict(read_trajectories(sys.argv[1])).to_csv(sys.argv[2], index=False)\n"
+    )
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store.uri}
+    done = subprocess.run([sys.executable, "-c", script, str(test_file), str(output)],
+                          cwd=store.root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = pd.read_csv(output)
+    expected = trained.outcome.predictions
+    assert list(result.columns) == ["unit", "rul"]
+    np.testing.assert_array_equal(result["unit"], expected["unit"])
+    np.testing.assert_allclose(result["rul"], expected["predicted_rul"], atol=1e-4, rtol=0)
+
+
+def test_champion_moves_only_on_improvement(store, client, trained):
+    champion = champion_version(client)
+    worse_outcome, worse_id = train_tracked(make_config(store, epochs=1, lr=1e-5),
+                                            progress=False)
+    assert worse_outcome.state.best_val_rmse > trained.outcome.state.best_val_rmse
+    tags = client.get_run(worse_id).data.tags
+    worse_version = tags["registered_version"]
+    assert int(worse_version) > int(champion)
+    assert client.get_model_version(MODEL_NAME, worse_version).run_id == worse_id
+    assert tags["champion_promoted"] == "false"
+    assert tags["champion_previous_version"] == champion
+    assert champion_version(client) == champion
+
+    try:  # a (faked) better validation RMSE moves the alias
+        record = register_and_promote(f"runs:/{worse_id}/model", MODEL_NAME, worse_id, 1e-3)
+        assert record["champion_promoted"] == "true"
+        assert str(record["champion_previous_version"]) == champion
+        new = str(record["registered_version"])
+        assert int(new) > int(worse_version)
+        assert champion_version(client) == new
+        assert client.get_model_version(MODEL_NAME, new).tags["champion_promoted"] == "true"
+    finally:  # later tests serve the shared run's model as champion
+        client.set_registered_model_alias(MODEL_NAME, CHAMPION, champion)
+
+
+# ---------------------------------------------------------------- failures
+
+
+def _versions(client):
+    return {str(v.version) for v in client.search_model_versions(f"name='{MODEL_NAME}'")}
+
+
+def test_bad_data_ends_the_run_failed_and_registers_nothing(store, client, real_data_dir):
+    bad = store.root / "bad_data"
+    shutil.copytree(real_data_dir, bad)
+    train_file = bad / "train_FD001.txt"
+    lines = train_file.read_text().splitlines()
+    tokens = lines[4].split()
+    tokens[5] = "x1"  # s_1 of line 5
+    lines[4] = " ".join(tokens)
+    train_file.write_text("\n".join(lines) + "\n")
+    versions_before = _versions(client)
+    config = make_config(store, data_dir=str(bad))
+
+    with pytest.raises(DataError, match="line 5"):
+        train_tracked(config, progress=False)
+
+    experiment = client.get_experiment_by_name(config.experiment_name)
+    latest = client.search_runs([experiment.experiment_id],
+                                order_by=["attributes.start_time DESC"], max_results=1)[0]
+    assert latest.info.status == "FAILED"
+    assert latest.data.tags["error"].startswith("DataError: ")
+    assert "train_FD001.txt" in latest.data.tags["error"]
+    assert not client.search_runs([experiment.experiment_id], "attributes.status = 'RUNNING'")
+    assert _versions(client) == versions_before
+
+
+class InterruptAfterFirstEpoch(MLflowCallback):
+    def on_epoch(self, state, metrics):
+        super().on_epoch(state, metrics)  # the epoch's metrics are flushed first
+        if state.epoch == 1:
+            raise KeyboardInterrupt
+
+
+def test_ctrl_c_kills_the_run_and_resume_finishes_the_same_run(store, client):
+    config = make_config(store, seed=7, register=False)  # own checkpoint file
+    with pytest.raises(KeyboardInterrupt):
+        train_tracked(config, progress=False, callback_factory=InterruptAfterFirstEpoch)
+    experiment = client.get_experiment_by_name(config.experiment_name)
+    killed = client.search_runs([experiment.experiment_id],
+                                order_by=["attributes.start_time DESC"], max_results=1)[0]
+    assert killed.info.status == "KILLED"
+    assert killed.data.tags["error"].startswith("KeyboardInterrupt")
+    assert checkpoint_path(config).is_file()
+
+    outcome, run_id = train_tracked(config, resume=True, progress=False)
+    assert run_id == killed.info.run_id
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert outcome.state.epoch == config.epochs
+    assert not checkpoint_path(config).exists()
+    # the histories continue where they stopped: no step lost, none logged twice
+    n_steps = n_optimizer_steps(outcome, config.epochs)
+    assert steps_of(client, run_id, "train_loss") == list(range(1, n_steps + 1))
+    assert steps_of(client, run_id, "val_rmse") == list(range(1, config.epochs + 1))
+    assert run.data.params["seed"] == "7"
+
+
+# ---------------------------------------------------------------- rul predict
+
+
+def test_cli_predict_prints_one_row_per_test_unit(store, trained, real_data_dir):
+    result = CliRunner().invoke(main, [
+        "predict", "--model", f"runs:/{trained.run_id}/model",
+        "--input", str(Path(real_data_dir) / "test_FD001.txt"), "--tracking-uri", store.uri,
+    ])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "unit,rul"
+    assert len(lines) == 101
+    printed = pd.read_csv(io.StringIO(result.stdout))
+    np.testing.assert_allclose(printed["rul"], trained.outcome.predictions["predicted_rul"],
+                               atol=1e-4, rtol=0)
+
+
+def test_cli_predict_names_a_missing_column(store, real_data_dir):
+    rows = read_trajectories(Path(real_data_dir) / "test_FD001.txt")
+    path = store.root / "no_s4.csv"
+    rows[rows["unit"] <= 2].drop(columns="s_4").to_csv(path, index=False)
+    result = CliRunner().invoke(main, ["predict", "--model", "models:/rul-fd001@champion",
+                                       "--input", str(path), "--tracking-uri", store.uri])
+    assert result.exit_code == 2
+    assert str(path) in result.output
+    assert "'s_4'" in result.output
+    assert "Traceback" not in result.output
+    assert isinstance(result.exception, SystemExit)
+
+
+# ---------------------------------------------------------------- serving
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_served_champion_answers_like_the_in_process_model(store, trained, real_data_dir):
+    rows = read_trajectories(Path(real_data_dir) / "test_FD001.txt")
+    rows = rows[rows["unit"].isin([1, 2])]
+    split = json.loads(rows.to_json(orient="split", index=False))
+    body = json.dumps({"dataframe_split": {"columns": split["columns"], "data": split["data"]}})
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store.uri,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    log = open(store.root / "serve.log", "wb")  # noqa: SIM115 (closed in finally)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "models", "serve", "-m", "models:/rul-fd001@champion",
+         "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"],
+        cwd=store.root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert server.poll() is None, (store.root / "serve.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"{base}/ping", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            assert time.monotonic() < deadline, "server did not answer /ping within 90 s"
+            time.sleep(1)
+        request = urllib.request.Request(f"{base}/invocations", data=body.encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer = json.loads(response.read())
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+        log.close()
+    predictions = answer["predictions"]
+    assert len(predictions) == 2
+    expected = trained.outcome.predictions.set_index("unit")["predicted_rul"]
+    for item in predictions:
+        assert item["rul"] == pytest.approx(expected[item["unit"]], abs=1e-4)
