@@ -100,7 +100,8 @@ class ConfigError(ValueError):
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 POSITIVE_INT = {"window", "rul_cap", "micro_batch_size", "accumulation_steps", "epochs",
-                "hidden_size", "num_layers", "kernel_size", "filters", "num_heads", "patience", "n_trials"}
+                "hidden_size", "num_layers", "kernel_size", "filters", "num_heads", "patience",
+                "n_trials"}
 NON_NEGATIVE_INT = {"pruner_warmup_epochs"}
 FLOATS = {"lr", "weight_decay", "val_fraction", "dropout", "max_grad_norm"}
 BOOLS = {"include_settings", "drop_constant", "deterministic", "register", "scale_lr_with_batch"}
