@@ -1,0 +1,144 @@
+"""`make bench`: ratios measured in one run (not timed tests).
+
+  data      FD001 load + fit + transform + windows (target < 1 s)
+  engine    rul's training loop vs a minimal hand-written loop, same model and batches
+  tracking  a tracked `rul train` vs the same training untracked (target overhead <= 5%)
+  accuracy  the default `make train` config: test RMSE (target <= 13.0) and wall time
+
+python -m bench [data|engine|tracking|accuracy ...]   (default: data engine tracking)
+"""
+
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from rul import config as cfg
+from rul.data import load_subset
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = ROOT / "experiments" / "fd001.yaml"
+
+
+def bench_data():
+    start = time.perf_counter()
+    subset = load_subset("FD001")
+    loaded = time.perf_counter()
+    from rul.experiment import preprocessor_for
+
+    pre = preprocessor_for(cfg.load(DEFAULT)).fit(subset.train)
+    windows = pre.windows(subset.train)
+    pre.last_windows(subset.test)
+    done = time.perf_counter()
+    print(f"data: load {loaded - start:.3f}s + fit/transform/window {done - loaded:.3f}s "
+          f"= {done - start:.3f}s for {len(windows)} windows (target < 1 s)")
+
+
+def minimal_loop(model, train, config, epochs):
+    """What a person would write by hand: same batches, accumulation, clipping, AdamW."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    seen, start = 0, time.perf_counter()
+    from rul.training.batching import effective_batches
+
+    for epoch in range(epochs):
+        for micro in effective_batches(len(train), config.micro_batch_size,
+                                       config.accumulation_steps, 0, epoch):
+            total = sum(len(i) for i in micro)
+            for index in micro:
+                x, y = train.get(index)
+                loss = torch.nn.functional.mse_loss(model(x) / 125, y / 125) * len(y) / total
+                loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            seen += total
+    return seen / (time.perf_counter() - start)
+
+
+def bench_engine(epochs=3):
+    from rul.experiment import prepare_data
+    from rul.models import build_model
+    from rul.training.batching import WindowBatches
+    from rul.training.engine import fit
+    from rul.training.precision import resolve_precision
+    from rul.training.seeding import derive_seeds
+
+    config = cfg.load(DEFAULT, {"epochs": epochs, "patience": 100})
+    seeds = derive_seeds(config.seed)
+    data = prepare_data(config, seeds)
+    device = torch.device("cpu")
+    train, val = WindowBatches(data.train, device), WindowBatches(data.val, device)
+    rates = {"minimal": [], "rul": []}
+    for _ in range(2):  # interleaved, best of two each
+        torch.manual_seed(0)
+        rates["minimal"].append(minimal_loop(build_model(config, 14), train, config, epochs))
+        torch.manual_seed(0)
+        state = fit(build_model(config, 14), config, resolve_precision("fp32", device), seeds,
+                    train, val, progress=False)
+        rates["rul"].append(sum(h["samples_per_s"] for h in state.history) / len(state.history))
+    m, r = max(rates["minimal"]), max(rates["rul"])
+    print(f"engine: rul {r:,.0f} samples/s vs minimal loop {m:,.0f} samples/s "
+          f"-> ratio {r / m:.3f} (target >= 0.90; micro {config.micro_batch_size} x K "
+          f"{config.accumulation_steps}, fp32 CPU, {torch.get_num_threads()} threads)")
+
+
+def bench_tracking(epochs=10):
+    from rul.experiment import run_training
+    from rul.tracking.tracked_run import train_tracked
+
+    with tempfile.TemporaryDirectory() as scratch:
+        overrides = {"epochs": epochs, "patience": 100, "checkpoint_dir": f"{scratch}/ckpt",
+                     "tracking_uri": f"sqlite:///{scratch}/mlflow.db", "register": True}
+        config = cfg.load(DEFAULT, overrides)
+        start = time.perf_counter()
+        run_training(config, progress=False, save_checkpoints=False)
+        plain = time.perf_counter() - start
+        import os
+
+        cwd = os.getcwd()
+        os.chdir(scratch)
+        try:
+            from rul.tracking.store import configure, ensure_experiment
+
+            configure(config.tracking_uri)
+            ensure_experiment(config.experiment_name)  # store creation: one-time, not per run
+            start = time.perf_counter()
+            train_tracked(config, progress=False)
+            tracked = time.perf_counter() - start
+        finally:
+            os.chdir(cwd)
+    print(f"tracking: tracked {tracked:.1f}s vs untracked {plain:.1f}s for {epochs} epochs "
+          f"-> overhead {100 * (tracked / plain - 1):.1f}% (target <= 5%; includes model "
+          "logging, registration, figures, datasets)")
+
+
+def bench_accuracy():
+    from rul.experiment import run_training
+
+    config = cfg.load(DEFAULT)
+    start = time.perf_counter()
+    outcome = run_training(config, progress=False, save_checkpoints=False)
+    seconds = time.perf_counter() - start
+    m = outcome.metrics
+    print(f"accuracy: default config test RMSE {m['test_rmse']:.2f} (target <= 13.0), "
+          f"uncapped {m['test_rmse_uncapped']:.2f}, score {m['test_score']:.1f}, best epoch "
+          f"{m['best_epoch']}/{outcome.state.epoch}, {seconds:.0f}s wall (target <= 300 s)")
+
+
+def main(argv):
+    chosen = argv or ["data", "engine", "tracking"]
+    benches = {"data": bench_data, "engine": bench_engine, "tracking": bench_tracking,
+               "accuracy": bench_accuracy}
+    unknown = [c for c in chosen if c not in benches]
+    if unknown:
+        sys.exit(f"unknown bench {unknown}; choose from {', '.join(benches)}")
+    for name in chosen:
+        benches[name]()
+
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
