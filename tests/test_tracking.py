@@ -217,6 +217,18 @@ def test_champion_moves_only_on_improvement(store, client, trained):
 # ---------------------------------------------------------------- failures
 
 
+def _run_ids(client, experiment_name) -> set:
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None:
+        return set()
+    return {r.info.run_id for r in client.search_runs([experiment.experiment_id])}
+
+
+def _new_run(client, experiment_name, before: set):
+    (run_id,) = _run_ids(client, experiment_name) - before
+    return client.get_run(run_id)
+
+
 def _versions(client):
     return {str(v.version) for v in client.search_model_versions(f"name='{MODEL_NAME}'")}
 
@@ -230,18 +242,17 @@ def test_bad_data_ends_the_run_failed_and_registers_nothing(store, client, real_
     tokens[5] = "x1"  # s_1 of line 5
     lines[4] = " ".join(tokens)
     train_file.write_text("\n".join(lines) + "\n")
-    versions_before = _versions(client)
     config = make_config(store, data_dir=str(bad))
+    versions_before, runs_before = _versions(client), _run_ids(client, config.experiment_name)
 
     with pytest.raises(DataError, match="line 5"):
         train_tracked(config, progress=False)
 
-    experiment = client.get_experiment_by_name(config.experiment_name)
-    latest = client.search_runs([experiment.experiment_id],
-                                order_by=["attributes.start_time DESC"], max_results=1)[0]
+    latest = _new_run(client, config.experiment_name, runs_before)
     assert latest.info.status == "FAILED"
     assert latest.data.tags["error"].startswith("DataError: ")
     assert "train_FD001.txt" in latest.data.tags["error"]
+    experiment = client.get_experiment_by_name(config.experiment_name)
     assert not client.search_runs([experiment.experiment_id], "attributes.status = 'RUNNING'")
     assert _versions(client) == versions_before
 
@@ -255,11 +266,10 @@ class InterruptAfterFirstEpoch(MLflowCallback):
 
 def test_ctrl_c_kills_the_run_and_resume_finishes_the_same_run(store, client):
     config = make_config(store, seed=7, register=False)  # own checkpoint file
+    runs_before = _run_ids(client, config.experiment_name)
     with pytest.raises(KeyboardInterrupt):
         train_tracked(config, progress=False, callback_factory=InterruptAfterFirstEpoch)
-    experiment = client.get_experiment_by_name(config.experiment_name)
-    killed = client.search_runs([experiment.experiment_id],
-                                order_by=["attributes.start_time DESC"], max_results=1)[0]
+    killed = _new_run(client, config.experiment_name, runs_before)
     assert killed.info.status == "KILLED"
     assert killed.data.tags["error"].startswith("KeyboardInterrupt")
     assert checkpoint_path(config).is_file()

@@ -76,6 +76,8 @@ def _train_in_run(config, run_id, resume_from, progress, extra_tags, callback_fa
                            checkpoint_extra={"mlflow_run_id": run_id}, progress=progress,
                            subset=subset)
     callback.flush()
+    mlflow.set_tags({"precision_resolved": outcome.precision.name,
+                     "device": str(outcome.precision.device)})
     mlflow.log_metrics(outcome.metrics)
     _log_inputs(outcome)
     _log_figures(outcome, run_id)

@@ -1,0 +1,118 @@
+"""Reproducibility on CPU: same seed -> same bits; accumulation split does not change training;
+kill-and-resume continues exactly; `rul train` works end to end."""
+
+from pathlib import Path
+
+import mlflow
+import pytest
+import torch
+from click.testing import CliRunner
+
+from rul import config as cfg
+from rul.cli import main
+from rul.experiment import load_checkpoint, run_training
+from rul.training.engine import Callback
+
+CONFIG_PATH = Path(__file__).resolve().parents[1] / "experiments" / "fd001.yaml"
+TINY = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
+        "micro_batch_size": 1024, "accumulation_steps": 1, "patience": 5,
+        "device": "cpu", "precision": "fp32"}
+
+
+def make_config(data_dir, tmp_path, **changes):
+    return cfg.load(CONFIG_PATH, {**TINY, "data_dir": str(data_dir),
+                                  "checkpoint_dir": str(tmp_path / "ckpt"), **changes})
+
+
+def weights(outcome) -> dict:
+    return {k: v.detach().clone() for k, v in outcome.model.state_dict().items()}
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def curves(outcome) -> list:
+    """Per-epoch metrics that must repeat exactly (throughput and memory do not)."""
+    return [(h["train_loss_epoch"], h["val_rmse"]) for h in outcome.state.history]
+
+
+def test_same_seed_gives_bitwise_identical_runs(real_data_dir, fd001, tmp_path):
+    config = make_config(real_data_dir, tmp_path)
+    first = run_training(config, progress=False, subset=fd001, save_checkpoints=False)
+    second = run_training(config, progress=False, subset=fd001, save_checkpoints=False)
+    assert first.metrics == second.metrics
+    assert curves(first) == curves(second)
+    assert first.predictions.equals(second.predictions)
+    assert_same_weights(weights(first), weights(second))
+
+
+def test_accumulation_split_does_not_change_training(real_data_dir, fd001, tmp_path):
+    outcomes = {}
+    for micro, k in ((512, 1), (256, 2), (128, 4)):
+        config = make_config(real_data_dir, tmp_path, micro_batch_size=micro,
+                             accumulation_steps=k, dropout=0.0, epochs=1)
+        assert config.effective_batch_size == 512
+        outcomes[(micro, k)] = run_training(config, progress=False, subset=fd001,
+                                            save_checkpoints=False)
+    reference = weights(outcomes[(512, 1)])
+    for split, outcome in outcomes.items():
+        other = weights(outcome)
+        for key in reference:
+            torch.testing.assert_close(other[key], reference[key], rtol=1e-4, atol=1e-5,
+                                       msg=lambda m, s=split, k=key: f"{s} {k}: {m}")
+        assert outcome.metrics["best_val_rmse"] == pytest.approx(
+            outcomes[(512, 1)].metrics["best_val_rmse"], rel=1e-4)
+
+
+class InterruptAtEpoch(Callback):
+    def __init__(self, epoch: int):
+        self.epoch = epoch
+
+    def on_epoch(self, state, metrics) -> None:
+        if state.epoch == self.epoch:  # this epoch's checkpoint is already on disk
+            raise KeyboardInterrupt
+
+
+def test_kill_and_resume_matches_the_uninterrupted_run(real_data_dir, fd001, tmp_path):
+    config = make_config(real_data_dir, tmp_path, dropout=0.2, epochs=3)
+    reference = run_training(config, progress=False, subset=fd001, save_checkpoints=False)
+    assert not (tmp_path / "ckpt").exists()
+
+    with pytest.raises(KeyboardInterrupt):
+        run_training(config, callback=InterruptAtEpoch(2), progress=False, subset=fd001)
+    checkpoint = load_checkpoint(config)
+    assert checkpoint["train_state"].epoch == 2
+    resumed = run_training(config, resume_from=checkpoint, progress=False, subset=fd001)
+
+    assert resumed.state.epoch == 3
+    assert resumed.metrics["test_rmse"] == reference.metrics["test_rmse"]
+    assert resumed.metrics["best_val_rmse"] == reference.metrics["best_val_rmse"]
+    assert resumed.metrics == reference.metrics
+    assert curves(resumed) == curves(reference)
+    assert resumed.state.step == reference.state.step
+    assert_same_weights(weights(resumed), weights(reference))
+
+
+@pytest.fixture
+def clean_tracking_uri(monkeypatch):
+    """`rul train` sets MLflow's tracking URI (and its env var) globally: undo that after."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    yield
+    mlflow.set_tracking_uri(None)
+
+
+def test_cli_train_end_to_end(real_data_dir, tmp_path, monkeypatch, clean_tracking_uri):
+    monkeypatch.chdir(tmp_path)
+    overrides = [f"{k}={v}" for k, v in TINY.items() if k not in ("device", "precision")]
+    result = CliRunner().invoke(main, [
+        "train", str(CONFIG_PATH), *overrides,
+        f"tracking_uri=sqlite:///{tmp_path}/mlflow.db", f"checkpoint_dir={tmp_path / 'ckpt'}",
+        "--data-dir", str(real_data_dir), "--no-progress",
+    ])
+    assert result.exit_code == 0, result.output
+    assert "test RMSE" in result.stdout
+    assert (tmp_path / "mlflow.db").is_file()
+    assert not list((tmp_path / "ckpt").glob("*.pt"))  # finished: checkpoint removed
