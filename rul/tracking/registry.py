@@ -15,7 +15,7 @@ def register_and_promote(model_uri: str, name: str, run_id: str, val_rmse: float
     on the version."""
     client = MlflowClient()
     version = mlflow.register_model(model_uri, name)
-    client.set_model_version_tag(name, version.version, "val_rmse", f"{val_rmse:.6f}")
+    client.set_model_version_tag(name, version.version, "val_rmse", repr(float(val_rmse)))
     previous = None
     try:
         champion = client.get_model_version_by_alias(name, CHAMPION)
@@ -29,7 +29,7 @@ def register_and_promote(model_uri: str, name: str, run_id: str, val_rmse: float
     record = {"registered_model": name, "registered_version": version.version,
               "champion_promoted": str(promoted).lower(),
               "champion_previous_version": previous_version or "none",
-              "champion_previous_val_rmse": "none" if previous is None else f"{previous:.6f}"}
+              "champion_previous_val_rmse": "none" if previous is None else repr(previous)}
     for key, value in record.items():
         client.set_tag(run_id, key, value)
     client.set_model_version_tag(name, version.version, "champion_promoted", str(promoted).lower())

@@ -3,6 +3,7 @@
 import platform
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import mlflow
@@ -98,7 +99,14 @@ def _log_inputs(outcome) -> None:
     ):
         dataset = mlflow.data.from_pandas(frame, source=source,
                                           name=f"{data.subset.name}-{context}")
-        mlflow.log_input(dataset, context=context)
+        for attempt in range(5):  # parallel tuning workers may insert the same dataset row
+            try:
+                mlflow.log_input(dataset, context=context)
+                break
+            except mlflow.exceptions.MlflowException as error:
+                if "UNIQUE constraint" not in str(error) or attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
 
 
 def _log_figures(outcome, run_id) -> None:

@@ -11,16 +11,20 @@ import tempfile
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import optuna
 from mlflow.tracking import MlflowClient
 
 from rul.config import Config
+from rul.experiment import checkpoint_path
 from rul.tracking.callback import MLflowCallback
 from rul.tracking.registry import register_and_promote
 from rul.tracking.store import configure, ensure_experiment
 from rul.tracking.tracked_run import train_tracked
 from rul.tuning.space import suggest, trial_overrides
 
+STARTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
+           optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING)
 DEFAULT_SQLITE = "sqlite:///optuna.db"
 DEFAULT_JOURNAL = "optuna.journal"
 
@@ -50,11 +54,17 @@ def make_pruner(config: Config):
 
 
 def load_study(config: Config, storage, study_name: str, worker: int = 0) -> optuna.Study:
-    return optuna.create_study(
+    """Create or load the study. Sampler and pruner are not stored, so they are passed again;
+    the sampler's seed also depends on the trials already there, so a resumed study does not
+    replay the draws of its first invocation (and each worker draws differently)."""
+    study = optuna.create_study(
         storage=storage, study_name=study_name, direction="minimize", load_if_exists=True,
-        sampler=optuna.samplers.TPESampler(seed=config.seed + worker, n_startup_trials=4),
         pruner=make_pruner(config),
     )
+    entropy = [config.seed, worker, len(study.trials)]
+    seed = int(np.random.SeedSequence(entropy).generate_state(1)[0])
+    study.sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
+    return study
 
 
 class PruningCallback(MLflowCallback):
@@ -97,6 +107,8 @@ def objective_for(base: Config, parent_run_id: str):
                 raise optuna.TrialPruned(reason) from None
             _mark(trial, "FAIL", f"{type(error).__name__}: {error}")
             raise
+        finally:
+            checkpoint_path(config).unlink(missing_ok=True)  # a trial is never resumed
         _mark(trial, "COMPLETE", "")
         return outcome.state.best_val_rmse
 
@@ -119,7 +131,23 @@ def _mark(trial, state: str, reason: str) -> None:
         if reason:
             client.set_tag(run_id, "optuna.reason", reason[:5000])
         if state == "PRUNED":  # stopped by policy, not broken: the run itself is complete
+            client.delete_tag(run_id, "error")
             client.set_terminated(run_id, status="FINISHED")
+
+
+def _close_interrupted_trials(study: optuna.Study, client: MlflowClient) -> None:
+    """Trials left RUNNING by a killed earlier invocation become FAIL (their MLflow runs
+    KILLED), so a resumed study neither counts nor repeats them. Assumes no other `rul tune`
+    is working on this study right now."""
+    from optuna.trial import TrialState
+
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study.tell(trial.number, state=TrialState.FAIL)
+        run_id = trial.user_attrs.get("mlflow_run_id")
+        if run_id and client.get_run(run_id).info.status == "RUNNING":
+            client.set_tag(run_id, "optuna.trial_state", "FAIL")
+            client.set_tag(run_id, "optuna.reason", "interrupted: the tuning process was killed")
+            client.set_terminated(run_id, status="KILLED")
 
 
 def _worker(config: Config, storage_url, workers, study_name, parent_run_id, target, timeout,
@@ -129,7 +157,7 @@ def _worker(config: Config, storage_url, workers, study_name, parent_run_id, tar
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study.optimize(
         objective_for(config, parent_run_id), timeout=timeout, catch=(Exception,),
-        callbacks=[optuna.study.MaxTrialsCallback(target, states=None)],
+        callbacks=[optuna.study.MaxTrialsCallback(target, states=STARTED)],
     )
 
 
@@ -151,7 +179,8 @@ def run_study(config: Config, n_trials: int | None = None, timeout: float | None
         client.log_param(parent_run_id, "search_space", str(config.search_space)[:6000])
     else:
         client.update_run(parent_run_id, status="RUNNING")
-    target = len(study.trials) + n_trials
+    _close_interrupted_trials(study, client)
+    target = len(study.get_trials(deepcopy=False, states=STARTED)) + n_trials
     args = (config, storage, workers, study_name, parent_run_id, target, timeout)
     try:
         if workers == 1:
@@ -210,9 +239,13 @@ def _record_study(study: optuna.Study, parent_run_id: str, config: Config) -> st
                 mlflow.set_tag(f"figure_skipped.{name}", str(error)[:500])
     best_run = best.user_attrs.get("mlflow_run_id")
     lines.append(f"best trial {best.number}: val_rmse {best.value:.3f} with {best.params}")
-    if best_run and config.register:  # reuse the best trial's logged model
-        record = register_and_promote(f"runs:/{best_run}/model", f"rul-{config.subset.lower()}",
-                                      best_run, best.value)
+    name = f"rul-{config.subset.lower()}"
+    if best_run and config.register and client.search_model_versions(
+        f"name='{name}' and run_id='{best_run}'"
+    ):
+        lines.append(f"best trial's model is already registered as {name}")
+    elif best_run and config.register:  # reuse the best trial's logged model
+        record = register_and_promote(f"runs:/{best_run}/model", name, best_run, best.value)
         for key, value in record.items():
             client.set_tag(parent_run_id, key, value)
         lines.append(f"registered {record['registered_model']} v{record['registered_version']}"
