@@ -51,6 +51,7 @@ class TrainingOutcome:
     precision: Precision
     metrics: dict  # test metrics + best_epoch
     predictions: pd.DataFrame  # unit, true_rul, predicted_rul
+    model_uri: str | None = None  # set once the model is logged to MLflow
 
 
 def preprocessor_for(config: Config) -> Preprocessor:

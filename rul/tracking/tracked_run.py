@@ -45,9 +45,8 @@ def train_tracked(config: Config, resume: bool = False, progress: bool = True,
         with mlflow.start_run(run_id=run_id, nested=parent_run_id is not None):
             outcome = _train_in_run(config, run_id, resume_from, progress, extra_tags,
                                     callback_factory)
-            if register if register is not None else config.register:
-                model_uri = outcome.model_uri
-                register_and_promote(model_uri, f"rul-{config.subset.lower()}", run_id,
+            if config.register if register is None else register:
+                register_and_promote(outcome.model_uri, f"rul-{config.subset.lower()}", run_id,
                                      outcome.state.best_val_rmse)
     except BaseException as error:
         status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"

@@ -104,8 +104,9 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
             n = sum(len(i) for i in micro_indices)
             seen, loss_sum = seen + n, loss_sum + result.loss * n
             callback.on_step(state, result)
+            last_val = state.history[-1]["val_rmse"] if state.history else math.nan
             bar.set_postfix(loss=f"{result.loss:.4f}", grad=f"{result.grad_norm:.2f}",
-                            val=f"{state.best_val_rmse:.2f}", refresh=False)
+                            val_rmse=f"{last_val:.2f}", refresh=False)
         train_seconds = time.perf_counter() - started
         val_rmse = rmse(predict(model, precision, val), val.targets.cpu().numpy())
         state.epoch += 1
