@@ -5,8 +5,13 @@ Convolutions run along time only (kernel (k, 1)), so each sensor keeps its own c
 fully connected layer. No BatchNorm (it would break accumulated == large-batch equivalence).
 """
 
+import warnings
+
 import torch
 from torch import nn
+
+# padding="same" with an even kernel pads asymmetrically via an internal copy: expected here.
+warnings.filterwarnings("ignore", message="Using padding='same' with even kernel lengths")
 
 
 class DCNN(nn.Module):
