@@ -6,6 +6,7 @@ it), so `mlflow.pyfunc.load_model("models:/rul-fd001@champion")` needs nothing e
 
 import json
 import pickle
+import warnings
 from pathlib import Path
 
 import mlflow
@@ -67,6 +68,9 @@ def log_pyfunc(outcome, workdir: Path) -> str:
     config_path = workdir / "config.json"
     config_path.write_text(json.dumps(outcome.config.to_dict()))
     example = outcome.data.subset.test[outcome.data.subset.test["unit"].isin([1, 2])]
+    # unit and cycle are integers that are never missing: MLflow's hint about NaN in integer
+    # columns does not apply.
+    warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
     info = mlflow.pyfunc.log_model(
         name="model", python_model=RULModel(),
         artifacts={"preprocessor": str(preprocessor_path), "weights": str(weights_path),

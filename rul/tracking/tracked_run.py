@@ -4,6 +4,7 @@ import platform
 import subprocess
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import mlflow
@@ -96,8 +97,10 @@ def _log_inputs(outcome) -> None:
         ("validation", rows_of(data.subset.train, data.val_units), sources["train"]),
         ("testing", data.subset.test, sources["test"]),
     ):
-        dataset = mlflow.data.from_pandas(frame, source=source,
-                                          name=f"{data.subset.name}-{context}")
+        with warnings.catch_warnings():  # a local path "can be interpreted in multiple ways"
+            warnings.filterwarnings("ignore", message="The specified dataset source")
+            dataset = mlflow.data.from_pandas(frame, source=source,
+                                              name=f"{data.subset.name}-{context}")
         for attempt in range(5):  # parallel tuning workers may insert the same dataset row
             try:
                 mlflow.log_input(dataset, context=context)

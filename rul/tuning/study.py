@@ -8,6 +8,7 @@ not stored) and adds trials; the MLflow parent run is kept in the study's user a
 
 import multiprocessing
 import tempfile
+import warnings
 from pathlib import Path
 
 import mlflow
@@ -232,7 +233,9 @@ def _record_study(study: optuna.Study, parent_run_id: str, config: Config) -> st
         for name, plot in (("optimization_history.png", vis.plot_optimization_history),
                            ("param_importances.png", vis.plot_param_importances)):
             try:
-                axes = plot(study)
+                with warnings.catch_warnings():  # matplotlib plots are marked experimental
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    axes = plot(study)
                 mlflow.log_figure(axes.figure, f"figures/{name}")
                 plt.close(axes.figure)
             except (ValueError, RuntimeError) as error:  # e.g. too few completed trials
