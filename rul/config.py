@@ -99,6 +99,9 @@ class ConfigError(ValueError):
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+# Keys read by `rul tune` only: not logged as a training run's params, not part of its identity.
+TUNING_KEYS = ("search_space", "max_effective_batch", "scale_lr_with_batch", "n_trials",
+               "pruner", "pruner_warmup_epochs", "study_name")
 POSITIVE_INT = {"window", "rul_cap", "micro_batch_size", "accumulation_steps", "epochs",
                 "hidden_size", "num_layers", "kernel_size", "filters", "num_heads", "patience",
                 "n_trials"}

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rul.config import Config
+from rul.config import TUNING_KEYS, Config
 from rul.data import CMAPSSSubset, load_subset
 from rul.data.split import rows_of, split_units
 from rul.evaluation.metrics import rul_metrics
@@ -25,8 +25,7 @@ from rul.training.seeding import Seeds, seed_everything
 
 # Keys that do not change what is trained (so they do not change the checkpoint identity).
 NON_TRAINING_KEYS = {"data_dir", "tracking_uri", "experiment", "register", "run_name",
-                     "checkpoint_dir", "search_space", "max_effective_batch", "device",
-                     "n_trials", "pruner", "pruner_warmup_epochs", "study_name"}
+                     "checkpoint_dir", "device", *TUNING_KEYS}
 
 
 @dataclass

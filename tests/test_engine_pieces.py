@@ -87,3 +87,14 @@ def test_derived_seeds_are_distinct_and_stable():
     assert a == b
     assert len(set(a.as_dict().values()) - {42}) == 5
     assert derive_seeds(43).split != a.split
+
+
+def test_tuning_keys_are_not_training_identity_or_params():
+    """A trial's checkpoint identity and logged params ignore `rul tune`-only keys."""
+    from rul.experiment import checkpoint_path
+
+    base = cfg.load("experiments/fd001.yaml")
+    tuned = base.replace(n_trials=99, pruner="none", study_name="x", max_effective_batch=64)
+    assert checkpoint_path(base) == checkpoint_path(tuned)
+    assert checkpoint_path(base) != checkpoint_path(base.replace(lr=0.002))
+    assert set(cfg.TUNING_KEYS) <= set(cfg.FIELDS)

@@ -339,6 +339,8 @@ def test_a_hopeless_trial_is_pruned_after_its_first_epoch(pruning):
     assert run.info.status == "FINISHED"  # stopped by policy, not broken
     assert run.data.tags["optuna.trial_state"] == "PRUNED"
     assert run.data.tags["optuna.reason"] == bad.user_attrs["reason"]
+    assert run.data.tags["stopped"] == bad.user_attrs["reason"]  # ended where it stopped
+    assert "error" not in run.data.tags
     assert run.data.tags["mlflow.parentRunId"] == pruning.parent_run_id
     val = metric_values(pruning.client, run.info.run_id, "val_rmse")
     assert val == pytest.approx(bad.intermediate_values, rel=1e-12)

@@ -11,7 +11,7 @@ import mlflow
 import torch
 from mlflow.tracking import MlflowClient
 
-from rul.config import Config
+from rul.config import TUNING_KEYS, Config
 from rul.data import load_subset
 from rul.data.split import rows_of
 from rul.experiment import checkpoint_path, load_checkpoint, run_training
@@ -25,11 +25,14 @@ from rul.training.seeding import derive_seeds
 
 def train_tracked(config: Config, resume: bool = False, progress: bool = True,
                   parent_run_id: str | None = None, extra_tags: dict | None = None,
-                  callback_factory=None, register: bool | None = None):
+                  callback_factory=None, register: bool | None = None,
+                  stop_exceptions: tuple[type[BaseException], ...] = ()):
     """Train `config` inside an MLflow run; return (outcome, run_id).
 
     On any exception (bad data, Ctrl-C, a failure while logging) the run ends FAILED or
-    KILLED with the error recorded, and nothing is registered.
+    KILLED with the error recorded, and nothing is registered. `stop_exceptions` are stops
+    by policy (a pruned tuning trial): the run ends FINISHED, tagged `stopped`, and the
+    exception propagates.
     """
     configure(config.tracking_uri)
     experiment_id = ensure_experiment(config.experiment_name)
@@ -49,6 +52,10 @@ def train_tracked(config: Config, resume: bool = False, progress: bool = True,
             if config.register if register is None else register:
                 register_and_promote(outcome.model_uri, f"rul-{config.subset.lower()}", run_id,
                                      outcome.state.best_val_rmse)
+    except stop_exceptions as stop:
+        client.set_tag(run_id, "stopped", str(stop)[:5000])
+        client.set_terminated(run_id, status="FINISHED")
+        raise
     except BaseException as error:
         status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
         client.set_tag(run_id, "error", f"{type(error).__name__}: {error}"[:5000])
@@ -62,10 +69,8 @@ def _train_in_run(config, run_id, resume_from, progress, extra_tags, callback_fa
     seeds = derive_seeds(config.seed)
     subset = load_subset(config.subset, config.data_dir)
     if resume_from is None:
-        params = {**config.to_dict(), "effective_batch_size": config.effective_batch_size,
-                  "world_size": 1}
-        for key in ("search_space", "n_trials", "pruner", "pruner_warmup_epochs", "study_name"):
-            params.pop(key)
+        params = {k: v for k, v in config.to_dict().items() if k not in TUNING_KEYS}
+        params.update(effective_batch_size=config.effective_batch_size, world_size=1)
         mlflow.log_params({k: str(v)[:6000] for k, v in params.items()})
         mlflow.set_tags({
             **{f"seed.{k}": v for k, v in seeds.as_dict().items()},

@@ -97,6 +97,7 @@ def objective_for(base: Config, parent_run_id: str):
         try:
             outcome, _ = train_tracked(config, progress=False, parent_run_id=parent_run_id,
                                        extra_tags=tags, register=False,
+                                       stop_exceptions=(optuna.TrialPruned,),
                                        callback_factory=lambda rid: PruningCallback(rid, trial))
         except optuna.TrialPruned as pruned:
             _mark(trial, "PRUNED", str(pruned))
@@ -131,9 +132,6 @@ def _mark(trial, state: str, reason: str) -> None:
         client.set_tag(run_id, "optuna.trial_state", state)
         if reason:
             client.set_tag(run_id, "optuna.reason", reason[:5000])
-        if state == "PRUNED":  # stopped by policy, not broken: the run itself is complete
-            client.delete_tag(run_id, "error")
-            client.set_terminated(run_id, status="FINISHED")
 
 
 def _close_interrupted_trials(study: optuna.Study, client: MlflowClient) -> None:
