@@ -51,6 +51,7 @@ class Config:
     weight_decay: float = 0.0
     scheduler: str = "none"
     max_grad_norm: float | None = 1.0
+    ema_decay: float = 0.0  # evaluate an exponential moving average of the weights; 0 = off
     precision: str = "auto"
     seed: int = 42
     deterministic: bool = False
@@ -106,7 +107,7 @@ POSITIVE_INT = {"window", "rul_cap", "micro_batch_size", "accumulation_steps", "
                 "hidden_size", "num_layers", "kernel_size", "filters", "num_heads", "patience",
                 "n_trials"}
 NON_NEGATIVE_INT = {"pruner_warmup_epochs"}
-FLOATS = {"lr", "weight_decay", "val_fraction", "dropout", "max_grad_norm"}
+FLOATS = {"lr", "weight_decay", "val_fraction", "dropout", "max_grad_norm", "ema_decay"}
 BOOLS = {"include_settings", "drop_constant", "deterministic", "register", "scale_lr_with_batch"}
 
 
@@ -186,6 +187,10 @@ def _validate(config: Config, source: str) -> None:
         fail("val_fraction", "must be between 0 and 1 (validation units for early stopping)")
     if config.dropout >= 1:
         fail("dropout", "must be < 1")
+    if isinstance(config.ema_decay, bool) or not isinstance(config.ema_decay, int | float) or not (
+        0 <= config.ema_decay < 1
+    ):
+        fail("ema_decay", "must be a number in [0, 1) (0 turns the weight average off)")
     if config.max_grad_norm is not None and (
         not isinstance(config.max_grad_norm, int | float) or config.max_grad_norm <= 0
     ):

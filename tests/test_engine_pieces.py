@@ -64,6 +64,7 @@ def test_config_defaults_and_overrides():
     ("subset=FD009", "unknown C-MAPSS subset 'FD009'"),
     ("features=[s_99]", "unknown feature columns ['s_99']"),
     ("lr=-1", "must be a non-negative number"),
+    ("ema_decay=1", "ema_decay=1: must be a number in [0, 1)"),
     ("deterministic=maybe", "must be true or false"),
     ("noequals", "must look like key=value"),
 ])

@@ -76,8 +76,9 @@ class InterruptAtEpoch(Callback):
             raise KeyboardInterrupt
 
 
-def test_kill_and_resume_matches_the_uninterrupted_run(real_data_dir, fd001, tmp_path):
-    config = make_config(real_data_dir, tmp_path, dropout=0.2, epochs=3)
+@pytest.mark.parametrize("ema_decay", [0.0, 0.9])
+def test_kill_and_resume_matches_the_uninterrupted_run(real_data_dir, fd001, tmp_path, ema_decay):
+    config = make_config(real_data_dir, tmp_path, dropout=0.2, epochs=3, ema_decay=ema_decay)
     reference = run_training(config, progress=False, subset=fd001, save_checkpoints=False)
     assert not (tmp_path / "ckpt").exists()
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm.auto import tqdm
 
 from rul.evaluation.metrics import rmse
@@ -75,6 +76,9 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
     scaler = precision.grad_scaler()
     steps_per_epoch = math.ceil(len(train) / config.effective_batch_size)
     scheduler = make_scheduler(optimizer, config, config.epochs * steps_per_epoch)
+    ema = (AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema_decay),
+                         use_buffers=True) if config.ema_decay else None)
+    evaluated = ema.module if ema is not None else model  # what validation and the result use
     state = TrainState()
     if resume_from is not None:
         model.load_state_dict(resume_from["model"])
@@ -82,6 +86,8 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
         scaler.load_state_dict(resume_from["scaler"])
         if scheduler is not None:
             scheduler.load_state_dict(resume_from["scheduler"])
+        if ema is not None:
+            ema.load_state_dict(resume_from["ema"])
         state = resume_from["train_state"]
         checkpoint.restore_rng_state(resume_from["rng"])
 
@@ -99,8 +105,11 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
             state.step += 1
             if result.skipped:
                 state.skipped_steps += 1
-            elif scheduler is not None:
-                scheduler.step()  # only when the optimizer really stepped
+            else:  # only when the optimizer really stepped
+                if scheduler is not None:
+                    scheduler.step()
+                if ema is not None:
+                    ema.update_parameters(model)
             n = sum(len(i) for i in micro_indices)
             seen, loss_sum = seen + n, loss_sum + result.loss * n
             callback.on_step(state, result)
@@ -108,11 +117,11 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
             bar.set_postfix(loss=f"{result.loss:.4f}", grad=f"{result.grad_norm:.2f}",
                             val_rmse=f"{last_val:.2f}", refresh=False)
         train_seconds = time.perf_counter() - started
-        val_rmse = rmse(predict(model, precision, val), val.targets.cpu().numpy())
+        val_rmse = rmse(predict(evaluated, precision, val), val.targets.cpu().numpy())
         state.epoch += 1
         if val_rmse < state.best_val_rmse:
             state.best_val_rmse, state.best_epoch, state.bad_epochs = val_rmse, state.epoch, 0
-            state.best_weights = copy.deepcopy(model.state_dict())
+            state.best_weights = copy.deepcopy(evaluated.state_dict())
         else:
             state.bad_epochs += 1
         metrics = {"train_loss_epoch": loss_sum / max(seen, 1), "val_rmse": val_rmse,
@@ -128,6 +137,7 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "scaler": scaler.state_dict(),
                 "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                "ema": ema.state_dict() if ema is not None else None,
                 "train_state": state, "rng": checkpoint.rng_state(), **(checkpoint_extra or {}),
             })
         callback.on_epoch(state, metrics)
