@@ -46,6 +46,26 @@ def test_models_have_no_batchnorm_and_map_windows_to_rul(model):
     assert out.shape == (3,)
 
 
+def test_eval_predictions_are_clamped_to_the_target_range_training_outputs_are_not():
+    import torch
+
+    net = build_model(cfg.load(None, {"hidden_size": 16, "dropout": 0.0}), n_features=14)
+    last = net.backbone.head[-1]
+    x = torch.randn(4, 30, 14)
+    for bias, expected in ((5.0, 125.0), (-5.0, 0.0)):  # backbone output x rul_cap: +-625
+        nn.init.constant_(last.bias, bias)
+        raw = net.train()(x)
+        assert (raw > 125).all() if bias > 0 else (raw < 0).all()
+        raw.sum().backward()  # training keeps the gradient outside the range
+        assert last.bias.grad.abs().item() == pytest.approx(4 * 125)
+        last.bias.grad = None
+        assert torch.equal(net.eval()(x), torch.full((4,), expected))
+    with torch.no_grad():
+        nn.init.zeros_(last.weight)
+        nn.init.constant_(last.bias, 0.5)
+        assert torch.equal(net.eval()(x), torch.full((4,), 62.5))  # in range: unchanged
+
+
 def test_config_defaults_and_overrides():
     c = cfg.load("experiments/fd001.yaml",
                  ["epochs=5", "lr=3e-4", "model=gru", "max_grad_norm=null"])
