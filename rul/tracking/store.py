@@ -11,6 +11,8 @@ DEFAULT_URI = "sqlite:///mlflow.db"  # MLflow 3's own default: metadata here, ar
 def configure(tracking_uri: str | None = None) -> str:
     """Config key > MLFLOW_TRACKING_URI > sqlite:///mlflow.db in the working directory."""
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+    # MLflow draws a progress bar for every tiny artifact it reads back; ours is the epoch bar.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     mlflow.set_tracking_uri(uri)
     return uri
 
