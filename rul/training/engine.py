@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+from torch.optim.swa_utils import AveragedModel
 from tqdm.auto import tqdm
 
 from rul.evaluation.metrics import rmse
@@ -35,6 +35,22 @@ class Callback:
 
     def on_step(self, state: TrainState, result: StepResult) -> None: ...
     def on_epoch(self, state: TrainState, metrics: dict) -> None: ...
+
+
+def ema_with_warmup(decay: float):
+    """AveragedModel update: w_avg <- d*w_avg + (1-d)*w with d = min(decay, (1+n)/(10+n)).
+
+    n = updates so far. The warm-up keeps the average near the current weights while they move
+    fast; a fixed long horizon (0.998) averaged weights from far apart early on and stalled
+    validation for 20 epochs, so early stopping ended a run at epoch 28.
+    """
+    def update(averaged: list, current: list, n_averaged: torch.Tensor) -> None:
+        n = int(n_averaged)
+        d = min(decay, (1 + n) / (10 + n))
+        for a, c in zip(averaged, current, strict=True):
+            a.lerp_(c, 1 - d)
+
+    return update
 
 
 def make_optimizer(model, config):
@@ -76,7 +92,7 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
     scaler = precision.grad_scaler()
     steps_per_epoch = math.ceil(len(train) / config.effective_batch_size)
     scheduler = make_scheduler(optimizer, config, config.epochs * steps_per_epoch)
-    ema = (AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema_decay),
+    ema = (AveragedModel(model, multi_avg_fn=ema_with_warmup(config.ema_decay),
                          use_buffers=True) if config.ema_decay else None)
     evaluated = ema.module if ema is not None else model  # what validation and the result use
     state = TrainState()
