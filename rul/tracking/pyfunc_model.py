@@ -68,17 +68,18 @@ def log_pyfunc(outcome, workdir: Path) -> str:
     config_path = workdir / "config.json"
     config_path.write_text(json.dumps(outcome.config.to_dict()))
     example = outcome.data.subset.test[outcome.data.subset.test["unit"].isin([1, 2])]
-    # unit and cycle are integers that are never missing: MLflow's hint about NaN in integer
-    # columns does not apply.
-    warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
-    info = mlflow.pyfunc.log_model(
-        name="model", python_model=RULModel(),
-        artifacts={"preprocessor": str(preprocessor_path), "weights": str(weights_path),
-                   "config": str(config_path)},
-        signature=SIGNATURE, input_example=example.reset_index(drop=True),
-        code_paths=[str(Path(__file__).resolve().parents[1])],  # the rul package
-        pip_requirements=_requirements(),
-    )
+    with warnings.catch_warnings():
+        # unit and cycle are integers that are never missing: MLflow's hint about NaN in
+        # integer columns does not apply.
+        warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
+        info = mlflow.pyfunc.log_model(
+            name="model", python_model=RULModel(),
+            artifacts={"preprocessor": str(preprocessor_path), "weights": str(weights_path),
+                       "config": str(config_path)},
+            signature=SIGNATURE, input_example=example.reset_index(drop=True),
+            code_paths=[str(Path(__file__).resolve().parents[1])],  # the rul package
+            pip_requirements=_requirements(),
+        )
     mlflow.log_artifact(str(weights_path), artifact_path="weights")
     return info.model_uri
 

@@ -97,23 +97,25 @@ def _train_in_run(config, run_id, resume_from, progress, extra_tags, callback_fa
 def _log_inputs(outcome) -> None:
     data = outcome.data
     sources = {role: str(path) for role, path in data.subset.files.items()}
-    for context, frame, source in (
-        ("training", rows_of(data.subset.train, data.train_units), sources["train"]),
-        ("validation", rows_of(data.subset.train, data.val_units), sources["train"]),
-        ("testing", data.subset.test, sources["test"]),
-    ):
-        with warnings.catch_warnings():  # a local path "can be interpreted in multiple ways"
-            warnings.filterwarnings("ignore", message="The specified dataset source")
+    with warnings.catch_warnings():
+        # a local path "can be interpreted in multiple ways"; unit/cycle are never missing
+        warnings.filterwarnings("ignore", message="The specified dataset source")
+        warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
+        for context, frame, source in (
+            ("training", rows_of(data.subset.train, data.train_units), sources["train"]),
+            ("validation", rows_of(data.subset.train, data.val_units), sources["train"]),
+            ("testing", data.subset.test, sources["test"]),
+        ):
             dataset = mlflow.data.from_pandas(frame, source=source,
                                               name=f"{data.subset.name}-{context}")
-        for attempt in range(5):  # parallel tuning workers may insert the same dataset row
-            try:
-                mlflow.log_input(dataset, context=context)
-                break
-            except mlflow.exceptions.MlflowException as error:
-                if "UNIQUE constraint" not in str(error) or attempt == 4:
-                    raise
-                time.sleep(0.2 * (attempt + 1))
+            for attempt in range(5):  # parallel tuning workers may insert the same dataset row
+                try:
+                    mlflow.log_input(dataset, context=context)
+                    break
+                except mlflow.exceptions.MlflowException as error:
+                    if "UNIQUE constraint" not in str(error) or attempt == 4:
+                        raise
+                    time.sleep(0.2 * (attempt + 1))
 
 
 def _log_figures(outcome, run_id) -> None:

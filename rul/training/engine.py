@@ -41,8 +41,8 @@ def ema_with_warmup(decay: float):
     """AveragedModel update: w_avg <- d*w_avg + (1-d)*w with d = min(decay, (1+n)/(10+n)).
 
     n = updates so far. The warm-up keeps the average near the current weights while they move
-    fast; a fixed long horizon (0.998) averaged weights from far apart early on and stalled
-    validation for 20 epochs, so early stopping ended a run at epoch 28.
+    fast, so averaging in early weights far from where training ends cannot stall validation
+    (and with it early stopping).
     """
     def update(averaged: list, current: list, n_averaged: torch.Tensor) -> None:
         n = int(n_averaged)
