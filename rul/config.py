@@ -34,6 +34,7 @@ class Config:
     drop_constant: bool = False
     normalization: str = "minmax"
     condition_scaling: str = "auto"  # per_condition for FD002/FD004 when auto
+    smoothing_alpha: float = 1.0  # causal exponential smoothing per unit; 1 = off
     val_fraction: float = 0.2
     # model
     model: str = "cnn"
@@ -107,7 +108,8 @@ POSITIVE_INT = {"window", "rul_cap", "micro_batch_size", "accumulation_steps", "
                 "hidden_size", "num_layers", "kernel_size", "filters", "num_heads", "patience",
                 "n_trials"}
 NON_NEGATIVE_INT = {"pruner_warmup_epochs"}
-FLOATS = {"lr", "weight_decay", "val_fraction", "dropout", "max_grad_norm", "ema_decay"}
+FLOATS = {"lr", "weight_decay", "val_fraction", "dropout", "max_grad_norm", "ema_decay",
+          "smoothing_alpha"}
 BOOLS = {"include_settings", "drop_constant", "deterministic", "register", "scale_lr_with_batch"}
 
 
@@ -191,6 +193,10 @@ def _validate(config: Config, source: str) -> None:
         0 <= config.ema_decay < 1
     ):
         fail("ema_decay", "must be a number in [0, 1) (0 turns the weight average off)")
+    if isinstance(config.smoothing_alpha, bool) or not isinstance(
+        config.smoothing_alpha, int | float
+    ) or not 0 < config.smoothing_alpha <= 1:
+        fail("smoothing_alpha", "must be a number in (0, 1] (weight of the newest cycle; 1 = off)")
     if config.max_grad_norm is not None and (
         not isinstance(config.max_grad_norm, int | float) or config.max_grad_norm <= 0
     ):

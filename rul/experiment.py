@@ -57,7 +57,8 @@ def preprocessor_for(config: Config) -> Preprocessor:
     return Preprocessor(
         features=config.features, include_settings=config.include_settings,
         drop_constant=config.drop_constant, normalization=config.normalization,
-        n_conditions=config.n_conditions, window=config.window, rul_cap=config.rul_cap,
+        n_conditions=config.n_conditions, smoothing_alpha=config.smoothing_alpha,
+        window=config.window, rul_cap=config.rul_cap,
     )
 
 

@@ -85,6 +85,8 @@ def test_config_defaults_and_overrides():
     ("features=[s_99]", "unknown feature columns ['s_99']"),
     ("lr=-1", "must be a non-negative number"),
     ("ema_decay=1", "ema_decay=1: must be a number in [0, 1)"),
+    ("smoothing_alpha=0", "smoothing_alpha=0: must be a number in (0, 1]"),
+    ("smoothing_alpha=1.5", "smoothing_alpha=1.5: must be a number in (0, 1]"),
     ("deterministic=maybe", "must be true or false"),
     ("noequals", "must look like key=value"),
 ])

@@ -7,27 +7,30 @@ from sklearn.base import BaseEstimator
 from rul.data.schema import SETTING_COLUMNS
 from rul.preprocessing.features import candidate_columns, near_constant
 from rul.preprocessing.scaling import ConditionScaler
+from rul.preprocessing.smoothing import smooth_per_unit
 from rul.preprocessing.target import piecewise_rul
 from rul.preprocessing.windows import WindowSet, last_windows, window_starts
 
 
 class Preprocessor(BaseEstimator):
-    """Raw C-MAPSS rows -> normalized features -> windows (+ piecewise-linear RUL targets).
+    """Raw C-MAPSS rows -> normalized, smoothed features -> windows (+ RUL targets).
 
     fit(frame) learns the feature columns and the scaler from the given (training) rows;
-    transform(frame) returns normalized float32 rows; windows(frame) and last_windows(frame)
-    build model inputs. Picklable: the fitted object is what inference bundles.
+    transform(frame) returns normalized float32 rows, each unit causally smoothed with
+    `smoothing_alpha` (1 = off); windows(frame) and last_windows(frame) build model inputs.
+    Picklable: the fitted object is what inference bundles.
     """
 
     def __init__(self, features="informative", include_settings=False, drop_constant=False,
                  constant_tolerance=1e-2, normalization="minmax", n_conditions=1,
-                 window=30, rul_cap=125, random_state=0):
+                 smoothing_alpha=1.0, window=30, rul_cap=125, random_state=0):
         self.features = features
         self.include_settings = include_settings
         self.drop_constant = drop_constant
         self.constant_tolerance = constant_tolerance
         self.normalization = normalization
         self.n_conditions = n_conditions
+        self.smoothing_alpha = smoothing_alpha
         self.window = window
         self.rul_cap = rul_cap
         self.random_state = random_state
@@ -49,9 +52,10 @@ class Preprocessor(BaseEstimator):
         return self
 
     def transform(self, frame: pd.DataFrame) -> np.ndarray:
-        return self.scaler_.transform(
+        scaled = self.scaler_.transform(
             frame[self.feature_columns_].to_numpy(), frame[SETTING_COLUMNS].to_numpy()
-        )
+        )  # smoothed after scaling: per-condition scaling is not one affine map over rows
+        return smooth_per_unit(scaled, frame["unit"].to_numpy(), self.smoothing_alpha)
 
     @property
     def n_features(self) -> int:

@@ -42,7 +42,11 @@ class RULModel(mlflow.pyfunc.PythonModel):
 
 
 def predict_frame(preprocessor, model, rows: pd.DataFrame) -> pd.DataFrame:
-    """RUL at the last cycle of each unit in `rows` (any order, one or many engines)."""
+    """RUL at the last cycle of each unit in `rows` (any order, one or many engines).
+
+    Give each unit's whole history, not just its last window: sensors are smoothed causally
+    from a unit's first row (`smoothing_alpha`), as they were in training.
+    """
     missing = [c for c in COLUMNS if c not in rows.columns]
     if missing:
         raise ValueError(f"input lacks C-MAPSS columns {missing}")
