@@ -38,8 +38,13 @@ def bench_data():
 
 
 def minimal_loop(model, train, config, epochs):
-    """What a person would write by hand: same batches, accumulation, clipping, AdamW."""
+    """What a person would write by hand: same batches, accumulation, clipping, AdamW and,
+    when the config asks for it, torch's stock EMA of the weights."""
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    ema = (AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema_decay),
+                         use_buffers=True) if config.ema_decay else None)
     seen, start = 0, time.perf_counter()
     from rul.training.batching import effective_batches
 
@@ -54,6 +59,8 @@ def minimal_loop(model, train, config, epochs):
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            if ema is not None:
+                ema.update_parameters(model)
             seen += total
     return seen / (time.perf_counter() - start)
 

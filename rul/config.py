@@ -34,7 +34,7 @@ class Config:
     drop_constant: bool = False
     normalization: str = "minmax"
     condition_scaling: str = "auto"  # per_condition for FD002/FD004 when auto
-    smoothing_alpha: float = 1.0  # causal exponential smoothing per unit; 1 = off
+    smoothing_alpha: float = 0.1  # causal exponential smoothing per unit; 1 = off
     val_fraction: float = 0.2
     # model
     model: str = "cnn"
@@ -52,7 +52,7 @@ class Config:
     weight_decay: float = 0.0
     scheduler: str = "none"
     max_grad_norm: float | None = 1.0
-    ema_decay: float = 0.0  # evaluate an exponential moving average of the weights; 0 = off
+    ema_decay: float = 0.99  # evaluate an exponential moving average of the weights; 0 = off
     precision: str = "auto"
     seed: int = 42
     deterministic: bool = False
