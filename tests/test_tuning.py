@@ -382,8 +382,6 @@ def test_pruning_study_parent_counts_states(pruning):
 def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, real_data_dir):
     """1st trial: train_tracked raises before any run; 2nd: CUDA out of memory (pruned, not
     failed); 3rd: an error inside the MLflow run after one epoch; 4th: a normal trial."""
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.chdir(tmp_path)
     config = make_config(tmp_path, real_data_dir, register=False)
     real = study_mod.train_tracked
     calls = []
@@ -411,10 +409,8 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch
 
     monkeypatch.setattr(study_mod, "train_tracked", flaky)
     storage, name = f"sqlite:///{tmp_path}/optuna.db", "tune-failures"
-    try:
+    with store_at(tmp_path):
         summary = run_study(config, n_trials=4, storage=storage, study_name=name)
-    finally:
-        mlflow.set_tracking_uri(None)
     assert calls == ["trial-0", "trial-1", "trial-2", "trial-3"]
     study = optuna.load_study(study_name=name, storage=storage)
     trials = study.trials
@@ -455,8 +451,6 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch
 
 
 def test_no_completed_trial_leaves_nothing_to_register(tmp_path, monkeypatch, real_data_dir):
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.chdir(tmp_path)
     config = make_config(tmp_path, real_data_dir)
 
     def broken(config, **kwargs):
@@ -464,10 +458,8 @@ def test_no_completed_trial_leaves_nothing_to_register(tmp_path, monkeypatch, re
 
     monkeypatch.setattr(study_mod, "train_tracked", broken)
     storage, name = f"sqlite:///{tmp_path}/optuna.db", "tune-broken"
-    try:
+    with store_at(tmp_path):
         summary = run_study(config, n_trials=2, storage=storage, study_name=name)
-    finally:
-        mlflow.set_tracking_uri(None)
     study = optuna.load_study(study_name=name, storage=storage)
     assert [t.state for t in study.trials] == [TrialState.FAIL] * 2
     assert summary.endswith("no trial completed: nothing to register")
@@ -483,15 +475,11 @@ def test_no_completed_trial_leaves_nothing_to_register(tmp_path, monkeypatch, re
 
 
 @pytest.mark.slow
-def test_two_workers_share_a_journal_study(tmp_path, monkeypatch, real_data_dir):
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.chdir(tmp_path)
+def test_two_workers_share_a_journal_study(tmp_path, real_data_dir):
     config = make_config(tmp_path, real_data_dir, register=False)
     journal, name = f"{tmp_path}/optuna.journal", "tune-workers"
-    try:
+    with store_at(tmp_path):
         summary = run_study(config, n_trials=2, workers=2, storage=journal, study_name=name)
-    finally:
-        mlflow.set_tracking_uri(None)
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(journal))
     study = optuna.load_study(study_name=name, storage=storage)
     trials = study.trials
@@ -515,17 +503,13 @@ def test_two_workers_share_a_journal_study(tmp_path, monkeypatch, real_data_dir)
         t.state == TrialState.COMPLETE for t in trials)
 
 
-def test_sqlite_storage_refuses_several_workers(tmp_path, monkeypatch, real_data_dir):
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.chdir(tmp_path)
+def test_sqlite_storage_refuses_several_workers(tmp_path, real_data_dir):
     config = make_config(tmp_path, real_data_dir)
-    try:
+    with store_at(tmp_path):
         with pytest.raises(ValueError, match="journal"):
             run_study(config, n_trials=2, workers=2, storage=f"sqlite:///{tmp_path}/optuna.db")
         client = MlflowClient(tracking_uri=config.tracking_uri)
         assert client.search_runs([experiment_id(client)]) == []  # refused before any run
-    finally:
-        mlflow.set_tracking_uri(None)
     assert not (tmp_path / "optuna.db").exists()
 
 
