@@ -114,6 +114,7 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
                                     config.accumulation_steps, seeds.shuffle, state.epoch)
         bar = tqdm(batches, total=steps_per_epoch, disable=not progress, leave=False,
                    desc=f"epoch {state.epoch + 1}/{config.epochs}", unit="step")
+        last_val = f"{state.history[-1]['val_rmse']:.2f}" if state.history else "nan"
         for micro_indices in bar:
             micro_batches = [train.get(i.to(train.starts.device)) for i in micro_indices]
             result = optimizer_step(model, optimizer, scaler, micro_batches, precision,
@@ -129,9 +130,8 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
             n = sum(len(i) for i in micro_indices)
             seen, loss_sum = seen + n, loss_sum + result.loss * n
             callback.on_step(state, result)
-            last_val = state.history[-1]["val_rmse"] if state.history else math.nan
             bar.set_postfix(loss=f"{result.loss:.4f}", grad=f"{result.grad_norm:.2f}",
-                            val_rmse=f"{last_val:.2f}", refresh=False)
+                            val_rmse=last_val, refresh=False)
         train_seconds = time.perf_counter() - started
         val_rmse = rmse(predict(evaluated, precision, val), val.targets.cpu().numpy())
         state.epoch += 1
