@@ -179,7 +179,7 @@ def _validate(config: Config, source: str) -> None:
     for key, allowed in CHOICES.items():
         if getattr(config, key) not in allowed:
             fail(key, f"must be one of {', '.join(allowed)}")
-    for key in ("lr", "weight_decay", "val_fraction", "dropout"):
+    for key in ("lr", "weight_decay", "val_fraction", "dropout", "ema_decay", "smoothing_alpha"):
         value = getattr(config, key)
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             fail(key, "must be a non-negative number")
@@ -189,13 +189,9 @@ def _validate(config: Config, source: str) -> None:
         fail("val_fraction", "must be between 0 and 1 (validation units for early stopping)")
     if config.dropout >= 1:
         fail("dropout", "must be < 1")
-    if isinstance(config.ema_decay, bool) or not isinstance(config.ema_decay, int | float) or not (
-        0 <= config.ema_decay < 1
-    ):
+    if config.ema_decay >= 1:
         fail("ema_decay", "must be a number in [0, 1) (0 turns the weight average off)")
-    if isinstance(config.smoothing_alpha, bool) or not isinstance(
-        config.smoothing_alpha, int | float
-    ) or not 0 < config.smoothing_alpha <= 1:
+    if not 0 < config.smoothing_alpha <= 1:
         fail("smoothing_alpha", "must be a number in (0, 1] (weight of the newest cycle; 1 = off)")
     if config.max_grad_norm is not None and (
         not isinstance(config.max_grad_norm, int | float) or config.max_grad_norm <= 0

@@ -87,6 +87,7 @@ def test_config_defaults_and_overrides():
     ("ema_decay=1", "ema_decay=1: must be a number in [0, 1)"),
     ("smoothing_alpha=0", "smoothing_alpha=0: must be a number in (0, 1]"),
     ("smoothing_alpha=1.5", "smoothing_alpha=1.5: must be a number in (0, 1]"),
+    ("smoothing_alpha=abc", "smoothing_alpha='abc': must be a non-negative number"),
     ("deterministic=maybe", "must be true or false"),
     ("noequals", "must look like key=value"),
 ])
