@@ -1,6 +1,7 @@
 """Reproducibility on CPU: same seed -> same bits; accumulation split does not change training;
 kill-and-resume continues exactly; `rul train` works end to end."""
 
+import re
 from pathlib import Path
 
 import mlflow
@@ -114,6 +115,12 @@ def test_cli_train_end_to_end(real_data_dir, tmp_path, monkeypatch, clean_tracki
         "--data-dir", str(real_data_dir), "--no-progress",
     ])
     assert result.exit_code == 0, result.output
-    assert "test RMSE" in result.stdout
-    assert (tmp_path / "mlflow.db").is_file()
+    printed = re.search(r"test RMSE (\d+\.\d\d) .*\nrun (\w+) in experiment 'rul-fd001'",
+                        result.stdout)
+    assert printed, result.stdout
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    run = client.get_run(printed.group(2))  # the summary names the run that holds the results
+    assert run.info.status == "FINISHED"
+    assert f"{run.data.metrics['test_rmse']:.2f}" == printed.group(1)
+    assert client.get_model_version_by_alias("rul-fd001", "champion").run_id == run.info.run_id
     assert not list((tmp_path / "ckpt").glob("*.pt"))  # finished: checkpoint removed
