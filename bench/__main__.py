@@ -24,7 +24,7 @@ DEFAULT = ROOT / "experiments" / "fd001.yaml"
 
 
 def bench_data():
-    from rul.experiment import preprocessor_for  # imports (torch, sklearn) are not timed
+    from rul.workflow import preprocessor_for  # imports (torch, sklearn) are not timed
 
     start = time.perf_counter()
     subset = load_subset("FD001")
@@ -54,7 +54,8 @@ def minimal_loop(model, train, config, epochs):
             total = sum(len(i) for i in micro)
             for index in micro:
                 x, y = train.get(index)
-                loss = torch.nn.functional.mse_loss(model(x) / 125, y / 125) * len(y) / total
+                cap = config.rul_cap
+                loss = torch.nn.functional.mse_loss(model(x) / cap, y / cap) * len(y) / total
                 loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
@@ -66,25 +67,27 @@ def minimal_loop(model, train, config, epochs):
 
 
 def bench_engine(epochs=3):
-    from rul.experiment import prepare_data
     from rul.models import build_model
     from rul.training.batching import WindowBatches
     from rul.training.engine import fit
     from rul.training.precision import resolve_precision
     from rul.training.seeding import derive_seeds
+    from rul.workflow import prepare_data
 
     config = cfg.load(DEFAULT, {"epochs": epochs, "patience": 100})
     seeds = derive_seeds(config.seed)
     data = prepare_data(config, seeds)
+    n_features = data.preprocessor.n_features
     device = torch.device("cpu")
     train, val = WindowBatches(data.train, device), WindowBatches(data.val, device)
     rates = {"minimal": [], "rul": []}
     for _ in range(2):  # interleaved, best of two each
         torch.manual_seed(0)
-        rates["minimal"].append(minimal_loop(build_model(config, 14), train, config, epochs))
+        model = build_model(config, n_features)
+        rates["minimal"].append(minimal_loop(model, train, config, epochs))
         torch.manual_seed(0)
-        state = fit(build_model(config, 14), config, resolve_precision("fp32", device), seeds,
-                    train, val, progress=False)
+        state = fit(build_model(config, n_features), config, resolve_precision("fp32", device),
+                    seeds, train, val, progress=False)
         rates["rul"].append(sum(h["samples_per_s"] for h in state.history) / len(state.history))
     m, r = max(rates["minimal"]), max(rates["rul"])
     print(f"engine: rul {r:,.0f} samples/s vs minimal loop {m:,.0f} samples/s "
@@ -94,15 +97,17 @@ def bench_engine(epochs=3):
 
 def bench_tracking():
     """The default `make train` config, tracked vs untracked (same seed: same epochs)."""
-    from rul.experiment import run_training
     from rul.tracking.tracked_run import train_tracked
+    from rul.training.checkpoint import Checkpointer
+    from rul.workflow import run_training
 
     with tempfile.TemporaryDirectory() as scratch:
         overrides = {"checkpoint_dir": f"{scratch}/ckpt",
                      "tracking_uri": f"sqlite:///{scratch}/mlflow.db", "register": True}
         config = cfg.load(DEFAULT, overrides)
         start = time.perf_counter()
-        untracked = run_training(config, progress=False, save_checkpoints=True)
+        untracked = run_training(config, progress=False,
+                                 checkpointer=Checkpointer(f"{scratch}/ckpt/untracked.pt"))
         plain = time.perf_counter() - start
         import os
 
@@ -126,11 +131,11 @@ def bench_tracking():
 
 
 def bench_accuracy():
-    from rul.experiment import run_training
+    from rul.workflow import run_training
 
     config = cfg.load(DEFAULT)
     start = time.perf_counter()
-    outcome = run_training(config, progress=False, save_checkpoints=False)
+    outcome = run_training(config, progress=False)
     seconds = time.perf_counter() - start
     m = outcome.metrics
     print(f"accuracy: default config test RMSE {m['test_rmse']:.2f} (target <= 13.0), "

@@ -1,5 +1,6 @@
 """Command line: `rul train`, `rul predict`, `rul tune`."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -40,7 +41,8 @@ def main():
 @click.argument("config_path", required=False, metavar="[CONFIG]")
 @click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
 @click.option("--data-dir", type=click.Path(file_okay=False), help="Local C-MAPSS folder.")
-@click.option("--resume", is_flag=True, help="Continue this config's interrupted run.")
+@click.option("--resume", is_flag=False, flag_value="newest", default=None, metavar="[RUN_ID]",
+              help="Continue an interrupted run of this config: the newest, or RUN_ID.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def train(config_path, overrides, data_dir, resume, no_progress):
     """Train a model (CONFIG is a YAML file in experiments/; KEY=VALUE overrides any key)."""
@@ -49,7 +51,8 @@ def train(config_path, overrides, data_dir, resume, no_progress):
 
     try:
         config = _load_config(config_path, overrides, data_dir)
-        outcome, run_id = train_tracked(config, resume=resume, progress=not no_progress)
+        outcome, run_id = train_tracked(config, resume=True if resume == "newest" else resume
+                                        or False, progress=not no_progress)
     except _user_errors() as error:
         raise UserError(str(error)) from None
     except KeyboardInterrupt:
@@ -62,8 +65,17 @@ def train(config_path, overrides, data_dir, resume, no_progress):
         f"MAE {m['test_mae']:.2f}  score {m['test_score']:.1f}  "
         f"best epoch {m['best_epoch']} (val RMSE {m['best_val_rmse']:.2f})\n"
         f"run {run_id} in experiment {config.experiment_name!r}\n"
-        f"browse: make ui (or: mlflow ui --backend-store-uri {uri}) -> http://127.0.0.1:5000"
+        f"browse: {browse_hint(uri)}"
     )
+
+
+def browse_hint(tracking_uri: str) -> str:
+    """Where to look at the runs: the server itself, or how to start the UI on a local store."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return tracking_uri
+    port = os.environ.get("RUL_UI_PORT", "5000")
+    return (f"make ui UI_PORT={port} (or: mlflow ui --backend-store-uri {tracking_uri} "
+            f"--port {port}) -> http://127.0.0.1:{port}")
 
 
 @main.command()

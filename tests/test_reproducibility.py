@@ -11,8 +11,9 @@ from click.testing import CliRunner
 
 from rul import config as cfg
 from rul.cli import main
-from rul.experiment import load_checkpoint, run_training
-from rul.training.engine import Callback
+from rul.training.checkpoint import Checkpointer
+from rul.training.listener import TrainingListener
+from rul.workflow import run_training
 
 CONFIG_PATH = Path(__file__).resolve().parents[1] / "experiments" / "fd001.yaml"
 TINY = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
@@ -42,8 +43,8 @@ def curves(outcome) -> list:
 
 def test_same_seed_gives_bitwise_identical_runs(real_data_dir, fd001, tmp_path):
     config = make_config(real_data_dir, tmp_path)
-    first = run_training(config, progress=False, subset=fd001, save_checkpoints=False)
-    second = run_training(config, progress=False, subset=fd001, save_checkpoints=False)
+    first = run_training(config, progress=False, subset=fd001)
+    second = run_training(config, progress=False, subset=fd001)
     assert first.metrics == second.metrics
     assert curves(first) == curves(second)
     assert first.predictions.equals(second.predictions)
@@ -56,8 +57,7 @@ def test_accumulation_split_does_not_change_training(real_data_dir, fd001, tmp_p
         config = make_config(real_data_dir, tmp_path, micro_batch_size=micro,
                              accumulation_steps=k, dropout=0.0, epochs=1)
         assert config.effective_batch_size == 512
-        outcomes[(micro, k)] = run_training(config, progress=False, subset=fd001,
-                                            save_checkpoints=False)
+        outcomes[(micro, k)] = run_training(config, progress=False, subset=fd001)
     reference = weights(outcomes[(512, 1)])
     for split, outcome in outcomes.items():
         other = weights(outcome)
@@ -68,24 +68,26 @@ def test_accumulation_split_does_not_change_training(real_data_dir, fd001, tmp_p
             outcomes[(512, 1)].metrics["best_val_rmse"], rel=1e-4)
 
 
-class InterruptAtEpoch(Callback):
+class InterruptAtEpoch(TrainingListener):
     def __init__(self, epoch: int):
         self.epoch = epoch
 
-    def on_epoch(self, state, metrics) -> None:
-        if state.epoch == self.epoch:  # this epoch's checkpoint is already on disk
+    def on_epoch(self, epoch, step, metrics) -> None:
+        if epoch == self.epoch:  # this epoch's checkpoint is already on disk
             raise KeyboardInterrupt
 
 
 @pytest.mark.parametrize("ema_decay", [0.0, 0.9])
 def test_kill_and_resume_matches_the_uninterrupted_run(real_data_dir, fd001, tmp_path, ema_decay):
     config = make_config(real_data_dir, tmp_path, dropout=0.2, epochs=3, ema_decay=ema_decay)
-    reference = run_training(config, progress=False, subset=fd001, save_checkpoints=False)
+    reference = run_training(config, progress=False, subset=fd001)
     assert not (tmp_path / "ckpt").exists()
 
+    checkpointer = Checkpointer(tmp_path / "ckpt" / "run.pt")
     with pytest.raises(KeyboardInterrupt):
-        run_training(config, callback=InterruptAtEpoch(2), progress=False, subset=fd001)
-    checkpoint = load_checkpoint(config)
+        run_training(config, listener=InterruptAtEpoch(2), checkpointer=checkpointer,
+                     progress=False, subset=fd001)
+    checkpoint = checkpointer.load()
     assert checkpoint["train_state"].epoch == 2
     resumed = run_training(config, resume_from=checkpoint, progress=False, subset=fd001)
 

@@ -32,18 +32,19 @@ from rul import config as cfg
 from rul.cli import main
 from rul.data import DataError
 from rul.data.reader import read_trajectories
-from rul.experiment import checkpoint_path
-from rul.tracking.callback import MLflowCallback
 from rul.tracking.registry import CHAMPION, register_and_promote
+from rul.tracking.run_checkpoints import RunCheckpoints
 from rul.tracking.tracked_run import train_tracked
+from rul.training.listener import TrainingListener
 from rul.training.seeding import derive_seeds
 
 CONFIG_PATH = Path(__file__).resolve().parents[1] / "experiments" / "fd001.yaml"
 TINY = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
         "micro_batch_size": 1024, "accumulation_steps": 1, "patience": 5}
 MODEL_NAME = "rul-fd001"
-STEP_METRICS = ("train_loss", "grad_norm", "lr", "amp_scale", "clipped", "skipped_steps")
-EPOCH_METRICS = ("train_loss_epoch", "val_rmse", "samples_per_s", "peak_memory_mb")
+STEP_METRICS = ("train_loss", "grad_norm", "clipped")  # + lr with a schedule, AMP with fp16
+EPOCH_METRICS = ("train_loss_epoch", "val_rmse", "samples_per_s", "peak_memory_mb", "epoch",
+                 "effective_batch_size")
 FINAL_METRICS = ("test_rmse", "test_rmse_uncapped", "test_mae", "test_score", "best_epoch")
 
 
@@ -122,19 +123,52 @@ def test_tags_record_seeds_code_data_and_environment(client, trained, real_data_
 
 
 def test_metric_histories_have_one_entry_per_step_and_epoch(client, trained):
+    """Every metric is logged against the global optimizer step: epoch metrics at the step
+    where their epoch ended, so the curves line up; `epoch` says which epoch that was."""
     outcome, run_id = trained.outcome, trained.run_id
     epochs = trained.config.epochs
     assert outcome.state.epoch == epochs
     n_steps = n_optimizer_steps(outcome, epochs)
+    per_epoch = n_steps // epochs
     for key in STEP_METRICS:
         assert steps_of(client, run_id, key) == list(range(1, n_steps + 1)), key
     for key in EPOCH_METRICS:
-        assert steps_of(client, run_id, key) == list(range(1, epochs + 1)), key
+        assert steps_of(client, run_id, key) == [per_epoch * e for e in range(1, epochs + 1)], key
+    epoch = sorted(client.get_metric_history(run_id, "epoch"), key=lambda m: m.step)
+    assert [m.value for m in epoch] == list(range(1, epochs + 1))
+    batch = client.get_metric_history(run_id, "effective_batch_size")
+    assert {m.value for m in batch} == {trained.config.effective_batch_size}
     val = sorted(client.get_metric_history(run_id, "val_rmse"), key=lambda m: m.step)
     assert [m.value for m in val] == pytest.approx([h["val_rmse"] for h in outcome.state.history])
     final = client.get_run(run_id).data.metrics
     for key in FINAL_METRICS:
         assert final[key] == pytest.approx(outcome.metrics[key], rel=1e-12), key
+
+
+def test_no_chart_for_what_means_nothing_here(client, trained):
+    """fp32 on CPU: no GradScaler, so no amp_scale/skipped_steps; a constant lr is a param."""
+    metrics = client.get_run(trained.run_id).data.metrics
+    assert trained.outcome.precision.name == "fp32"
+    assert not {"amp_scale", "skipped_steps", "lr"} & set(metrics)
+
+
+def test_params_hold_no_none_and_no_keys_the_model_does_not_use(client, trained):
+    params = client.get_run(trained.run_id).data.params
+    assert "None" not in params.values()
+    assert "num_heads" not in params  # a transformer key; this is the CNN
+    assert {"filters", "kernel_size", "hidden_size", "num_layers", "dropout"} <= set(params)
+
+
+def test_run_name_and_standard_tags_say_what_ran(client, trained):
+    run = client.get_run(trained.run_id)
+    c = trained.config
+    assert run.info.run_name == f"cnn-b{c.effective_batch_size}-k{c.accumulation_steps}-s{c.seed}"
+    tags = run.data.tags
+    assert tags["mlflow.source.name"] == "rul"
+    assert tags["mlflow.source.type"] == "LOCAL"
+    assert tags["mlflow.user"]
+    if tags["git_commit"] != "unknown":
+        assert tags["mlflow.source.git.commit"] == tags["git_commit"]
 
 
 def test_run_finished_with_three_dataset_inputs(client, trained):
@@ -233,7 +267,7 @@ def _versions(client):
     return {str(v.version) for v in client.search_model_versions(f"name='{MODEL_NAME}'")}
 
 
-def test_bad_data_ends_the_run_failed_and_registers_nothing(store, client, real_data_dir):
+def test_bad_data_creates_no_run_and_registers_nothing(store, client, real_data_dir):
     bad = store.root / "bad_data"
     shutil.copytree(real_data_dir, bad)
     train_file = bad / "train_FD001.txt"
@@ -248,43 +282,68 @@ def test_bad_data_ends_the_run_failed_and_registers_nothing(store, client, real_
     with pytest.raises(DataError, match="line 5"):
         train_tracked(config, progress=False)
 
-    latest = _new_run(client, config.experiment_name, runs_before)
-    assert latest.info.status == "FAILED"
-    assert latest.data.tags["error"].startswith("DataError: ")
-    assert "train_FD001.txt" in latest.data.tags["error"]
-    experiment = client.get_experiment_by_name(config.experiment_name)
-    assert not client.search_runs([experiment.experiment_id], "attributes.status = 'RUNNING'")
+    assert _run_ids(client, config.experiment_name) == runs_before  # checked before the run
     assert _versions(client) == versions_before
 
 
-class InterruptAfterFirstEpoch(MLflowCallback):
-    def on_epoch(self, state, metrics):
-        super().on_epoch(state, metrics)  # the epoch's metrics are flushed first
-        if state.epoch == 1:
+def test_a_window_longer_than_every_unit_is_a_config_error_before_any_run(store, client):
+    config = make_config(store, window=400)
+    runs_before = _run_ids(client, config.experiment_name)
+    with pytest.raises(cfg.ConfigError, match=r"window=400: longer than every training unit "
+                                              r"of FD001 \(the longest has 362 cycles\)"):
+        train_tracked(config, progress=False)
+    assert _run_ids(client, config.experiment_name) == runs_before
+
+
+class InterruptAfterFirstEpoch(TrainingListener):
+    def on_epoch(self, epoch, step, metrics):  # after the MLflow listener flushed the epoch
+        if epoch == 1:
             raise KeyboardInterrupt
 
 
 def test_ctrl_c_kills_the_run_and_resume_finishes_the_same_run(store, client):
-    config = make_config(store, seed=7, register=False)  # own checkpoint file
+    config = make_config(store, seed=7, register=False)
+    checkpoints = RunCheckpoints(config.checkpoint_dir)
     runs_before = _run_ids(client, config.experiment_name)
     with pytest.raises(KeyboardInterrupt):
-        train_tracked(config, progress=False, callback_factory=InterruptAfterFirstEpoch)
+        train_tracked(config, progress=False, listener=InterruptAfterFirstEpoch())
     killed = _new_run(client, config.experiment_name, runs_before)
     assert killed.info.status == "KILLED"
     assert killed.data.tags["error"].startswith("KeyboardInterrupt")
-    assert checkpoint_path(config).is_file()
+    assert checkpoints.path(killed.info.run_id).is_file()  # the checkpoint belongs to the run
 
     outcome, run_id = train_tracked(config, resume=True, progress=False)
     assert run_id == killed.info.run_id
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
     assert outcome.state.epoch == config.epochs
-    assert not checkpoint_path(config).exists()
+    assert not checkpoints.path(run_id).exists()
     # the histories continue where they stopped: no step lost, none logged twice
     n_steps = n_optimizer_steps(outcome, config.epochs)
     assert steps_of(client, run_id, "train_loss") == list(range(1, n_steps + 1))
-    assert steps_of(client, run_id, "val_rmse") == list(range(1, config.epochs + 1))
+    assert steps_of(client, run_id, "epoch") == [n_steps // 2, n_steps]
     assert run.data.params["seed"] == "7"
+
+
+def test_two_runs_of_one_config_never_share_a_checkpoint(store, client):
+    """Each run checkpoints to its own file; --resume takes the newest unfinished one, or
+    the one it is given by id."""
+    config = make_config(store, seed=11, register=False)
+    checkpoints = RunCheckpoints(config.checkpoint_dir)
+    killed = []
+    for _ in range(2):
+        before = _run_ids(client, config.experiment_name)
+        with pytest.raises(KeyboardInterrupt):
+            train_tracked(config, progress=False, listener=InterruptAfterFirstEpoch())
+        killed.append(_new_run(client, config.experiment_name, before).info.run_id)
+    paths = [checkpoints.path(run_id) for run_id in killed]
+    assert paths[0] != paths[1] and all(p.is_file() for p in paths)
+    _, resumed = train_tracked(config, resume=killed[0], progress=False)
+    assert resumed == killed[0] and not paths[0].exists() and paths[1].is_file()
+    _, newest = train_tracked(config, resume=True, progress=False)
+    assert newest == killed[1] and not paths[1].exists()
+    with pytest.raises(FileNotFoundError, match="nothing to resume"):
+        train_tracked(config, resume=True, progress=False)
 
 
 # ---------------------------------------------------------------- rul predict

@@ -10,6 +10,7 @@ from rul import config as cfg
 from rul.models import build_model
 from rul.training.batching import effective_batches
 from rul.training.engine import TrainState, fit
+from rul.training.listener import TrainingListener
 from rul.training.precision import Precision, resolve_precision
 from rul.training.step import optimizer_step
 
@@ -20,9 +21,9 @@ FP32 = resolve_precision("fp32", CPU)
 @pytest.fixture(scope="module")
 def fd001_windows(real_data_dir):
     """Real FD001 train/validation windows as device tensors (split by unit)."""
-    from rul.experiment import prepare_data
     from rul.training.batching import WindowBatches
     from rul.training.seeding import derive_seeds
+    from rul.workflow import prepare_data
 
     config = cfg.load(None, {"data_dir": str(real_data_dir)})
     prepared = prepare_data(config, derive_seeds(0))
@@ -189,16 +190,13 @@ def test_fit_counts_skipped_steps_and_does_not_advance_scheduler(fd001_windows):
     precision = resolve_precision("fp16", CPU)
     steps = []
 
-    class Spy:
-        def on_step(self, state, result):
+    class Spy(TrainingListener):
+        def on_step(self, step, result):
             steps.append(result)
-
-        def on_epoch(self, state, metrics):
-            pass
 
     from rul.training.seeding import derive_seeds
 
-    state = fit(model, config, precision, derive_seeds(0), train, val, callback=Spy(),
+    state = fit(model, config, precision, derive_seeds(0), train, val, listener=Spy(),
                 progress=False)
     assert isinstance(state, TrainState)
     assert state.skipped_steps == 1 and steps[0].skipped
@@ -224,18 +222,15 @@ def test_weight_average_follows_real_steps_only_and_is_what_fit_returns(fd001_wi
     poison_first_backward(model)
     snapshots, skipped = [], []
 
-    class Spy:
-        def on_step(self, state, result):
+    class Spy(TrainingListener):
+        def on_step(self, step, result):
             skipped.append(result.skipped)
             snapshots.append({k: v.detach().clone() for k, v in model.state_dict().items()})
-
-        def on_epoch(self, state, metrics):
-            pass
 
     from rul.training.seeding import derive_seeds
 
     state = fit(model, config, resolve_precision("fp16", CPU), derive_seeds(0), train, val,
-                callback=Spy(), progress=False)
+                listener=Spy(), progress=False)
     assert skipped[0] and not any(skipped[1:]) and len(snapshots) == math.ceil(len(train) / 2048)
     expected, n = None, 0
     for weights, was_skipped in zip(snapshots, skipped, strict=True):

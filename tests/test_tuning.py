@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 
 from rul import config as cfg
 from rul.tracking.registry import CHAMPION
+from rul.training.listener import TrainingListener
 from rul.tuning import study as study_mod
 from rul.tuning.space import REFERENCE_BATCH, suggest, trial_overrides
 from rul.tuning.study import load_study, make_pruner, open_storage, run_study
@@ -169,7 +170,7 @@ def test_one_parent_run_with_a_child_run_per_trial(tuned):
         assert tags["optuna.trial"] == str(trial.number)
         assert tags["optuna.study"] == STUDY
         assert tags["optuna.trial_state"] == trial.state.name == "COMPLETE"
-        assert run.info.run_name == f"trial-{trial.number}"
+        assert run.info.run_name == f"trial-{trial.number:03d}"
         assert run.info.status == "FINISHED"
         # the trial's suggested values are what the child run trained with
         assert params["micro_batch_size"] == str(trial.params["micro_batch_size"])
@@ -387,31 +388,24 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch
     calls = []
 
     def flaky(config, **kwargs):
-        calls.append(config.run_name)
+        calls.append(kwargs["run_name"])
         if len(calls) == 1:
             raise RuntimeError("boom")
         if len(calls) == 2:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
         if len(calls) == 3:
-            make = kwargs["callback_factory"]
-
-            def failing_factory(run_id):
-                callback = make(run_id)
-
-                def on_epoch(state, metrics):
+            class Failing(TrainingListener):
+                def on_epoch(self, epoch, step, metrics):
                     raise RuntimeError("boom in epoch")
 
-                callback.on_epoch = on_epoch
-                return callback
-
-            kwargs = {**kwargs, "callback_factory": failing_factory}
+            kwargs = {**kwargs, "listener": Failing()}
         return real(config, **kwargs)
 
     monkeypatch.setattr(study_mod, "train_tracked", flaky)
     storage, name = f"sqlite:///{tmp_path}/optuna.db", "tune-failures"
     with store_at(tmp_path):
         summary = run_study(config, n_trials=4, storage=storage, study_name=name)
-    assert calls == ["trial-0", "trial-1", "trial-2", "trial-3"]
+    assert calls == ["trial-000", "trial-001", "trial-002", "trial-003"]
     study = optuna.load_study(study_name=name, storage=storage)
     trials = study.trials
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.PRUNED, TrialState.FAIL,

@@ -21,12 +21,14 @@ def phm08_score(predicted, true) -> float:
 
 
 def rul_metrics(predicted, true_rul, rul_cap) -> dict[str, float]:
-    """The literature's convention: RMSE against the capped true RUL (plus the raw one)."""
+    """The literature's convention: RMSE against the capped true RUL (plus the raw one).
+
+    Keys are unprefixed (rmse, rmse_uncapped, mae, score); callers say which split it was."""
     true_rul = np.asarray(true_rul, dtype=np.float64)
     capped = true_rul if rul_cap is None else np.minimum(true_rul, rul_cap)
     return {
-        "test_rmse": rmse(predicted, capped),
-        "test_rmse_uncapped": rmse(predicted, true_rul),
-        "test_mae": mae(predicted, capped),
-        "test_score": phm08_score(predicted, capped),
+        "rmse": rmse(predicted, capped),
+        "rmse_uncapped": rmse(predicted, true_rul),
+        "mae": mae(predicted, capped),
+        "score": phm08_score(predicted, capped),
     }

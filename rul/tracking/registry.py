@@ -9,6 +9,10 @@ from mlflow.tracking import MlflowClient
 CHAMPION = "champion"
 
 
+def registered_model_name(subset: str) -> str:
+    return f"rul-{subset.lower()}"
+
+
 def register_and_promote(model_uri: str, name: str, run_id: str, val_rmse: float) -> dict:
     """Register `model_uri` as a new version of `name`; point `champion` at it only if its
     validation RMSE beats the current champion's. The comparison is recorded on the run and

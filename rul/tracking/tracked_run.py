@@ -1,7 +1,15 @@
-"""`rul train` with tracking: one MLflow run per training, never left RUNNING."""
+"""`rul train` with tracking: one MLflow run per training, never left RUNNING.
 
+Everything that can be checked runs before the MLflow run exists: the config (when it was
+loaded), the data files and the window against the units' lengths. A bad input creates no run.
+"""
+
+import getpass
+import hashlib
+import json
 import platform
 import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -10,88 +18,134 @@ from pathlib import Path
 import mlflow
 import torch
 from mlflow.tracking import MlflowClient
+from mlflow.utils import mlflow_tags
 
 from rul.config import TUNING_KEYS, Config
-from rul.data import load_subset
 from rul.data.split import rows_of
-from rul.experiment import checkpoint_path, load_checkpoint, run_training
 from rul.tracking import figures
-from rul.tracking.callback import MLflowCallback
+from rul.tracking.lifecycle import run_ends_cleanly
+from rul.tracking.mlflow_listener import MLflowListener
 from rul.tracking.pyfunc_model import log_pyfunc
-from rul.tracking.registry import register_and_promote
+from rul.tracking.registry import register_and_promote, registered_model_name
+from rul.tracking.run_checkpoints import RunCheckpoints
 from rul.tracking.store import configure, ensure_experiment
+from rul.training.listener import Listeners, TrainingListener
+from rul.training.precision import resolve_device, resolve_precision
 from rul.training.seeding import derive_seeds
+from rul.workflow import prepare_data, run_training
+
+# Keys that do not change what is trained (so they are not part of the run's identity).
+NON_TRAINING_KEYS = {"data_dir", "tracking_uri", "experiment", "register", "run_name",
+                     "checkpoint_dir", "device", *TUNING_KEYS}
+# Architecture keys each model uses; the others are not logged as its params.
+MODEL_KEYS = {"cnn": {"filters", "kernel_size", "num_layers", "hidden_size", "dropout"},
+              "lstm": {"hidden_size", "num_layers", "dropout"},
+              "gru": {"hidden_size", "num_layers", "dropout"},
+              "transformer": {"hidden_size", "num_heads", "num_layers", "dropout"}}
+ARCHITECTURE_KEYS = set().union(*MODEL_KEYS.values())
+CONFIG_DIGEST_TAG = "rul.config_digest"
 
 
-def train_tracked(config: Config, resume: bool = False, progress: bool = True,
-                  parent_run_id: str | None = None, extra_tags: dict | None = None,
-                  callback_factory=None, register: bool | None = None,
+def config_digest(config: Config) -> str:
+    """Same training config -> same digest (what `--resume` looks for)."""
+    training = {k: v for k, v in config.to_dict().items() if k not in NON_TRAINING_KEYS}
+    return hashlib.sha256(json.dumps(training, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def default_run_name(config: Config) -> str:
+    """What ran, at a glance: e.g. cnn-b512-k2-s42."""
+    return (f"{config.model}-b{config.effective_batch_size}-k{config.accumulation_steps}"
+            f"-s{config.seed}")
+
+
+def train_tracked(config: Config, resume: bool | str = False, progress: bool = True,
+                  parent_run_id: str | None = None, run_name: str | None = None,
+                  extra_tags: dict | None = None, listener: TrainingListener | None = None,
+                  register: bool | None = None, resumable: bool = True, on_run_created=None,
                   stop_exceptions: tuple[type[BaseException], ...] = ()):
     """Train `config` inside an MLflow run; return (outcome, run_id).
 
-    On any exception (bad data, Ctrl-C, a failure while logging) the run ends FAILED or
-    KILLED with the error recorded, and nothing is registered. `stop_exceptions` are stops
-    by policy (a pruned tuning trial): the run ends FINISHED, tagged `stopped`, and the
-    exception propagates.
+    `resume`: True continues the newest unfinished run of this config, a run id that run.
+    `resumable=False` (tuning trials) removes the checkpoint however the run ends.
+    `on_run_created(run_id)` is called once the MLflow run exists.
+    On any exception the run ends FAILED or KILLED with the error recorded and nothing is
+    registered; `stop_exceptions` (a pruned trial) end it FINISHED. See lifecycle.py.
     """
     configure(config.tracking_uri)
+    data = prepare_data(config)  # data errors, and a window too long for the units, end here
     experiment_id = ensure_experiment(config.experiment_name)
-    resume_from = load_checkpoint(config) if resume else None
-    run_id = resume_from.get("mlflow_run_id") if resume_from else None
     client = MlflowClient()
-    run = client.create_run(experiment_id, run_name=config.run_name,
-                            tags={"mlflow.parentRunId": parent_run_id} if parent_run_id else None
-                            ) if run_id is None else client.get_run(run_id)
-    run_id = run.info.run_id
-    if resume_from:
+    checkpoints = RunCheckpoints(config.checkpoint_dir)
+    digest = config_digest(config)
+    if resume:
+        run_id = checkpoints.resumable_run(client, experiment_id, digest,
+                                           None if resume is True else resume)
         client.update_run(run_id, status="RUNNING")
+    else:
+        tags = {**_source_tags(), CONFIG_DIGEST_TAG: digest}
+        if parent_run_id:
+            tags[mlflow_tags.MLFLOW_PARENT_RUN_ID] = parent_run_id
+        run_id = client.create_run(experiment_id, tags=tags,
+                                   run_name=run_name or config.run_name or default_run_name(config)
+                                   ).info.run_id
+    if on_run_created is not None:
+        on_run_created(run_id)
     try:
-        with mlflow.start_run(run_id=run_id, nested=parent_run_id is not None):
-            outcome = _train_in_run(config, run_id, resume_from, progress, extra_tags,
-                                    callback_factory)
-            if config.register if register is None else register:
-                register_and_promote(outcome.model_uri, f"rul-{config.subset.lower()}", run_id,
-                                     outcome.state.best_val_rmse)
-    except stop_exceptions as stop:
-        client.set_tag(run_id, "stopped", str(stop)[:5000])
-        client.set_terminated(run_id, status="FINISHED")
-        raise
-    except BaseException as error:
-        status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
-        client.set_tag(run_id, "error", f"{type(error).__name__}: {error}"[:5000])
-        client.set_terminated(run_id, status=status)
-        raise
-    checkpoint_path(config).unlink(missing_ok=True)  # finished: the model lives in MLflow
+        return _train_in_run(config, data, run_id, checkpoints, resume, progress,
+                             parent_run_id, extra_tags, listener, register, stop_exceptions)
+    finally:
+        if not resumable:
+            checkpoints.remove(run_id)
+
+
+def _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_run_id,
+                  extra_tags, listener, register, stop_exceptions):
+    with run_ends_cleanly(run_id, stop_exceptions), checkpoints.held(run_id) as checkpointer, \
+            mlflow.start_run(run_id=run_id, nested=parent_run_id is not None):
+        resume_from = checkpointer.load(resolve_device(config.device)) if resume else None
+        if resume_from is not None:
+            print(f"resuming run {run_id} after epoch {resume_from['train_state'].epoch}",
+                  file=sys.stderr)
+        if resume_from is None:
+            _log_params_and_tags(config, data, extra_tags)
+        tracker = MLflowListener(
+            run_id, amp=resolve_precision(config.precision, resolve_device(config.device))
+            .use_scaler, scheduled_lr=config.scheduler != "none",
+            effective_batch_size=config.effective_batch_size)
+        outcome = run_training(config, data, listener=Listeners(tracker, listener),
+                               checkpointer=checkpointer, resume_from=resume_from,
+                               progress=progress)
+        _log_results(outcome)
+        if config.register if register is None else register:
+            register_and_promote(outcome.model_uri, registered_model_name(config.subset),
+                                 run_id, outcome.state.best_val_rmse)
+    checkpoints.remove(run_id)  # finished: the model lives in MLflow
     return outcome, run_id
 
 
-def _train_in_run(config, run_id, resume_from, progress, extra_tags, callback_factory):
-    seeds = derive_seeds(config.seed)
-    subset = load_subset(config.subset, config.data_dir)
-    if resume_from is None:
-        params = {k: v for k, v in config.to_dict().items() if k not in TUNING_KEYS}
-        params.update(effective_batch_size=config.effective_batch_size, world_size=1)
-        mlflow.log_params({k: str(v)[:6000] for k, v in params.items()})
-        mlflow.set_tags({
-            **{f"seed.{k}": v for k, v in seeds.as_dict().items()},
-            **{f"data.sha256.{role}": d for role, d in subset.file_digests().items()},
-            **_environment_tags(), "subset": config.subset, **(extra_tags or {}),
-        })
-    callback = MLflowCallback(run_id) if callback_factory is None else callback_factory(run_id)
-    outcome = run_training(config, callback=callback, resume_from=resume_from,
-                           checkpoint_extra={"mlflow_run_id": run_id}, progress=progress,
-                           subset=subset)
-    callback.flush()
+def _log_params_and_tags(config: Config, data, extra_tags: dict | None) -> None:
+    unused = ARCHITECTURE_KEYS - MODEL_KEYS[config.model]
+    params = {k: v for k, v in config.to_dict().items()
+              if v is not None and k not in TUNING_KEYS and k not in unused}
+    params.update(effective_batch_size=config.effective_batch_size, world_size=1)
+    mlflow.log_params({k: str(v)[:6000] for k, v in params.items()})
+    mlflow.set_tags({
+        **{f"seed.{k}": v for k, v in derive_seeds(config.seed).as_dict().items()},
+        **{f"data.sha256.{role}": d for role, d in data.subset.file_digests().items()},
+        **_environment_tags(), "subset": config.subset, **(extra_tags or {}),
+    })
+
+
+def _log_results(outcome) -> None:
     mlflow.set_tags({"precision_resolved": outcome.precision.name,
                      "device": str(outcome.precision.device)})
-    mlflow.log_metrics(outcome.metrics)
+    mlflow.log_metrics(outcome.metrics, step=outcome.state.step)
     _log_inputs(outcome)
-    _log_figures(outcome, run_id)
+    _log_figures(outcome)
     with tempfile.TemporaryDirectory() as scratch:
         outcome.model_uri = log_pyfunc(outcome, Path(scratch) / "model")
         outcome.predictions.to_csv(Path(scratch) / "test_predictions.csv", index=False)
         mlflow.log_artifact(str(Path(scratch) / "test_predictions.csv"))
-    return outcome
 
 
 def _log_inputs(outcome) -> None:
@@ -118,20 +172,35 @@ def _log_inputs(outcome) -> None:
                     time.sleep(0.2 * (attempt + 1))
 
 
-def _log_figures(outcome, run_id) -> None:
-    import matplotlib.pyplot as plt
-
+def _log_figures(outcome) -> None:
     cap = outcome.config.rul_cap
-    grad_norms = [m.value for m in sorted(MlflowClient().get_metric_history(run_id, "grad_norm"),
-                                          key=lambda m: m.step)]
     for name, fig in (
         ("learning_curves.png", figures.learning_curves(outcome.state.history)),
         ("predicted_vs_true.png", figures.predicted_vs_true(outcome.predictions, cap)),
         ("error_histogram.png", figures.error_histogram(outcome.predictions, cap)),
-        ("grad_norm.png", figures.grad_norm_trace(grad_norms, outcome.config.max_grad_norm)),
+        ("grad_norm.png", figures.grad_norm_trace(outcome.state.grad_norms,
+                                                  outcome.config.max_grad_norm)),
     ):
         mlflow.log_figure(fig, f"figures/{name}")
-        plt.close(fig)
+
+
+def _source_tags() -> dict:
+    """MLflow's standard source, user and git tags, so the runs table shows them."""
+    tags = {mlflow_tags.MLFLOW_SOURCE_NAME: "rul", mlflow_tags.MLFLOW_SOURCE_TYPE: "LOCAL",
+            mlflow_tags.MLFLOW_USER: getpass.getuser()}
+    commit = _git("rev-parse", "HEAD")
+    if commit:
+        tags[mlflow_tags.MLFLOW_GIT_COMMIT] = commit
+    return tags
+
+
+def _git(*args) -> str | None:
+    try:
+        root = Path(__file__).resolve().parents[2]
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def _environment_tags() -> dict:
@@ -139,13 +208,7 @@ def _environment_tags() -> dict:
             "python_version": platform.python_version(),
             "device_name": torch.cuda.get_device_name() if torch.cuda.is_available()
             else platform.processor() or platform.machine()}
-    try:
-        root = Path(__file__).resolve().parents[2]
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
-                                text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True,
-                               text=True, check=True).stdout.strip()
-        tags.update({"git_commit": commit, "git_dirty": str(bool(dirty)).lower()})
-    except (OSError, subprocess.CalledProcessError):
-        tags.update({"git_commit": "unknown", "git_dirty": "unknown"})
+    commit, dirty = _git("rev-parse", "HEAD"), _git("status", "--porcelain")
+    tags.update({"git_commit": commit or "unknown",
+                 "git_dirty": "unknown" if dirty is None else str(bool(dirty)).lower()})
     return tags

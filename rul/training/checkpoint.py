@@ -35,3 +35,21 @@ def save(path: str | Path, state: dict) -> None:
 
 def load(path: str | Path, device: torch.device | str = "cpu") -> dict:
     return torch.load(path, map_location=device, weights_only=False)
+
+
+class Checkpointer:
+    """Saves a run's training parts and state after every epoch to one file."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def save(self, parts, state) -> None:
+        save(self.path, {**parts.state_dict(), "train_state": state, "rng": rng_state()})
+
+    def load(self, device: torch.device | str = "cpu") -> dict:
+        if not self.path.is_file():
+            raise FileNotFoundError(f"no checkpoint to resume at {self.path}")
+        return load(self.path, device)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)

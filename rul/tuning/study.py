@@ -17,11 +17,11 @@ import optuna
 from mlflow.tracking import MlflowClient
 
 from rul.config import Config
-from rul.experiment import checkpoint_path
-from rul.tracking.callback import MLflowCallback
-from rul.tracking.registry import register_and_promote
+from rul.tracking.lifecycle import run_ends_cleanly
+from rul.tracking.registry import register_and_promote, registered_model_name
 from rul.tracking.store import configure, ensure_experiment
 from rul.tracking.tracked_run import train_tracked
+from rul.training.listener import TrainingListener
 from rul.tuning.space import suggest, trial_overrides
 
 STARTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
@@ -68,19 +68,17 @@ def load_study(config: Config, storage, study_name: str, worker: int = 0) -> opt
     return study
 
 
-class PruningCallback(MLflowCallback):
-    """Records like `rul train`, then reports validation RMSE to Optuna after each epoch."""
+class PruningListener(TrainingListener):
+    """Reports validation RMSE to Optuna after each epoch (after the run's MLflow listener
+    has recorded it) and stops a hopeless trial."""
 
-    def __init__(self, run_id: str, trial: optuna.Trial):
-        super().__init__(run_id)
+    def __init__(self, trial: optuna.Trial):
         self.trial = trial
-        trial.set_user_attr("mlflow_run_id", run_id)
 
-    def on_epoch(self, state, metrics) -> None:
-        super().on_epoch(state, metrics)
-        self.trial.report(metrics["val_rmse"], state.epoch)  # per epoch: fair across K
+    def on_epoch(self, epoch, step, metrics) -> None:
+        self.trial.report(metrics["val_rmse"], epoch)  # per epoch: fair across K
         if self.trial.should_prune():
-            raise optuna.TrialPruned(f"pruned at epoch {state.epoch}: "
+            raise optuna.TrialPruned(f"pruned at epoch {epoch}: "
                                      f"val_rmse {metrics['val_rmse']:.3f}")
 
 
@@ -91,14 +89,16 @@ def objective_for(base: Config, parent_run_id: str):
         if reason:
             trial.set_user_attr("prune_reason", reason)
             raise optuna.TrialPruned(reason)
-        config = base.replace(**changes, register=False, run_name=f"trial-{trial.number}",
+        config = base.replace(**changes, register=False,
                               checkpoint_dir=str(Path(base.checkpoint_dir) / "tune"))
         tags = {"optuna.trial": str(trial.number), "optuna.study": trial.study.study_name}
         try:
-            outcome, _ = train_tracked(config, progress=False, parent_run_id=parent_run_id,
-                                       extra_tags=tags, register=False,
-                                       stop_exceptions=(optuna.TrialPruned,),
-                                       callback_factory=lambda rid: PruningCallback(rid, trial))
+            outcome, _ = train_tracked(
+                config, progress=False, parent_run_id=parent_run_id,
+                run_name=f"trial-{trial.number:03d}", extra_tags=tags, register=False,
+                resumable=False, listener=PruningListener(trial),
+                on_run_created=lambda run_id: trial.set_user_attr("mlflow_run_id", run_id),
+                stop_exceptions=(optuna.TrialPruned,))
         except optuna.TrialPruned as pruned:
             _mark(trial, "PRUNED", str(pruned))
             raise
@@ -109,8 +109,6 @@ def objective_for(base: Config, parent_run_id: str):
                 raise optuna.TrialPruned(reason) from None
             _mark(trial, "FAIL", f"{type(error).__name__}: {error}")
             raise
-        finally:
-            checkpoint_path(config).unlink(missing_ok=True)  # a trial is never resumed
         _mark(trial, "COMPLETE", "")
         return outcome.state.best_val_rmse
 
@@ -181,7 +179,7 @@ def run_study(config: Config, n_trials: int | None = None, timeout: float | None
     _close_interrupted_trials(study, client)
     target = len(study.get_trials(deepcopy=False, states=STARTED)) + n_trials
     args = (config, storage, workers, study_name, parent_run_id, target, timeout)
-    try:
+    with run_ends_cleanly(parent_run_id):
         if workers == 1:
             _worker(*args, 0)
         else:
@@ -196,12 +194,6 @@ def run_study(config: Config, n_trials: int | None = None, timeout: float | None
                 raise RuntimeError(f"tuning workers exited with codes {failed}")
         study = load_study(config, open_storage(storage, workers), study_name)
         summary = _record_study(study, parent_run_id, config)
-    except BaseException as error:
-        client.set_tag(parent_run_id, "error", f"{type(error).__name__}: {error}"[:5000])
-        client.set_terminated(parent_run_id, status="KILLED"
-                              if isinstance(error, KeyboardInterrupt) else "FAILED")
-        raise
-    client.set_terminated(parent_run_id, status="FINISHED")
     return summary
 
 
@@ -240,7 +232,7 @@ def _record_study(study: optuna.Study, parent_run_id: str, config: Config) -> st
                 mlflow.set_tag(f"figure_skipped.{name}", str(error)[:500])
     best_run = best.user_attrs.get("mlflow_run_id")
     lines.append(f"best trial {best.number}: val_rmse {best.value:.3f} with {best.params}")
-    name = f"rul-{config.subset.lower()}"
+    name = registered_model_name(config.subset)
     if best_run and config.register and client.search_model_versions(
         f"name='{name}' and run_id='{best_run}'"
     ):

@@ -1,0 +1,26 @@
+"""Predictions over a split's windows, and the peak memory a run used."""
+
+import numpy as np
+import torch
+
+from rul.training.batching import WindowBatches
+
+
+@torch.inference_mode()
+def predict_windows(model, precision, batches: WindowBatches, batch_size: int = 4096):
+    """RUL (cycles) for every window of `batches`, in order, as a float32 numpy array."""
+    model.eval()
+    outputs = []
+    for x, _ in batches.in_order(batch_size):
+        with precision.autocast():
+            outputs.append(model(x).float())
+    return torch.cat(outputs).cpu().numpy() if outputs else np.empty(0, np.float32)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """CUDA: peak allocated by torch; CPU: the process's peak resident set size (Linux)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
