@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from rul import config as cfg
+from rul.interrupts import Terminated, exit_code, interrupts_as_exceptions
 
 
 class UserError(click.ClickException):
@@ -51,13 +52,15 @@ def train(config_path, overrides, data_dir, resume, no_progress):
 
     try:
         config = _load_config(config_path, overrides, data_dir)
-        outcome, run_id = train_tracked(config, resume=True if resume == "newest" else resume
-                                        or False, progress=not no_progress)
+        with interrupts_as_exceptions():
+            outcome, run_id = train_tracked(config, resume=True if resume == "newest"
+                                            else resume or False, progress=not no_progress)
     except _user_errors() as error:
         raise UserError(str(error)) from None
-    except KeyboardInterrupt:
-        click.echo("\ninterrupted: the run is marked KILLED; continue it with --resume", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as interruption:
+        click.echo(f"\n{_signal_name(interruption)}: the run is marked KILLED and its checkpoint "
+                   "kept; continue it with: rul train ... --resume", err=True)
+        sys.exit(exit_code(interruption))
     m = outcome.metrics
     uri = configure(config.tracking_uri)
     click.echo(
@@ -67,6 +70,10 @@ def train(config_path, overrides, data_dir, resume, no_progress):
         f"run {run_id} in experiment {config.experiment_name!r}\n"
         f"browse: {browse_hint(uri)}"
     )
+
+
+def _signal_name(interruption: KeyboardInterrupt) -> str:
+    return "terminated (SIGTERM)" if isinstance(interruption, Terminated) else "interrupted"
 
 
 def browse_hint(tracking_uri: str) -> str:
@@ -113,14 +120,19 @@ def predict(model_uri, input_path, output, tracking_uri):
 @click.option("--data-dir", type=click.Path(file_okay=False), help="Local C-MAPSS folder.")
 def tune(config_path, overrides, n_trials, timeout, workers, storage, study_name, data_dir):
     """Search micro-batch size, accumulation steps and more with Optuna."""
-    from rul.tuning.study import run_study
+    from rul.tuning.study import quiet_optuna, run_study
 
     try:
         config = _load_config(config_path, overrides, data_dir)
-        summary = run_study(config, n_trials=n_trials, timeout=timeout, workers=workers,
-                            storage=storage, study_name=study_name)
+        with interrupts_as_exceptions(on_first_signal=quiet_optuna):
+            summary = run_study(config, n_trials=n_trials, timeout=timeout, workers=workers,
+                                storage=storage, study_name=study_name)
     except _user_errors() as error:
         raise UserError(str(error)) from None
+    except KeyboardInterrupt as interruption:
+        click.echo(f"\n{_signal_name(interruption)}: the study's runs are marked KILLED and the "
+                   "study is kept; run the same command again to continue it", err=True)
+        sys.exit(exit_code(interruption))
     click.echo(summary)
 
 

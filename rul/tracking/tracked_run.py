@@ -72,6 +72,7 @@ def train_tracked(config: Config, resume: bool | str = False, progress: bool = T
     registered; `stop_exceptions` (a pruned trial) end it FINISHED. See lifecycle.py.
     """
     configure(config.tracking_uri)
+    precision = resolve_precision(config.precision, resolve_device(config.device))
     data = prepare_data(config)  # data errors, and a window too long for the units, end here
     experiment_id = ensure_experiment(config.experiment_name)
     client = MlflowClient()
@@ -91,8 +92,11 @@ def train_tracked(config: Config, resume: bool | str = False, progress: bool = T
     if on_run_created is not None:
         on_run_created(run_id)
     try:
-        return _train_in_run(config, data, run_id, checkpoints, resume, progress,
-                             parent_run_id, extra_tags, listener, register, stop_exceptions)
+        tracker = MLflowListener(run_id, amp=precision.use_scaler,
+                                 scheduled_lr=config.scheduler != "none",
+                                 effective_batch_size=config.effective_batch_size)
+        return _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_run_id,
+                             extra_tags, Listeners(tracker, listener), register, stop_exceptions)
     finally:
         if not resumable:
             checkpoints.remove(run_id)
@@ -108,11 +112,7 @@ def _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_ru
                   file=sys.stderr)
         if resume_from is None:
             _log_params_and_tags(config, data, extra_tags)
-        tracker = MLflowListener(
-            run_id, amp=resolve_precision(config.precision, resolve_device(config.device))
-            .use_scaler, scheduled_lr=config.scheduler != "none",
-            effective_batch_size=config.effective_batch_size)
-        outcome = run_training(config, data, listener=Listeners(tracker, listener),
+        outcome = run_training(config, data, listener=listener,
                                checkpointer=checkpointer, resume_from=resume_from,
                                progress=progress)
         _log_results(outcome)

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rul.config import ConfigError
+
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -28,7 +30,7 @@ def resolve_device(device: str = "auto") -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device=cuda but no CUDA device is available (use device=auto)")
+        raise ConfigError("device='cuda': no CUDA device is available here (use device=auto)")
     return torch.device(device)
 
 
@@ -37,5 +39,5 @@ def resolve_precision(precision: str, device: torch.device) -> Precision:
     if precision == "auto":
         precision = "fp16" if device.type == "cuda" else "fp32"
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise RuntimeError("precision=bf16 but this GPU does not support bfloat16")
+        raise ConfigError("precision='bf16': this GPU does not support bfloat16 (use auto)")
     return Precision(device, precision, use_scaler=precision == "fp16")

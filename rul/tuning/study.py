@@ -7,6 +7,7 @@ not stored) and adds trials; the MLflow parent run is kept in the study's user a
 """
 
 import multiprocessing
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -17,6 +18,7 @@ import optuna
 from mlflow.tracking import MlflowClient
 
 from rul.config import Config
+from rul.interrupts import exit_code, interrupts_as_exceptions
 from rul.tracking.lifecycle import run_ends_cleanly
 from rul.tracking.registry import register_and_promote, registered_model_name
 from rul.tracking.store import configure, ensure_experiment
@@ -109,6 +111,9 @@ def objective_for(base: Config, parent_run_id: str):
                 raise optuna.TrialPruned(reason) from None
             _mark(trial, "FAIL", f"{type(error).__name__}: {error}")
             raise
+        except KeyboardInterrupt as interruption:
+            _mark(trial, "FAIL", f"interrupted ({type(interruption).__name__})")
+            raise
         _mark(trial, "COMPLETE", "")
         return outcome.state.best_val_rmse
 
@@ -158,6 +163,41 @@ def _worker(config: Config, storage_url, workers, study_name, parent_run_id, tar
     )
 
 
+def quiet_optuna() -> None:
+    """Optuna logs an interrupted trial with its traceback; an interruption is not a bug."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+
+def _worker_process(*args) -> None:
+    """A spawned worker: a signal ends its trial's run KILLED, then it exits 130 or 143."""
+    try:
+        with interrupts_as_exceptions(on_first_signal=quiet_optuna):
+            _worker(*args)
+    except KeyboardInterrupt as interruption:
+        sys.exit(exit_code(interruption))
+
+
+def _run_workers(args, workers: int) -> None:
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_worker_process, args=(*args, i))
+                 for i in range(workers)]
+    try:
+        for p in processes:
+            p.start()
+        for p in processes:
+            p.join()
+    except KeyboardInterrupt:  # this process was signalled: stop the workers, let them clean up
+        for p in processes:
+            if p.is_alive():
+                p.terminate()  # SIGTERM; ignored by a worker already stopping
+        for p in processes:
+            p.join(timeout=120)
+        raise
+    failed = [p.exitcode for p in processes if p.exitcode]
+    if failed:
+        raise RuntimeError(f"tuning workers exited with codes {failed}")
+
+
 def run_study(config: Config, n_trials: int | None = None, timeout: float | None = None,
               workers: int = 1, storage: str | None = None, study_name: str | None = None):
     if not config.search_space:
@@ -183,15 +223,7 @@ def run_study(config: Config, n_trials: int | None = None, timeout: float | None
         if workers == 1:
             _worker(*args, 0)
         else:
-            context = multiprocessing.get_context("spawn")
-            processes = [context.Process(target=_worker, args=(*args, i)) for i in range(workers)]
-            for p in processes:
-                p.start()
-            for p in processes:
-                p.join()
-            failed = [p.exitcode for p in processes if p.exitcode]
-            if failed:
-                raise RuntimeError(f"tuning workers exited with codes {failed}")
+            _run_workers(args, workers)
         study = load_study(config, open_storage(storage, workers), study_name)
         summary = _record_study(study, parent_run_id, config)
     return summary

@@ -1,0 +1,126 @@
+"""Signals end `rul train` and `rul tune` cleanly: real processes, real signals.
+
+The first SIGINT/SIGTERM ends every open MLflow run of the process KILLED, keeps what resume
+needs, prints one line and exits 130/143 with no traceback; a second signal during the
+clean-up changes nothing.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+ROOT = Path(__file__).resolve().parents[1]
+SLOW_TINY = ["epochs=40", "patience=40", "filters=4", "num_layers=2", "hidden_size=16",
+             "micro_batch_size=512", "accumulation_steps=1"]
+
+
+def start(args, tmp_path, real_data_dir) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CMAPSS_DIR": str(real_data_dir)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.Popen([sys.executable, "-m", "rul", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def wait_for_checkpoint(process, directory: Path, timeout: float = 120) -> None:
+    """Training is under way once an epoch's checkpoint exists."""
+    deadline = time.monotonic() + timeout
+    while not list(directory.rglob("*.pt")):
+        if process.poll() is not None:
+            pytest.fail(f"exited early with {process.returncode}: {process.stderr.read()[-3000:]}")
+        assert time.monotonic() < deadline, "no checkpoint within the time limit"
+        time.sleep(0.2)
+
+
+def finish(process, timeout: float = 120) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def runs_of(tmp_path) -> list:
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment_by_name("rul-fd001")
+    return client.search_runs([experiment.experiment_id]) if experiment else []
+
+
+def train_args(tmp_path):
+    return ["train", str(ROOT / "experiments" / "fd001.yaml"),
+            *SLOW_TINY, f"checkpoint_dir={tmp_path / 'ckpt'}", "--no-progress"]
+
+
+@pytest.mark.parametrize(("signals", "code", "said"), [
+    ((signal.SIGTERM,), 143, "terminated (SIGTERM)"),
+    ((signal.SIGINT,), 130, "interrupted"),
+    ((signal.SIGTERM, signal.SIGINT, signal.SIGTERM), 143, "terminated (SIGTERM)"),
+])
+def test_train_ends_its_run_killed_on_a_signal(tmp_path, real_data_dir, signals, code, said):
+    process = start(train_args(tmp_path), tmp_path, real_data_dir)
+    wait_for_checkpoint(process, tmp_path / "ckpt")
+    for signum in signals:  # later ones arrive during the clean-up
+        os.kill(process.pid, signum)
+        time.sleep(0.05)
+    returncode, _, err = finish(process)
+    assert returncode == code, err[-3000:]
+    assert "Traceback" not in err
+    assert said in err and "--resume" in err
+    (run,) = runs_of(tmp_path)
+    assert run.info.status == "KILLED"
+    assert (tmp_path / "ckpt" / f"{run.info.run_id}.pt").is_file()  # kept for --resume
+
+
+@pytest.mark.slow
+def test_resume_after_sigterm_finishes_the_same_run(tmp_path, real_data_dir):
+    process = start(train_args(tmp_path), tmp_path, real_data_dir)
+    wait_for_checkpoint(process, tmp_path / "ckpt")
+    os.kill(process.pid, signal.SIGTERM)
+    assert finish(process)[0] == 143
+    (killed,) = runs_of(tmp_path)
+    resumed = start([*train_args(tmp_path), "--resume"], tmp_path, real_data_dir)
+    returncode, out, err = finish(resumed, timeout=300)
+    assert returncode == 0, err[-3000:]
+    assert f"resuming run {killed.info.run_id}" in err
+    (run,) = runs_of(tmp_path)
+    assert run.info.run_id == killed.info.run_id and run.info.status == "FINISHED"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("workers", "signum", "code"), [(1, signal.SIGTERM, 143),
+                                                         (2, signal.SIGINT, 130)])
+def test_tune_ends_parent_and_trial_runs_killed_on_a_signal(tmp_path, real_data_dir, workers,
+                                                            signum, code):
+    storage = (f"sqlite:///{tmp_path}/optuna.db" if workers == 1
+               else str(tmp_path / "optuna.journal"))
+    process = start(["tune", str(ROOT / "experiments" / "tune_fd001.yaml"), *SLOW_TINY,
+                     f"checkpoint_dir={tmp_path / 'ckpt'}", "--n-trials", "4",
+                     "--workers", str(workers), "--storage", storage, "--study-name", "s"],
+                    tmp_path, real_data_dir)
+    wait_for_checkpoint(process, tmp_path / "ckpt", timeout=180)
+    if signum == signal.SIGINT:
+        os.killpg(process.pid, signum)  # Ctrl-C reaches the whole process group
+    else:
+        os.kill(process.pid, signum)  # SIGTERM reaches the parent only (timeout, schedulers)
+    returncode, _, err = finish(process, timeout=180)
+    assert returncode == code, err[-3000:]
+    assert "Traceback" not in err and "Aborted!" not in err
+    assert "run the same command again" in err
+    runs = runs_of(tmp_path)
+    assert runs and not [r for r in runs if r.info.status == "RUNNING"]
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert [p.info.status for p in parents] == ["KILLED"]
+    assert any(r.info.status == "KILLED" for r in runs if r not in parents)
+    if workers == 1:
+        study = optuna.load_study(study_name="s", storage=storage)
+    else:
+        from optuna.storages.journal import JournalFileBackend
+
+        study = optuna.load_study(study_name="s", storage=optuna.storages.JournalStorage(
+            JournalFileBackend(storage)))
+    states = {t.state for t in study.trials}
+    assert optuna.trial.TrialState.RUNNING not in states
