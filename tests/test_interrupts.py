@@ -50,9 +50,9 @@ def runs_of(tmp_path) -> list:
     return client.search_runs([experiment.experiment_id]) if experiment else []
 
 
-def train_args(tmp_path):
-    return ["train", str(ROOT / "experiments" / "fd001.yaml"),
-            *SLOW_TINY, f"checkpoint_dir={tmp_path / 'ckpt'}", "--no-progress"]
+def train_args(tmp_path, epochs: int = 40):
+    return ["train", str(ROOT / "experiments" / "fd001.yaml"), *SLOW_TINY, f"epochs={epochs}",
+            f"checkpoint_dir={tmp_path / 'ckpt'}", "--no-progress"]
 
 
 @pytest.mark.parametrize(("signals", "code", "said"), [
@@ -77,12 +77,12 @@ def test_train_ends_its_run_killed_on_a_signal(tmp_path, real_data_dir, signals,
 
 @pytest.mark.slow
 def test_resume_after_sigterm_finishes_the_same_run(tmp_path, real_data_dir):
-    process = start(train_args(tmp_path), tmp_path, real_data_dir)
+    process = start(train_args(tmp_path, epochs=4), tmp_path, real_data_dir)
     wait_for_checkpoint(process, tmp_path / "ckpt")
     os.kill(process.pid, signal.SIGTERM)
     assert finish(process)[0] == 143
     (killed,) = runs_of(tmp_path)
-    resumed = start([*train_args(tmp_path), "--resume"], tmp_path, real_data_dir)
+    resumed = start([*train_args(tmp_path, epochs=4), "--resume"], tmp_path, real_data_dir)
     returncode, out, err = finish(resumed, timeout=300)
     assert returncode == 0, err[-3000:]
     assert f"resuming run {killed.info.run_id}" in err
