@@ -23,10 +23,10 @@ def model_description(name: str) -> str:
     return (
         f"Remaining useful life (cycles) of turbofan engines, NASA C-MAPSS, model `{name}`.\n\n"
         f"Input: raw C-MAPSS rows, one per engine cycle, columns {', '.join(COLUMNS)}; give "
-        "each unit's whole history (sensors are smoothed causally from its first cycle).\n"
+        "each unit's whole history (sensors are smoothed causally from its first cycle).\n\n"
         "Output: one row per unit, `unit` and `rul` at the unit's last cycle.\n\n"
         f"Load: `mlflow.pyfunc.load_model(\"models:/{name}@{CHAMPION}\").predict(rows)`, or "
-        f"`rul predict --model models:/{name}@{CHAMPION} --input test_FD001.txt`.\n"
+        f"`rul predict --model models:/{name}@{CHAMPION} --input test_FD001.txt`.\n\n"
         f"The `{CHAMPION}` alias points at the version with the lowest validation RMSE "
         "(tag `val_rmse`)."
     )
