@@ -3,11 +3,16 @@
 Synthetic files follow the real format: one row per cycle, 26 space-separated columns
 (`unit cycle setting_1..3 s_1..s_21`), rows of a unit contiguous with strictly increasing cycles.
 They are built from a seeded numpy RNG, so every run writes the same bytes.
+
+MLflow tests get a fresh store in a temporary folder: `mlflow_store` (per test) or the
+`mlflow_store_at` context manager (for module fixtures and blocks inside a test).
 """
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -163,3 +168,36 @@ def write_cmapss(tmp_path) -> Callable[..., Path]:
 def rewrite() -> Callable[..., str]:
     """`rewrite(path, line_number, new_text_or_function)`, see `rewrite_line`."""
     return rewrite_line
+
+
+@contextlib.contextmanager
+def fresh_mlflow_store(root: Path) -> Iterator[SimpleNamespace]:
+    """Work inside `root` with MLFLOW_TRACKING_URI unset (MLflow's default store: ./mlflow.db
+    and ./mlruns there); afterwards restore the working directory, the environment and
+    MLflow's global tracking URI, which `rul.tracking.store.configure` sets (env var too).
+
+    Yields `root` and `uri`, the sqlite URI of the store's mlflow.db."""
+    import mlflow
+
+    root = Path(root)
+    patch = pytest.MonkeyPatch()
+    patch.delenv("MLFLOW_TRACKING_URI", raising=False)  # restored on undo
+    patch.chdir(root)
+    try:
+        yield SimpleNamespace(root=root, uri=f"sqlite:///{root}/mlflow.db")
+    finally:
+        mlflow.set_tracking_uri(None)
+        patch.undo()
+
+
+@pytest.fixture(scope="session")
+def mlflow_store_at() -> Callable[[Path], contextlib.AbstractContextManager[SimpleNamespace]]:
+    """`with mlflow_store_at(folder) as store:` a fresh MLflow store, see `fresh_mlflow_store`."""
+    return fresh_mlflow_store
+
+
+@pytest.fixture
+def mlflow_store(tmp_path) -> Iterator[SimpleNamespace]:
+    """A fresh MLflow store in `tmp_path`, the working directory for the test."""
+    with fresh_mlflow_store(tmp_path) as store:
+        yield store

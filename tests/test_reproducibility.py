@@ -100,16 +100,7 @@ def test_kill_and_resume_matches_the_uninterrupted_run(real_data_dir, fd001, tmp
     assert_same_weights(weights(resumed), weights(reference))
 
 
-@pytest.fixture
-def clean_tracking_uri(monkeypatch):
-    """`rul train` sets MLflow's tracking URI (and its env var) globally: undo that after."""
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    yield
-    mlflow.set_tracking_uri(None)
-
-
-def test_cli_train_end_to_end(real_data_dir, tmp_path, monkeypatch, clean_tracking_uri):
-    monkeypatch.chdir(tmp_path)
+def test_cli_train_end_to_end(real_data_dir, tmp_path, mlflow_store):
     overrides = [f"{k}={v}" for k, v in TINY.items() if k not in ("device", "precision")]
     result = CliRunner().invoke(main, [
         "train", str(CONFIG_PATH), *overrides,

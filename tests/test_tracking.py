@@ -20,7 +20,6 @@ import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
-import mlflow
 import numpy as np
 import pandas as pd
 import pytest
@@ -49,18 +48,10 @@ FINAL_METRICS = ("test_rmse", "test_rmse_uncapped", "test_mae", "test_score", "b
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, real_data_dir):
+def store(tmp_path_factory, real_data_dir, mlflow_store_at):
     """A fresh MLflow store (sqlite + ./mlruns) with the working directory inside it."""
-    root = tmp_path_factory.mktemp("tracking")
-    patch = pytest.MonkeyPatch()
-    patch.delenv("MLFLOW_TRACKING_URI", raising=False)  # restored on undo
-    patch.chdir(root)
-    try:
-        yield SimpleNamespace(root=root, uri=f"sqlite:///{root}/mlflow.db",
-                              data_dir=Path(real_data_dir))
-    finally:
-        mlflow.set_tracking_uri(None)  # configure() set it (and the env var) globally
-        patch.undo()
+    with mlflow_store_at(tmp_path_factory.mktemp("tracking")) as fresh:
+        yield SimpleNamespace(root=fresh.root, uri=fresh.uri, data_dir=Path(real_data_dir))
 
 
 def make_config(store, **changes):

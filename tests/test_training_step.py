@@ -90,15 +90,23 @@ def test_accumulated_gradient_equals_one_large_batch(model_name, n, micro):
     assert acc_result.loss == pytest.approx(full_loss, rel=1e-5)
 
 
-def test_dividing_by_k_on_a_short_last_batch_would_differ():
-    """Guard that the test above can fail: plain ÷K weighting gives another gradient."""
-    x, y = data(300)
-    step_with(tiny_model(), x, y, micro=300)
+def manual_accumulation(x, y, micro, weight):
+    """Gradients of sum_i weight(len(batch_i)) * MSE_i(pred/125, y/125), by hand."""
     model = tiny_model()
-    for xb, yb in zip(x.split(128), y.split(128)):
-        (nn.functional.mse_loss(model(xb), yb) / 3).backward()
+    for xb, yb in zip(x.split(micro), y.split(micro)):
+        (nn.functional.mse_loss(model(xb) / 125, yb / 125) * weight(len(yb))).backward()
+    return [p.grad for p in model.parameters()]
+
+
+def test_dividing_by_k_on_a_short_last_batch_would_differ():
+    """Guard that the test above can fail: on the same (÷125) loss, weighting micro-batches by
+    their share of the samples is what the step does, and plain ÷K is a different gradient."""
+    x, y = data(300)  # 128 + 128 + 44
+    step_with(tiny_model(), x, y, micro=128)
+    accumulated = step_with.grads
+    assert_same_gradients(manual_accumulation(x, y, 128, lambda n: n / 300), accumulated)
     with pytest.raises(AssertionError):
-        assert_same_gradients([p.grad for p in model.parameters()], step_with.grads)
+        assert_same_gradients(manual_accumulation(x, y, 128, lambda n: 1 / 3), accumulated)
 
 
 def test_effective_batches_do_not_depend_on_the_split():
@@ -115,16 +123,48 @@ def test_effective_batches_do_not_depend_on_the_split():
     assert not torch.equal(first[0], first[1])  # a new order each epoch
 
 
-def test_clipping_is_applied_after_unscaling_and_recorded():
+def parameter_update(before: dict, after: dict, model) -> list[torch.Tensor]:
+    return [after[name] - before[name] for name, _ in model.named_parameters()]
+
+
+def global_norm(tensors) -> float:
+    return torch.stack([t.norm() for t in tensors]).norm().item()
+
+
+def test_clipping_scales_the_whole_gradient_and_records_the_norm_before_clipping():
     x, y = data(64)
-    result, before, _ = step_with(tiny_model(), x, y, micro=64, max_grad_norm=math.inf, lr=0.0)
-    assert result.grad_norm > 1.0 and not result.clipped
+    free, before, _ = step_with(tiny_model(), x, y, micro=64, max_grad_norm=math.inf, lr=0.0)
+    true_grads, true_norm = step_with.grads, free.grad_norm
+    assert true_norm == pytest.approx(global_norm(true_grads), rel=1e-5)
+    assert true_norm > 1.0 and not free.clipped
     model = tiny_model()
-    start = [p.detach().clone() for p in model.parameters()]
-    result, _, _ = step_with(model, x, y, micro=32, max_grad_norm=0.05, lr=1.0)
+    result, after, _ = step_with(model, x, y, micro=32, max_grad_norm=0.05, lr=1.0)
     assert result.clipped
-    delta = torch.sqrt(sum(((p - s) ** 2).sum() for p, s in zip(model.parameters(), start)))
-    assert delta.item() == pytest.approx(0.05, rel=1e-4)  # SGD lr=1: update = clipped grad
+    assert result.grad_norm == pytest.approx(true_norm, rel=1e-5)  # recorded before clipping
+    # SGD lr=1 from the same start (`before`: the lr=0 step changed nothing): the update is
+    # minus the whole gradient scaled by 0.05 / norm, one factor for every parameter
+    update = parameter_update(before, after, model)
+    assert global_norm(update) == pytest.approx(0.05, rel=1e-4)
+    for du, g in zip(update, true_grads, strict=True):
+        torch.testing.assert_close(du, -g * (0.05 / true_norm), rtol=1e-3, atol=1e-7)
+
+
+def test_fp16_clipping_sees_unscaled_gradients():
+    """With a GradScaler (scale 65536), clipping must come after unscale_: then the update's
+    norm is max_grad_norm and the recorded norm is fp32's, not 65536 times larger."""
+    x, _ = data(128)
+    y = near_targets(x)
+    fp32_result, _, _ = step_with(tiny_model(), x, y, micro=64, lr=0.0)
+    max_norm = fp32_result.grad_norm / 4
+    precision = resolve_precision("fp16", CPU)
+    assert precision.use_scaler
+    model = tiny_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    result, after, scaler = step_with(model, x, y, micro=64, precision=precision,
+                                      max_grad_norm=max_norm, lr=1.0)
+    assert result.scale == 2.0**16 and not result.skipped and result.clipped
+    assert result.grad_norm == pytest.approx(fp32_result.grad_norm, rel=0.1)  # autocast rounding
+    assert global_norm(parameter_update(before, after, model)) == pytest.approx(max_norm, rel=1e-3)
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])

@@ -6,7 +6,6 @@ module fixtures; pruning, failures and parallel workers get small studies of the
 Trials are tiny CNNs trained for 2-3 epochs on CPU; the whole file runs in a few minutes.
 """
 
-import contextlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -35,19 +34,6 @@ SPACE = {
 }
 N_TRIALS = 3
 STUDY = "tune-main"
-
-
-@contextlib.contextmanager
-def store_at(root: Path):
-    """Work inside `root` (MLflow puts ./mlruns there); restore the tracking URI afterwards."""
-    patch = pytest.MonkeyPatch()
-    patch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    patch.chdir(root)
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(None)  # configure() set it (and the env var) globally
-        patch.undo()
 
 
 def make_config(root: Path, data_dir: Path, **changes) -> cfg.Config:
@@ -99,9 +85,9 @@ def per_epoch(client: MlflowClient, run_id: str, key: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def main_store(tmp_path_factory, real_data_dir):
+def main_store(tmp_path_factory, real_data_dir, mlflow_store_at):
     root = tmp_path_factory.mktemp("tune-main")
-    with store_at(root):
+    with mlflow_store_at(root):
         yield SimpleNamespace(root=root, storage=f"sqlite:///{root}/optuna.db",
                               config=make_config(root, real_data_dir))
 
@@ -295,12 +281,12 @@ def test_resume_does_not_register_the_same_best_run_twice(tuned, resumed):
 
 
 @pytest.fixture(scope="module")
-def pruning(tmp_path_factory, real_data_dir):
+def pruning(tmp_path_factory, real_data_dir, mlflow_store_at):
     """Median pruning from epoch 1, made deterministic by enqueued trials: two good ones (so the
     median pruner has its 2 startup trials), one with a useless lr, one over the batch limit;
     then one trial drawn by the sampler."""
     root = tmp_path_factory.mktemp("tune-pruning")
-    with store_at(root):
+    with mlflow_store_at(root):
         space = {**SPACE, "lr": {"type": "categorical", "choices": [3e-3, 1e-7]}}
         config = make_config(root, real_data_dir, epochs=3, pruner="median",
                              pruner_warmup_epochs=0, max_effective_batch=2048,
@@ -386,7 +372,8 @@ def test_pruning_study_parent_counts_states(pruning):
 # ---------------------------------------------------------------- failures
 
 
-def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, real_data_dir):
+def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, real_data_dir,
+                                                           mlflow_store_at):
     """1st trial: train_tracked raises before any run; 2nd: CUDA out of memory (pruned, not
     failed); 3rd: an error inside the MLflow run after one epoch; 4th: a normal trial."""
     config = make_config(tmp_path, real_data_dir, register=False)
@@ -409,7 +396,7 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch
 
     monkeypatch.setattr(study_mod, "train_tracked", flaky)
     storage, name = f"sqlite:///{tmp_path}/optuna.db", "tune-failures"
-    with store_at(tmp_path):
+    with mlflow_store_at(tmp_path):
         summary = run_study(config, n_trials=4, storage=storage, study_name=name)
     assert calls == ["trial-000", "trial-001", "trial-002", "trial-003"]
     study = optuna.load_study(study_name=name, storage=storage)
@@ -451,7 +438,8 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch
     assert summary.startswith(f"study {name}: 4 trials ")
 
 
-def test_no_completed_trial_leaves_nothing_to_register(tmp_path, monkeypatch, real_data_dir):
+def test_no_completed_trial_leaves_nothing_to_register(tmp_path, monkeypatch, real_data_dir,
+                                                       mlflow_store_at):
     config = make_config(tmp_path, real_data_dir)
 
     def broken(config, **kwargs):
@@ -459,7 +447,7 @@ def test_no_completed_trial_leaves_nothing_to_register(tmp_path, monkeypatch, re
 
     monkeypatch.setattr(study_mod, "train_tracked", broken)
     storage, name = f"sqlite:///{tmp_path}/optuna.db", "tune-broken"
-    with store_at(tmp_path):
+    with mlflow_store_at(tmp_path):
         summary = run_study(config, n_trials=2, storage=storage, study_name=name)
     study = optuna.load_study(study_name=name, storage=storage)
     assert [t.state for t in study.trials] == [TrialState.FAIL] * 2
@@ -476,10 +464,10 @@ def test_no_completed_trial_leaves_nothing_to_register(tmp_path, monkeypatch, re
 
 
 @pytest.mark.slow
-def test_two_workers_share_a_journal_study(tmp_path, real_data_dir):
+def test_two_workers_share_a_journal_study(tmp_path, real_data_dir, mlflow_store_at):
     config = make_config(tmp_path, real_data_dir, register=False)
     journal, name = f"{tmp_path}/optuna.journal", "tune-workers"
-    with store_at(tmp_path):
+    with mlflow_store_at(tmp_path):
         summary = run_study(config, n_trials=2, workers=2, storage=journal, study_name=name)
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(journal))
     study = optuna.load_study(study_name=name, storage=storage)
@@ -504,9 +492,9 @@ def test_two_workers_share_a_journal_study(tmp_path, real_data_dir):
         t.state == TrialState.COMPLETE for t in trials)
 
 
-def test_sqlite_storage_refuses_several_workers(tmp_path, real_data_dir):
+def test_sqlite_storage_refuses_several_workers(tmp_path, real_data_dir, mlflow_store_at):
     config = make_config(tmp_path, real_data_dir)
-    with store_at(tmp_path):
+    with mlflow_store_at(tmp_path):
         with pytest.raises(ValueError, match="journal"):
             run_study(config, n_trials=2, workers=2, storage=f"sqlite:///{tmp_path}/optuna.db")
         client = MlflowClient(tracking_uri=config.tracking_uri)

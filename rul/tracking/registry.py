@@ -1,12 +1,132 @@
-"""Model registry: register every tracked model, move `champion` only on improvement."""
+"""Model registry: every tracked model becomes a described version of `rul-<subset>`, and the
+`champion` alias follows the version with the best validation RMSE, also under concurrent runs.
+"""
 
 import math
 
 import mlflow
-from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from rul.data.schema import COLUMNS
+
 CHAMPION = "champion"
+VAL_RMSE_TAG = "val_rmse"
+MAX_GUARD_ROUNDS = 50  # each round is a few SQL reads; concurrent writers settle in a couple
+
+
+def registered_model_name(subset: str) -> str:
+    """The registered model of a C-MAPSS subset: FD001 -> rul-fd001."""
+    return f"rul-{subset.lower()}"
+
+
+def model_description(name: str) -> str:
+    return (
+        f"Remaining useful life (cycles) of turbofan engines, NASA C-MAPSS, model `{name}`.\n\n"
+        f"Input: raw C-MAPSS rows, one per engine cycle, columns {', '.join(COLUMNS)}; give "
+        "each unit's whole history (sensors are smoothed causally from its first cycle).\n\n"
+        "Output: one row per unit, `unit` and `rul` at the unit's last cycle.\n\n"
+        f"Load: `mlflow.pyfunc.load_model(\"models:/{name}@{CHAMPION}\").predict(rows)`, or "
+        f"`rul predict --model models:/{name}@{CHAMPION} --input test_FD001.txt`.\n\n"
+        f"The `{CHAMPION}` alias points at the version with the lowest validation RMSE "
+        "(tag `val_rmse`)."
+    )
+
+
+def _number(values: dict, key: str) -> str:
+    value = values.get(key)
+    return "n/a" if value is None else f"{float(value):.3f}"
+
+
+def config_summary(params: dict) -> str:
+    """One line from a run's params: model, window, batch (micro x K), lr, epochs, precision."""
+    p = {k: params.get(k, "?") for k in ("model", "window", "effective_batch_size",
+                                         "micro_batch_size", "accumulation_steps", "lr",
+                                         "epochs", "precision")}
+    return (f"{p['model']}, window {p['window']}, effective batch {p['effective_batch_size']} "
+            f"({p['micro_batch_size']} x {p['accumulation_steps']}), lr {p['lr']}, "
+            f"{p['epochs']} epochs, {p['precision']}")
+
+
+def data_digests(tags: dict) -> dict:
+    """The run's data SHA-256 tags (`data.sha256.<role>`)."""
+    return {k: v for k, v in sorted(tags.items()) if k.startswith("data.sha256.")}
+
+
+def version_description(run, val_rmse: float) -> str:
+    metrics, tags = run.data.metrics, run.data.tags
+    digests = "; ".join(f"{k.removeprefix('data.sha256.')} {v}"
+                        for k, v in data_digests(tags).items()) or "n/a"
+    return (
+        f"Validation RMSE {float(val_rmse):.3f} cycles. Test RMSE {_number(metrics, 'test_rmse')}, "
+        f"MAE {_number(metrics, 'test_mae')}, PHM08 score {_number(metrics, 'test_score')}.\n"
+        f"Config: {config_summary(run.data.params)}.\n"
+        f"Data SHA-256: {digests}.\n"
+        f"Run {run.info.run_id} ({run.info.run_name})."
+    )
+
+
+def version_tags(run, val_rmse: float) -> dict:
+    tags = {VAL_RMSE_TAG: repr(float(val_rmse)), "run_id": run.info.run_id}
+    if "test_rmse" in run.data.metrics:
+        tags["test_rmse"] = repr(float(run.data.metrics["test_rmse"]))
+    if "subset" in run.data.tags:
+        tags["subset"] = run.data.tags["subset"]
+    tags.update(data_digests(run.data.tags))
+    return tags
+
+
+def _describe_model(client: MlflowClient, name: str) -> None:
+    description = model_description(name)
+    if client.get_registered_model(name).description != description:
+        client.update_registered_model(name, description=description)
+
+
+def _val_rmse_by_version(client: MlflowClient, name: str) -> dict[str, float]:
+    """Every version of `name` and its validation RMSE (inf where it has none)."""
+    found, token = {}, None
+    while True:
+        page = client.search_model_versions(f"name='{name}'", page_token=token)
+        for v in page:
+            try:
+                found[str(v.version)] = float(v.tags.get(VAL_RMSE_TAG, math.inf))
+            except ValueError:
+                found[str(v.version)] = math.inf
+        token = page.token
+        if not token:
+            return found
+
+
+def _champion(client: MlflowClient, name: str) -> str | None:
+    version = client.get_registered_model(name).aliases.get(CHAMPION)
+    return None if version is None else str(version)
+
+
+def best_version(val_rmse: dict[str, float], champion: str | None) -> str | None:
+    """The version with the lowest validation RMSE; on a tie the current champion stays, else
+    the oldest version wins. None when no version has a finite validation RMSE."""
+    finite = {v: r for v, r in val_rmse.items() if math.isfinite(r)}
+    if not finite:
+        return None
+    return min(finite, key=lambda v: (finite[v], v != champion, int(v)))
+
+
+def move_champion(client: MlflowClient, name: str) -> tuple[str | None, int]:
+    """Point `champion` at the best version, convergently under concurrent registrations.
+
+    Read every version's val_rmse and the alias, set the alias to the best, then re-read: done
+    only when the versions are the ones the decision was made on and the alias points at the
+    best of them. A process that moved the alias on a stale read sees the newer version on its
+    re-read and moves it again, so whichever run finishes last, the alias ends on the best.
+    Returns (champion version, rounds)."""
+    for rounds in range(1, MAX_GUARD_ROUNDS + 1):
+        versions, champion = _val_rmse_by_version(client, name), _champion(client, name)
+        best = best_version(versions, champion)
+        if best is not None and best != champion:
+            client.set_registered_model_alias(name, CHAMPION, best)
+        if _val_rmse_by_version(client, name) == versions and _champion(client, name) == best:
+            return best, rounds
+    raise RuntimeError(f"the {CHAMPION} alias of {name} did not settle in {MAX_GUARD_ROUNDS} "
+                       "rounds: too many concurrent registrations")
 
 
 def registered_model_name(subset: str) -> str:
@@ -14,27 +134,31 @@ def registered_model_name(subset: str) -> str:
 
 
 def register_and_promote(model_uri: str, name: str, run_id: str, val_rmse: float) -> dict:
-    """Register `model_uri` as a new version of `name`; point `champion` at it only if its
-    validation RMSE beats the current champion's. The comparison is recorded on the run and
-    on the version."""
+    """Register `model_uri` as a new, described version of `name`, then move `champion` to the
+    best version (this one if its validation RMSE beats the champion's; a tie keeps the older
+    champion). What happened is recorded as tags on the run and on the version."""
     client = MlflowClient()
-    version = mlflow.register_model(model_uri, name)
-    client.set_model_version_tag(name, version.version, "val_rmse", repr(float(val_rmse)))
-    previous = None
-    try:
-        champion = client.get_model_version_by_alias(name, CHAMPION)
-        previous = float(champion.tags.get("val_rmse", math.inf))
-        previous_version = champion.version
-    except MlflowException:
+    run = client.get_run(run_id)
+    version = mlflow.register_model(model_uri, name, tags=version_tags(run, val_rmse))
+    client.update_model_version(name, version.version,
+                                description=version_description(run, val_rmse))
+    _describe_model(client, name)
+
+    previous_version = _champion(client, name)  # what this version competes with
+    if previous_version == str(version.version):  # a concurrent run already moved it here
         previous_version = None
-    promoted = previous is None or val_rmse < previous
-    if promoted:
-        client.set_registered_model_alias(name, CHAMPION, version.version)
+    previous = None
+    if previous_version is not None:
+        previous = _val_rmse_by_version(client, name).get(previous_version, math.inf)
+    champion, rounds = move_champion(client, name)
+    promoted = champion == str(version.version)
     record = {"registered_model": name, "registered_version": version.version,
               "champion_promoted": str(promoted).lower(),
               "champion_previous_version": previous_version or "none",
-              "champion_previous_val_rmse": "none" if previous is None else repr(previous)}
+              "champion_previous_val_rmse": "none" if previous is None else repr(previous),
+              "champion_version": champion or "none", "champion_guard_rounds": str(rounds)}
     for key, value in record.items():
         client.set_tag(run_id, key, value)
     client.set_model_version_tag(name, version.version, "champion_promoted", str(promoted).lower())
     return record
+

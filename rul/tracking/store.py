@@ -7,6 +7,11 @@ from mlflow.tracking import MlflowClient
 
 DEFAULT_URI = "sqlite:///mlflow.db"  # MLflow 3's own default: metadata here, artifacts ./mlruns
 
+# MLflow 3's UI opens an experiment in its GenAI (traces) view unless told otherwise; this tag,
+# MLflow's own, makes it open on the runs table and model metrics.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
 
 def configure(tracking_uri: str | None = None) -> str:
     """Config key > MLFLOW_TRACKING_URI > sqlite:///mlflow.db in the working directory."""
@@ -18,12 +23,18 @@ def configure(tracking_uri: str | None = None) -> str:
 
 
 def ensure_experiment(name: str) -> str:
-    """Create the experiment if needed (once, before any parallel workers) and return its id."""
+    """Create the experiment if needed (once, before any parallel workers) and return its id.
+
+    The experiment is tagged as model development, also one made before this tag existed or
+    one the UI only guessed a kind for (`*_inferred`); a kind someone chose is kept."""
     client = MlflowClient()
     experiment = client.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    try:
-        return client.create_experiment(name)
-    except mlflow.exceptions.MlflowException:  # created meanwhile by another process
-        return client.get_experiment_by_name(name).experiment_id
+    if experiment is None:
+        try:
+            return client.create_experiment(name, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+        except mlflow.exceptions.MlflowException:  # created meanwhile by another process
+            experiment = client.get_experiment_by_name(name)
+    kind = experiment.tags.get(EXPERIMENT_KIND_TAG)
+    if kind is None or kind.endswith("_inferred"):
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return experiment.experiment_id

@@ -1,0 +1,195 @@
+"""The MLflow UI, checked in a real browser: headless Debian Chromium driven by playwright.
+
+One tiny tracked training makes a store; `mlflow ui` serves it on a free 127.0.0.1 port. The
+test reads what it expects (run name, metrics, registered version) from MLflow itself, then
+checks that the browser shows it: the experiment's runs table, the run page's metrics and
+registered model, the model page's `champion` alias. Nothing is downloaded: Chromium comes
+from apt (.ci/run installs it), playwright only drives it.
+
+MLflow 3.17's UI picks the GenAI or the model-training view from one global switch in its
+sidebar (kept in the browser), not from the experiment's `mlflow.experimentKind` tag; a fresh
+browser starts on GenAI. The test therefore flips that switch to "Model training" once, as a
+user does, and checks the experiment then opens on its runs.
+"""
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from rul import config as cfg
+from rul.tracking.registry import CHAMPION, registered_model_name
+from rul.tracking.store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
+from rul.tracking.tracked_run import train_tracked
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+CONFIG_PATH = Path(__file__).resolve().parents[1] / "experiments" / "fd001.yaml"
+TINY = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
+        "micro_batch_size": 1024, "accumulation_steps": 1, "patience": 5}
+SERVER_START_S = 180  # `mlflow ui` migrates a new store and starts workers: slow on 2 cores
+PAGE_S = 90  # a page's data arrives through several REST calls
+
+
+def _missing(reason: str):
+    """Skip when the browser is absent; on CI (CI=true) that is a failure."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.is_file():
+        _missing(f"{CHROMIUM} not found: apt-get install chromium chromium-driver (.ci/run does)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("the playwright package is not installed (pip install -e '.[dev]')")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture(scope="module")
+def tracked(tmp_path_factory, real_data_dir, mlflow_store_at):
+    """A store with one tiny tracked (and registered) training."""
+    with mlflow_store_at(tmp_path_factory.mktemp("ui")) as store:
+        config = cfg.load(CONFIG_PATH, {**TINY, "tracking_uri": store.uri,
+                                        "checkpoint_dir": str(store.root / "ckpt"),
+                                        "data_dir": str(real_data_dir)})
+        _, run_id = train_tracked(config, progress=False)
+        store.run = MlflowClient(tracking_uri=store.uri).get_run(run_id)
+        store.model_name = registered_model_name(config.subset)
+        yield store
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def mlflow_ui(store):
+    """`mlflow ui` over the store on a free port; stopped (its whole process group) after."""
+    port = _free_port()
+    log_path = store.root / "ui.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store.uri,
+             "--port", str(port), "--host", "127.0.0.1"],
+            cwd=store.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + SERVER_START_S
+            while True:
+                assert server.poll() is None, log_path.read_text()[-3000:]
+                try:
+                    with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
+                        if response.status == 200:
+                            break
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    pass
+                assert time.monotonic() < deadline, f"mlflow ui silent for {SERVER_START_S} s"
+                time.sleep(1)
+            yield base
+        finally:
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGTERM)
+                try:
+                    server.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(server.pid, signal.SIGKILL)
+                    server.wait()
+
+
+def _lines(page) -> list[str]:
+    """The page's visible text, one entry per line (non-breaking spaces as spaces)."""
+    text = page.inner_text("body").replace("\xa0", " ")
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _value_after(lines: list[str], label: str) -> str:
+    return lines[lines.index(label) + 1]
+
+
+def _adjacent(lines: list[str], first: str, second: str) -> bool:
+    return any(a == first and b == second for a, b in zip(lines, lines[1:]))
+
+
+def _version_row(lines: list[str], version: str) -> list[str]:
+    """The model page's lines from `Version <version>` to the next version's row."""
+    start = lines.index(f"Version {version}")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("Version ")),
+               len(lines))
+    return lines[start:end]
+
+
+def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
+    run = tracked.run
+    run_name, run_id, experiment_id = run.info.run_name, run.info.run_id, run.info.experiment_id
+    client = MlflowClient(tracking_uri=tracked.uri)
+    assert client.get_experiment(experiment_id).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
+    version = run.data.tags["registered_version"]
+    assert str(client.get_model_version_by_alias(tracked.model_name, CHAMPION).version) == version
+
+    with mlflow_ui(tracked) as base:
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        page.set_default_timeout(PAGE_S * 1000)
+        try:
+            # the experiment: switch the UI to model training once, then it opens on runs
+            page.goto(f"{base}/#/experiments/{experiment_id}")
+            switch = page.get_by_text("Model training", exact=True)
+            switch.wait_for()
+            switch.click()
+            page.goto(f"{base}/#/experiments/{experiment_id}")
+            page.get_by_text(run_name, exact=True).first.wait_for()
+            page.wait_for_url(f"**/experiments/{experiment_id}/runs**")
+            assert "workflowType=machine_learning" in page.url
+            lines = _lines(page)
+            assert "Run Name" in lines  # the runs table's header ...
+            assert run_name in lines  # ... our run and its registered version
+            assert _adjacent(lines, tracked.model_name, f"v{version}")
+            assert "Token Usage" not in lines  # not the GenAI overview
+            page.screenshot(path=str(tmp_path / "experiment.png"))
+
+            # the run page: its name, the training metrics, the registered model
+            page.goto(f"{base}/#/experiments/{experiment_id}/runs/{run_id}")
+            page.get_by_text("val_rmse", exact=True).first.wait_for()
+            page.get_by_text("Registered models", exact=True).first.wait_for()
+            lines = _lines(page)
+            assert run_name in lines
+            for metric in ("train_loss", "grad_norm", "val_rmse"):
+                assert metric in lines, metric
+                shown = float(_value_after(lines, metric))  # the latest value, as stored
+                assert shown == pytest.approx(run.data.metrics[metric], rel=1e-9), metric
+            assert _adjacent(lines, tracked.model_name, f"v{version}")  # registered models
+            page.screenshot(path=str(tmp_path / "run.png"), full_page=True)
+
+            # the registered model: the description and the champion alias on our version
+            page.goto(f"{base}/#/models/{tracked.model_name}")
+            page.get_by_text(f"Version {version}", exact=True).wait_for()
+            page.get_by_text(f"@ {CHAMPION}").first.wait_for()
+            lines = _lines(page)
+            assert f"@ {CHAMPION}" in _version_row(lines, version)
+            assert any(line.startswith("Remaining useful life") for line in lines)
+            page.screenshot(path=str(tmp_path / "model.png"), full_page=True)
+        finally:
+            page.close()
