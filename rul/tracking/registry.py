@@ -129,10 +129,6 @@ def move_champion(client: MlflowClient, name: str) -> tuple[str | None, int]:
                        "rounds: too many concurrent registrations")
 
 
-def registered_model_name(subset: str) -> str:
-    return f"rul-{subset.lower()}"
-
-
 def register_and_promote(model_uri: str, name: str, run_id: str, val_rmse: float) -> dict:
     """Register `model_uri` as a new, described version of `name`, then move `champion` to the
     best version (this one if its validation RMSE beats the champion's; a tie keeps the older
