@@ -22,14 +22,15 @@ def _user_errors():
     return (cfg.ConfigError, DataError, DataUnavailableError, FileNotFoundError, MlflowException)
 
 
-def _load_config(config_path, overrides, data_dir=None):
+def _load_config(config_path, overrides, data_dir=None, loader=cfg.load):
+    """`loader` is cfg.load (`rul train`) or cfg.load_tuning (`rul tune`)."""
     overrides = list(overrides)
     if config_path and "=" in config_path and not Path(config_path).exists():
         overrides.insert(0, config_path)  # `rul train key=value` without a config file
         config_path = None
     if data_dir:
         overrides.append(f"data_dir={data_dir}")
-    return cfg.load(config_path, overrides)
+    return loader(config_path, overrides)
 
 
 @click.group()
@@ -123,7 +124,7 @@ def tune(config_path, overrides, n_trials, timeout, workers, storage, study_name
     from rul.tuning.study import quiet_optuna, run_study
 
     try:
-        config = _load_config(config_path, overrides, data_dir)
+        config = _load_config(config_path, overrides, data_dir, loader=cfg.load_tuning)
         with interrupts_as_exceptions(on_first_signal=quiet_optuna):
             summary = run_study(config, n_trials=n_trials, timeout=timeout, workers=workers,
                                 storage=storage, study_name=study_name)

@@ -1,77 +1,161 @@
-"""Run configuration: YAML file + `key=value` overrides, validated before any work starts."""
+"""Run configuration: typed pydantic models for `rul train` (TrainConfig) and `rul tune`
+(TuningConfig), read from YAML plus `key=value` overrides and validated before any work starts.
 
-import contextlib
-import dataclasses
+Defaults live only in the models; the YAML files in experiments/ override them. Every problem
+becomes one line of a ConfigError: `<source>: <key>=<value>: <what is wrong>`.
+"""
+
 import difflib
-from dataclasses import dataclass, field
+import os
+import re
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
-from rul.data.schema import OPERATING_CONDITIONS, check_subset
-
-CHOICES = {
-    "normalization": ("minmax", "zscore"),
-    "condition_scaling": ("auto", "global", "per_condition"),
-    "model": ("cnn", "lstm", "gru", "transformer"),
-    "scheduler": ("none", "cosine", "onecycle"),
-    "precision": ("auto", "fp32", "fp16", "bf16"),
-    "device": ("auto", "cpu", "cuda"),
-    "pruner": ("median", "hyperband", "none"),
-}
+from rul.data.schema import OPERATING_CONDITIONS, SUBSETS
 
 
-@dataclass
-class Config:
+class ConfigError(ValueError):
+    """A configuration key or value is invalid (one line per problem)."""
+
+
+# ------------------------------------------------------------------ value types
+# A field's description is what an error says its value must be.
+
+_CLEAN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _yaml_number(value: Any) -> Any:
+    """YAML 1.1 reads 3e-4 (no dot) as a string: a clean numeric string counts as a number."""
+    if isinstance(value, str) and _CLEAN_NUMBER.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
+def _number(description: str, **bounds) -> Any:
+    return Annotated[float, BeforeValidator(_yaml_number),
+                     Field(allow_inf_nan=False, description=description, **bounds)]
+
+
+def _one_of(*choices: str) -> Any:
+    return Annotated[Literal[choices], Field(description="one of " + ", ".join(choices))]
+
+
+PositiveInt = Annotated[int, Field(ge=1, description="a positive integer")]
+NonNegativeInt = Annotated[int, Field(ge=0, description="a non-negative integer")]
+Flag = Annotated[bool, Field(description="true or false")]
+
+
+def _path_text(value: Any) -> Any:
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+Text = Annotated[str, BeforeValidator(_path_text), Field(description="a string")]
+OptionalText = Annotated[str | None, BeforeValidator(_path_text),
+                         Field(description="a string or null")]
+
+
+def rule_error(where: str, message: str) -> PydanticCustomError:
+    """A cross-field rule's error; `where` is usually `key=value`."""
+    return PydanticCustomError("config_rule", "{where}: {message}",
+                               {"where": where, "message": message})
+
+
+class _Strict(BaseModel):
+    """No unknown keys, no silent coercion (true is not 1, 2.5 is not an int), immutable."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+# ------------------------------------------------------------------ training
+
+
+warnings.filterwarnings("ignore", message='Field name "register" in "TrainConfig" shadows')
+
+
+class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on instances
+    """Everything `rul train` reads; the defaults are the default FD001 run (`make train`)."""
+
     # data and preprocessing
-    subset: str = "FD001"
-    data_dir: str | None = None
-    window: int = 30
-    rul_cap: int = 125
-    features: str | list = "informative"
-    include_settings: bool = False
-    drop_constant: bool = False
-    normalization: str = "minmax"
-    condition_scaling: str = "auto"  # per_condition for FD002/FD004 when auto
-    smoothing_alpha: float = 0.1  # causal exponential smoothing per unit; 1 = off
-    val_fraction: float = 0.2
+    subset: _one_of(*SUBSETS) = "FD001"
+    data_dir: OptionalText = None
+    window: PositiveInt = 30
+    rul_cap: PositiveInt = 125
+    features: Annotated[str | list[str], Field(
+        description="'informative', 'all' or a list of sensor columns")] = "informative"
+    include_settings: Flag = False
+    drop_constant: Flag = False
+    normalization: _one_of("minmax", "zscore") = "minmax"
+    condition_scaling: _one_of("auto", "global", "per_condition") = "auto"  # per_condition
+    # for FD002/FD004 when auto
+    smoothing_alpha: _number("a number in (0, 1] (weight of the newest cycle; 1 = off)",
+                             gt=0, le=1) = 0.1  # causal exponential smoothing per unit
+    val_fraction: _number("a number between 0 and 1 (validation units for early stopping)",
+                          gt=0, lt=1) = 0.2
     # model
-    model: str = "cnn"
-    hidden_size: int = 100
-    num_layers: int = 4
-    dropout: float = 0.5
-    kernel_size: int = 10
-    filters: int = 10  # cnn
-    num_heads: int = 4  # transformer
+    model: _one_of("cnn", "lstm", "gru", "transformer") = "cnn"
+    hidden_size: PositiveInt = 100
+    num_layers: PositiveInt = 4
+    dropout: _number("a number in [0, 1)", ge=0, lt=1) = 0.5
+    kernel_size: PositiveInt = 10
+    filters: PositiveInt = 10  # cnn
+    num_heads: PositiveInt = 4  # transformer
     # optimization
-    micro_batch_size: int = 256
-    accumulation_steps: int = 2
-    epochs: int = 100
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    scheduler: str = "none"
-    max_grad_norm: float | None = 1.0
-    ema_decay: float = 0.99  # evaluate an exponential moving average of the weights; 0 = off
-    precision: str = "auto"
-    seed: int = 42
-    deterministic: bool = False
-    patience: int = 20
-    device: str = "auto"
+    micro_batch_size: PositiveInt = 256
+    accumulation_steps: PositiveInt = 2
+    epochs: PositiveInt = 100
+    lr: _number("a number > 0", gt=0) = 1e-3
+    weight_decay: _number("a number >= 0", ge=0) = 0.0
+    scheduler: _one_of("none", "cosine", "onecycle") = "none"
+    max_grad_norm: Annotated[_number("a number > 0", gt=0) | None, Field(
+        description="a number > 0, or null to disable clipping")] = 1.0
+    ema_decay: _number("a number in [0, 1) (0 turns the weight average off)",
+                       ge=0, lt=1) = 0.99  # evaluate a moving average of the weights
+    precision: _one_of("auto", "fp32", "fp16", "bf16") = "auto"
+    seed: NonNegativeInt = 42
+    deterministic: Flag = False
+    patience: PositiveInt = 20
+    device: _one_of("auto", "cpu", "cuda") = "auto"
     # tracking and outputs
-    tracking_uri: str | None = None
-    experiment: str | None = None  # default rul-<subset>
-    register: bool = True
-    run_name: str | None = None
-    checkpoint_dir: str = "mlruns/checkpoints"
-    # tuning (used by `rul tune` only)
-    search_space: dict = field(default_factory=dict)  # key -> {type, choices | low/high/log}
-    max_effective_batch: int | None = None  # larger micro x K is pruned, not run
-    scale_lr_with_batch: bool = False  # lr x effective_batch / 512 (linear scaling rule)
-    n_trials: int = 12
-    pruner: str = "median"  # median | hyperband | none
-    pruner_warmup_epochs: int = 3
-    study_name: str | None = None  # default rul-<subset>-tune
+    tracking_uri: OptionalText = None
+    experiment: OptionalText = None  # default rul-<subset>
+    register: Flag = True
+    run_name: OptionalText = None
+    checkpoint_dir: Text = "mlruns/checkpoints"
+
+    @field_validator("subset", mode="before")
+    @classmethod
+    def _canonical_subset(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().upper() in SUBSETS:
+            return value.strip().upper()  # fd001 -> FD001
+        return value
+
+    @field_validator("features")
+    @classmethod
+    def _known_features(cls, value: str | list[str]) -> str | list[str]:
+        from rul.preprocessing.features import candidate_columns
+
+        candidate_columns(value, include_settings=False)  # ValueError names the problem
+        return value
+
+    @model_validator(mode="after")
+    def _transformer_heads_divide_width(self) -> "TrainConfig":
+        if self.model == "transformer" and self.hidden_size % self.num_heads:
+            raise rule_error(f"hidden_size={self.hidden_size}",
+                             f"must be divisible by num_heads={self.num_heads}")
+        return self
 
     @property
     def effective_batch_size(self) -> int:
@@ -90,31 +174,170 @@ class Config:
         return self.experiment or f"rul-{self.subset.lower()}"
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return self.model_dump()
 
-    def replace(self, **changes) -> "Config":
+    def replace(self, **changes) -> "TrainConfig":
+        """A re-validated copy with `changes` applied."""
         return build(self.to_dict(), changes)
 
 
-class ConfigError(ValueError):
-    """A configuration key or value is invalid."""
+Config = TrainConfig
+
+# Training keys a study may not vary: where data and results live, not what is trained.
+NOT_TUNABLE = ("subset", "data_dir", "tracking_uri", "experiment", "register", "run_name",
+               "checkpoint_dir", "device")
+SPACE_HINT = "needs type categorical (choices) or int/float (low, high, optional log)"
+
+# ------------------------------------------------------------------ tuning
 
 
-FIELDS = {f.name: f for f in dataclasses.fields(Config)}
-# Keys read by `rul tune` only: not logged as a training run's params, not part of its identity.
-TUNING_KEYS = ("search_space", "max_effective_batch", "scale_lr_with_batch", "n_trials",
-               "pruner", "pruner_warmup_epochs", "study_name")
-POSITIVE_INT = {"window", "rul_cap", "micro_batch_size", "accumulation_steps", "epochs",
-                "hidden_size", "num_layers", "kernel_size", "filters", "num_heads", "patience",
-                "n_trials"}
-NON_NEGATIVE_INT = {"pruner_warmup_epochs"}
-FLOATS = {"lr", "weight_decay", "val_fraction", "dropout", "max_grad_norm", "ema_decay",
-          "smoothing_alpha"}
-BOOLS = {"include_settings", "drop_constant", "deterministic", "register", "scale_lr_with_batch"}
+class Categorical(_Strict):
+    type: Literal["categorical"]
+    choices: Annotated[list[bool | int | float | str | None], Field(
+        min_length=1, description="a non-empty list of values")]
 
 
-def load(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> Config:
+class _Range(_Strict):
+    @model_validator(mode="after")
+    def _ordered_bounds(self):
+        if not self.low < self.high:
+            raise rule_error(f"low={self.low!r}", f"must be less than high={self.high!r}")
+        if self.log and self.low <= 0:
+            raise rule_error(f"low={self.low!r}", "must be > 0 with log: true")
+        return self
+
+
+class IntRange(_Range):
+    type: Literal["int"]
+    low: Annotated[int, Field(description="an integer")]
+    high: Annotated[int, Field(description="an integer")]
+    log: Flag = False
+
+
+class FloatRange(_Range):
+    type: Literal["float"]
+    low: _number("a number")
+    high: _number("a number")
+    log: Flag = False
+
+
+Dimension = Annotated[Categorical | IntRange | FloatRange, Field(discriminator="type")]
+
+
+class TuningConfig(_Strict):
+    """What `rul tune` reads: the base training config (`train`) and the study's own keys.
+    In YAML both sit side by side at the top level; `load_tuning` splits them."""
+
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    search_space: Annotated[dict[str, Dimension], Field(
+        description="a mapping of training keys to distributions")] = {}
+    max_effective_batch: Annotated[PositiveInt | None, Field(
+        description="a positive integer or null")] = None  # larger micro x K is pruned
+    scale_lr_with_batch: Flag = False  # lr x effective_batch / 512 (linear scaling rule)
+    n_trials: PositiveInt = 12
+    pruner: _one_of("median", "hyperband", "none") = "median"
+    pruner_warmup_epochs: NonNegativeInt = 3
+    study_name: OptionalText = None  # default rul-<subset>-tune
+
+    @model_validator(mode="after")
+    def _space_fits_the_training_config(self) -> "TuningConfig":
+        tunable = [k for k in TrainConfig.model_fields if k not in NOT_TUNABLE]
+        for key, dimension in self.search_space.items():
+            if key not in tunable:
+                raise rule_error("search_space", f"{key!r} is not a tunable training key"
+                                 + _did_you_mean(key, tunable))
+            _check_dimension(self.train, key, dimension)
+        micro, k = self._smallest("micro_batch_size"), self._smallest("accumulation_steps")
+        if self.max_effective_batch and micro * k > self.max_effective_batch:
+            raise rule_error(f"max_effective_batch={self.max_effective_batch}",
+                             f"every trial would be pruned: the smallest effective batch "
+                             f"(micro_batch_size x accumulation_steps) is {micro}x{k}={micro * k}")
+        return self
+
+    def _smallest(self, key: str) -> int:
+        dimension = self.search_space.get(key)
+        if dimension is None:
+            return getattr(self.train, key)
+        if isinstance(dimension, Categorical):
+            return min(dimension.choices)  # checked above: positive integers
+        return int(dimension.low)
+
+    @property
+    def effective_study_name(self) -> str:
+        return self.study_name or f"rul-{self.train.subset.lower()}-tune"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat form of the YAML file: training keys and tuning keys side by side."""
+        tuning = self.model_dump(exclude={"train", "search_space"})
+        space = {k: d.model_dump(exclude_unset=True) for k, d in self.search_space.items()}
+        return {**self.train.to_dict(), **tuning, "search_space": space}
+
+    def replace(self, **changes) -> "TuningConfig":
+        """A re-validated copy; `changes` may hold training and tuning keys."""
+        return build_tuning(self.to_dict(), changes)
+
+
+# Keys read by `rul tune` only (TuningConfig's own fields).
+TUNING_KEYS = tuple(k for k in TuningConfig.model_fields if k != "train")
+
+
+def _check_dimension(train: TrainConfig, key: str, dimension) -> None:
+    """Each value a trial can draw must be valid for `key` on its own (cross-field rules such
+    as transformer heads are left to the trial, which is pruned)."""
+    if isinstance(dimension, Categorical):
+        values = [("choice", v) for v in dimension.choices]
+    else:
+        cast = int if isinstance(dimension, IntRange) else float
+        values = [("low", cast(dimension.low)), ("high", cast(dimension.high))]
+    drawn = " (type float draws fractions: use int)" if isinstance(dimension, FloatRange) else ""
+    base = train.to_dict()
+    for name, value in values:
+        try:
+            TrainConfig.model_validate({**base, key: value})
+        except ValidationError as error:
+            problems = [e for e in error.errors() if tuple(e["loc"][:1]) == (key,)]
+            if problems:
+                where = f"search_space.{key}: " + (
+                    f"choice {value!r}" if name == "choice" else f"{name}={value!r}")
+                hint = drawn if problems[0]["type"] == "int_type" else ""
+                raise rule_error(where, _must_be(key, problems[0]) + hint) from None
+
+
+# ------------------------------------------------------------------ loading
+
+
+def load(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> TrainConfig:
     """Read a YAML config (or none: defaults) and apply overrides ('key=value' strings)."""
+    values, changes, source = _read(path, overrides)
+    return build(values, changes, source)
+
+
+def load_tuning(path: str | Path | None = None,
+                overrides: list[str] | dict | None = None) -> TuningConfig:
+    """Read a flat tuning YAML (training and tuning keys side by side) and apply overrides."""
+    values, changes, source = _read(path, overrides)
+    return build_tuning(values, changes, source)
+
+
+def build(values: dict, changes: dict | None = None, source: str = "config") -> TrainConfig:
+    merged = {**values, **(changes or {})}
+    return _validate(TrainConfig, merged, merged, source)
+
+
+def build_tuning(values: dict, changes: dict | None = None,
+                 source: str = "config") -> TuningConfig:
+    merged = {**values, **(changes or {})}
+    tuning = {k: v for k, v in merged.items() if k in TUNING_KEYS}
+    train = {k: v for k, v in merged.items() if k not in TUNING_KEYS}
+    return _validate(TuningConfig, {**tuning, "train": train}, merged, source)
+
+
+def from_stored(values: dict) -> TrainConfig:
+    """A config saved with a model; those saved before the split also hold tuning keys."""
+    return build({k: v for k, v in values.items() if k not in TUNING_KEYS}, source="stored config")
+
+
+def _read(path, overrides) -> tuple[dict, dict, str]:
     values: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -130,25 +353,7 @@ def load(path: str | Path | None = None, overrides: list[str] | dict | None = No
         changes = overrides
     else:
         changes = dict(_parse_override(item) for item in overrides or [])
-    return build(values, changes, source=str(path) if path else "config")
-
-
-def build(values: dict, changes: dict | None = None, source: str = "config") -> Config:
-    merged = {**values, **(changes or {})}
-    unknown = [k for k in merged if k not in FIELDS]
-    if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, FIELDS, n=1)
-            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise ConfigError(f"{source}: unknown key(s) {', '.join(hints)}")
-    for key in FLOATS:  # YAML 1.1 reads 3e-4 (no dot) as a string
-        if isinstance(merged.get(key), str):
-            with contextlib.suppress(ValueError):
-                merged[key] = float(merged[key])
-    config = Config(**merged)
-    _validate(config, source)
-    return config
+    return values, changes, str(path) if path is not None else "config"
 
 
 def _parse_override(item: str) -> tuple[str, Any]:
@@ -161,67 +366,93 @@ def _parse_override(item: str) -> tuple[str, Any]:
         return key.strip(), raw
 
 
-def _validate(config: Config, source: str) -> None:
-    def fail(key, message):
-        raise ConfigError(f"{source}: {key}={getattr(config, key)!r}: {message}")
+# ------------------------------------------------------------------ errors
 
-    try:
-        config.subset = check_subset(config.subset)
-    except ValueError as error:
-        raise ConfigError(f"{source}: {error}") from None
-    for key in POSITIVE_INT:
-        value = getattr(config, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            fail(key, "must be a positive integer")
-    for key in BOOLS:
-        if not isinstance(getattr(config, key), bool):
-            fail(key, "must be true or false")
-    for key, allowed in CHOICES.items():
-        if getattr(config, key) not in allowed:
-            fail(key, f"must be one of {', '.join(allowed)}")
-    for key in ("lr", "weight_decay", "val_fraction", "dropout", "ema_decay", "smoothing_alpha"):
-        value = getattr(config, key)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            fail(key, "must be a non-negative number")
-    if config.lr <= 0:
-        fail("lr", "must be > 0")
-    if not 0 < config.val_fraction < 1:
-        fail("val_fraction", "must be between 0 and 1 (validation units for early stopping)")
-    if config.dropout >= 1:
-        fail("dropout", "must be < 1")
-    if config.ema_decay >= 1:
-        fail("ema_decay", "must be a number in [0, 1) (0 turns the weight average off)")
-    if not 0 < config.smoothing_alpha <= 1:
-        fail("smoothing_alpha", "must be a number in (0, 1] (weight of the newest cycle; 1 = off)")
-    if config.max_grad_norm is not None and (
-        not isinstance(config.max_grad_norm, int | float) or config.max_grad_norm <= 0
-    ):
-        fail("max_grad_norm", "must be a positive number, or null to disable clipping")
-    if not isinstance(config.seed, int) or isinstance(config.seed, bool) or config.seed < 0:
-        fail("seed", "must be a non-negative integer")
-    if config.model == "transformer" and config.hidden_size % config.num_heads:
-        fail("hidden_size", f"must be divisible by num_heads={config.num_heads}")
-    if config.max_effective_batch is not None and (
-        not isinstance(config.max_effective_batch, int) or config.max_effective_batch < 1
-    ):
-        fail("max_effective_batch", "must be a positive integer or null")
-    if not isinstance(config.search_space, dict):
-        fail("search_space", "must be a mapping of config keys to distributions")
-    for key, spec in config.search_space.items():
-        if key not in FIELDS or key in ("search_space", "subset", "data_dir"):
-            raise ConfigError(f"{source}: search_space: {key!r} is not a tunable config key")
-        if not isinstance(spec, dict) or spec.get("type") not in ("categorical", "int", "float"):
-            raise ConfigError(
-                f"{source}: search_space.{key}: needs type categorical (choices) or int/float "
-                "(low, high, optional log)"
-            )
-        if spec["type"] == "categorical" and not spec.get("choices"):
-            raise ConfigError(f"{source}: search_space.{key}: categorical needs choices")
-        if spec["type"] != "categorical" and not ("low" in spec and "high" in spec):
-            raise ConfigError(f"{source}: search_space.{key}: needs low and high")
-    from rul.preprocessing.features import candidate_columns
 
+def _validate(model: type[BaseModel], data: dict, flat: dict, source: str):
     try:
-        candidate_columns(config.features, config.include_settings)
-    except (ValueError, TypeError) as error:
-        raise ConfigError(f"{source}: features: {error}") from None
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(_explain(error, model, flat, source)) from None
+
+
+def _explain(error: ValidationError, model: type[BaseModel], flat: dict, source: str) -> str:
+    """One line per problem, unknown keys first; never pydantic's own dump."""
+    unknown, lines = [], []
+    for item in error.errors(include_url=False):
+        loc = tuple(item["loc"])
+        if loc[:1] == ("train",) and model is TuningConfig:
+            loc = loc[1:]
+        if item["type"] == "extra_forbidden" and len(loc) == 1:
+            unknown.append(loc[0])
+            continue
+        if loc[:1] == ("search_space",) and len(loc) > 1:
+            line = _space_problem(str(loc[1]), loc[2:], item, flat.get("search_space"))
+        elif item["type"] == "config_rule":
+            line = item["msg"]
+        else:
+            key = loc[0]
+            line = f"{key}={flat.get(key)!r}: {_must_be(key, item)}"
+        if f"{source}: {line}" not in lines:
+            lines.append(f"{source}: {line}")
+    return "\n".join(_unknown_keys(unknown, model, source) + lines)
+
+
+def _must_be(key: str, item: dict) -> str:
+    if item["type"] == "value_error":  # a field validator's own message
+        return str(item["ctx"]["error"])
+    field = TrainConfig.model_fields.get(key) or TuningConfig.model_fields.get(key)
+    return f"must be {field.description}" if field and field.description else item["msg"]
+
+
+def _unknown_keys(keys: list, model: type[BaseModel], source: str) -> list[str]:
+    lines = []
+    if model is TrainConfig:
+        tuning = [k for k in keys if k in TUNING_KEYS]
+        keys = [k for k in keys if k not in TUNING_KEYS]
+        if tuning:
+            names = ", ".join(repr(k) for k in tuning)
+            verb = "is a tuning key" if len(tuning) == 1 else "are tuning keys"
+            lines.append(f"{source}: {names} {verb} used by `rul tune`, not by `rul train`")
+        known = list(TrainConfig.model_fields)
+    else:
+        known = [*TrainConfig.model_fields, *TUNING_KEYS]
+    if keys:
+        hints = ", ".join(f"{k!r}{_did_you_mean(str(k), known)}" for k in keys)
+        lines.insert(0, f"{source}: unknown key(s) {hints}")
+    return lines
+
+
+# Names other tools use for our keys, so a hint can point from them (or their typos) to ours.
+ALIASES = {"learning_rate": "lr", "batch_size": "micro_batch_size", "num_epochs": "epochs",
+           "n_epochs": "epochs", "grad_accumulation": "accumulation_steps",
+           "clip_grad_norm": "max_grad_norm", "grad_clip": "max_grad_norm",
+           "window_size": "window", "sequence_length": "window", "amp": "precision"}
+
+
+def _did_you_mean(key: str, known) -> str:
+    known = list(known)
+    names = known + [alias for alias, target in ALIASES.items() if target in known]
+    close = difflib.get_close_matches(key, names, n=1)
+    return f" (did you mean {ALIASES.get(close[0], close[0])!r}?)" if close else ""
+
+
+def _space_problem(key: str, rest: tuple, item: dict, space: Any) -> str:
+    spec_values = space.get(key) if isinstance(space, dict) else None
+    where = f"search_space.{key}"
+    if item["type"] == "config_rule":  # low/high order, log bounds
+        return f"{where}: {item['msg']}"
+    if len(rest) < 2:  # the entry itself: not a mapping, or no/unknown type
+        return f"{where}: {SPACE_HINT}"
+    kind, name = rest[0], rest[1]
+    spec = {"categorical": Categorical, "int": IntRange, "float": FloatRange}[kind]
+    if item["type"] == "missing":
+        needs = "choices" if kind == "categorical" else "low, high and optional log"
+        return f"{where}: {name} is missing ({kind} needs {needs})"
+    if item["type"] == "extra_forbidden":
+        return f"{where}: unknown key {name!r}{_did_you_mean(str(name), spec.model_fields)}"
+    field = spec.model_fields[name]
+    wanted = f"must be {field.description}" if field.description else item["msg"]
+    given = spec_values.get(name, item["input"]) if isinstance(spec_values, dict) else None
+    value = given if len(rest) > 2 else item["input"]  # inside a list: show the whole list
+    return f"{where}: {name}={value!r}: {wanted}"

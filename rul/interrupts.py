@@ -36,5 +36,5 @@ def interrupts_as_exceptions(on_first_signal=None):
     try:
         yield received
     finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+        for s, h in previous.items():  # once interrupted, the process is on its way out
+            signal.signal(s, signal.SIG_IGN if received else h)

@@ -36,8 +36,8 @@ N_TRIALS = 3
 STUDY = "tune-main"
 
 
-def make_config(root: Path, data_dir: Path, **changes) -> cfg.Config:
-    return cfg.load(TUNE_PATH, {
+def make_config(root: Path, data_dir: Path, **changes) -> cfg.TuningConfig:
+    return cfg.load_tuning(TUNE_PATH, {
         **TINY, "data_dir": str(data_dir), "tracking_uri": f"sqlite:///{root}/mlflow.db",
         "checkpoint_dir": str(root / "ckpt"), "search_space": SPACE,
         "max_effective_batch": None, **changes,
@@ -99,7 +99,7 @@ def tuned(main_store):
     config = main_store.config
     summary = run_study(config, n_trials=N_TRIALS, storage=main_store.storage, study_name=STUDY)
     study = optuna.load_study(study_name=STUDY, storage=main_store.storage)
-    client = MlflowClient(tracking_uri=config.tracking_uri)
+    client = MlflowClient(tracking_uri=config.train.tracking_uri)
     parent_run_id = study.user_attrs["mlflow_parent_run_id"]
     versions = client.search_model_versions(f"name = '{MODEL_NAME}'")
     return SimpleNamespace(
@@ -199,7 +199,7 @@ def test_parent_run_records_the_best_trial(tuned):
 def test_trials_csv_lists_every_trial(tuned, tmp_path):
     path = mlflow.artifacts.download_artifacts(run_id=tuned.parent_run_id,
                                                artifact_path="trials.csv", dst_path=str(tmp_path),
-                                               tracking_uri=tuned.config.tracking_uri)
+                                               tracking_uri=tuned.config.train.tracking_uri)
     table = pd.read_csv(path)
     assert list(table["number"]) == [t.number for t in tuned.trials]
     assert list(table["state"]) == ["COMPLETE"] * N_TRIALS
@@ -299,7 +299,7 @@ def pruning(tmp_path_factory, real_data_dir, mlflow_store_at):
             study.enqueue_trial(params)
         summary = run_study(config, n_trials=5, storage=storage, study_name=name)
         study = optuna.load_study(study_name=name, storage=storage)
-        client = MlflowClient(tracking_uri=config.tracking_uri)
+        client = MlflowClient(tracking_uri=config.train.tracking_uri)
         parent_run_id = study.user_attrs["mlflow_parent_run_id"]
         yield SimpleNamespace(summary=summary, trials=study.get_trials(deepcopy=True),
                               client=client, parent_run_id=parent_run_id,
@@ -411,7 +411,7 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch
     assert trials[3].value == min(trials[3].intermediate_values.values())
     assert "reason" not in trials[3].user_attrs
 
-    client = MlflowClient(tracking_uri=config.tracking_uri)
+    client = MlflowClient(tracking_uri=config.train.tracking_uri)
     parent_run_id = study.user_attrs["mlflow_parent_run_id"]
     children = child_runs_by_trial(client, parent_run_id)
     assert sorted(children) == [2, 3]  # trials 0 and 1 never reached MLflow
@@ -452,7 +452,7 @@ def test_no_completed_trial_leaves_nothing_to_register(tmp_path, monkeypatch, re
     study = optuna.load_study(study_name=name, storage=storage)
     assert [t.state for t in study.trials] == [TrialState.FAIL] * 2
     assert summary.endswith("no trial completed: nothing to register")
-    client = MlflowClient(tracking_uri=config.tracking_uri)
+    client = MlflowClient(tracking_uri=config.train.tracking_uri)
     parent = client.get_run(study.user_attrs["mlflow_parent_run_id"])
     assert parent.info.status == "FINISHED"
     assert parent.data.metrics["trials_fail"] == 2
@@ -476,7 +476,7 @@ def test_two_workers_share_a_journal_study(tmp_path, real_data_dir, mlflow_store
     assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
     assert summary.startswith(f"study {name}: {len(trials)} trials ")
 
-    client = MlflowClient(tracking_uri=config.tracking_uri)
+    client = MlflowClient(tracking_uri=config.train.tracking_uri)
     parent_run_id = study.user_attrs["mlflow_parent_run_id"]
     assert [p.info.run_id for p in parents_of(study_runs(client, name))] == [parent_run_id]
     children = child_runs_by_trial(client, parent_run_id)
@@ -497,7 +497,7 @@ def test_sqlite_storage_refuses_several_workers(tmp_path, real_data_dir, mlflow_
     with mlflow_store_at(tmp_path):
         with pytest.raises(ValueError, match="journal"):
             run_study(config, n_trials=2, workers=2, storage=f"sqlite:///{tmp_path}/optuna.db")
-        client = MlflowClient(tracking_uri=config.tracking_uri)
+        client = MlflowClient(tracking_uri=config.train.tracking_uri)
         assert client.search_runs([experiment_id(client)]) == []  # refused before any run
     assert not (tmp_path / "optuna.db").exists()
 
@@ -522,7 +522,7 @@ def test_open_storage_picks_the_backend(tmp_path):
 
 
 def test_make_pruner_follows_the_config():
-    base = cfg.load(TUNE_PATH, {"epochs": 9, "pruner_warmup_epochs": 2})
+    base = cfg.load_tuning(TUNE_PATH, {"epochs": 9, "pruner_warmup_epochs": 2})
     assert isinstance(make_pruner(base), optuna.pruners.MedianPruner)
     assert isinstance(make_pruner(base.replace(pruner="hyperband")),
                       optuna.pruners.HyperbandPruner)
@@ -554,7 +554,7 @@ def test_suggest_draws_each_kind_within_bounds():
 
 
 def test_trial_overrides_scale_lr_with_the_effective_batch():
-    base = cfg.load(TUNE_PATH, {"scale_lr_with_batch": True, "lr": 1e-3,
+    base = cfg.load_tuning(TUNE_PATH, {"scale_lr_with_batch": True, "lr": 1e-3,
                                 "micro_batch_size": 256, "accumulation_steps": 2})
     values = {"micro_batch_size": 256, "accumulation_steps": 4, "lr": 2e-3}
     changes, reason = trial_overrides(base, values)
@@ -572,7 +572,7 @@ def test_trial_overrides_scale_lr_with_the_effective_batch():
 
 
 def test_trial_overrides_refuse_batches_over_the_limit():
-    base = cfg.load(TUNE_PATH)  # max_effective_batch 2048, K 2
+    base = cfg.load_tuning(TUNE_PATH)  # max_effective_batch 2048, K 2
     assert base.max_effective_batch == 2048
     changes, reason = trial_overrides(base, {"micro_batch_size": 512, "accumulation_steps": 8})
     assert reason == "effective batch 512x8=4096 > max 2048"
@@ -585,13 +585,13 @@ def test_trial_overrides_refuse_batches_over_the_limit():
 
 
 def test_trial_overrides_check_transformer_heads():
-    base = cfg.load(TUNE_PATH, {"model": "transformer", "hidden_size": 64, "num_heads": 4})
+    base = cfg.load_tuning(TUNE_PATH, {"model": "transformer", "hidden_size": 64, "num_heads": 4})
     _, reason = trial_overrides(base, {"hidden_size": 50})
     assert reason == "hidden_size 50 not divisible by num_heads 4"
     _, reason = trial_overrides(base, {"num_heads": 3})
     assert reason == "hidden_size 64 not divisible by num_heads 3"
     assert trial_overrides(base, {"hidden_size": 96, "num_heads": 8})[1] is None
-    cnn = cfg.load(TUNE_PATH)  # heads are ignored for other models...
+    cnn = cfg.load_tuning(TUNE_PATH)  # heads are ignored for other models...
     assert trial_overrides(cnn, {"hidden_size": 50})[1] is None
     _, reason = trial_overrides(cnn, {"model": "transformer", "hidden_size": 50})  # ...unless
     assert reason == "hidden_size 50 not divisible by num_heads 4"

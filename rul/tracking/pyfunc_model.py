@@ -32,7 +32,7 @@ class RULModel(mlflow.pyfunc.PythonModel):
 
         with open(context.artifacts["preprocessor"], "rb") as handle:
             self.preprocessor = pickle.load(handle)
-        config = cfg.build(json.loads(Path(context.artifacts["config"]).read_text()))
+        config = cfg.from_stored(json.loads(Path(context.artifacts["config"]).read_text()))
         self.model = build_model(config, self.preprocessor.n_features)
         self.model.load_state_dict(torch.load(context.artifacts["weights"], map_location="cpu"))
         self.model.eval()

@@ -20,7 +20,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from mlflow.utils import mlflow_tags
 
-from rul.config import TUNING_KEYS, Config
+from rul.config import Config
 from rul.data.split import rows_of
 from rul.tracking import figures
 from rul.tracking.lifecycle import run_ends_cleanly
@@ -36,7 +36,7 @@ from rul.workflow import prepare_data, run_training
 
 # Keys that do not change what is trained (so they are not part of the run's identity).
 NON_TRAINING_KEYS = {"data_dir", "tracking_uri", "experiment", "register", "run_name",
-                     "checkpoint_dir", "device", *TUNING_KEYS}
+                     "checkpoint_dir", "device"}
 # Architecture keys each model uses; the others are not logged as its params.
 MODEL_KEYS = {"cnn": {"filters", "kernel_size", "num_layers", "hidden_size", "dropout"},
               "lstm": {"hidden_size", "num_layers", "dropout"},
@@ -126,7 +126,7 @@ def _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_ru
 def _log_params_and_tags(config: Config, data, extra_tags: dict | None) -> None:
     unused = ARCHITECTURE_KEYS - MODEL_KEYS[config.model]
     params = {k: v for k, v in config.to_dict().items()
-              if v is not None and k not in TUNING_KEYS and k not in unused}
+              if v is not None and k not in unused}
     params.update(effective_batch_size=config.effective_batch_size, world_size=1)
     mlflow.log_params({k: str(v)[:6000] for k, v in params.items()})
     mlflow.set_tags({

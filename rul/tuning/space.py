@@ -1,33 +1,40 @@
-"""The search space, read from the config's `search_space` mapping."""
+"""The search space, read from the tuning config's typed `search_space` mapping."""
+
+from collections.abc import Mapping
 
 import optuna
+from pydantic import TypeAdapter
+
+from rul.config import Categorical, Dimension, IntRange, TuningConfig
 
 REFERENCE_BATCH = 512  # lr in the config is meant for this effective batch
+_SPACE = TypeAdapter(dict[str, Dimension])
 
 
-def suggest(trial: optuna.Trial, space: dict) -> dict:
-    """Draw one value per key: categorical (static choices), int or float (low, high, log)."""
+def suggest(trial: optuna.Trial, space: Mapping) -> dict:
+    """Draw one value per key: categorical (static choices), int or float (low, high, log).
+    `space` holds Dimension models, or plain mappings of the same shape."""
     values = {}
-    for key, spec in space.items():
-        if spec["type"] == "categorical":
-            values[key] = trial.suggest_categorical(key, list(spec["choices"]))
-        elif spec["type"] == "int":
-            values[key] = trial.suggest_int(key, int(spec["low"]), int(spec["high"]),
-                                            log=bool(spec.get("log", False)))
+    for key, spec in _SPACE.validate_python(dict(space)).items():
+        if isinstance(spec, Categorical):
+            values[key] = trial.suggest_categorical(key, list(spec.choices))
+        elif isinstance(spec, IntRange):
+            values[key] = trial.suggest_int(key, spec.low, spec.high, log=spec.log)
         else:
-            values[key] = trial.suggest_float(key, float(spec["low"]), float(spec["high"]),
-                                              log=bool(spec.get("log", False)))
+            values[key] = trial.suggest_float(key, spec.low, spec.high, log=spec.log)
     return values
 
 
-def trial_overrides(base, values: dict) -> tuple[dict, str | None]:
-    """Config changes for a trial, or a reason to prune it before it runs."""
+def trial_overrides(tuning: TuningConfig, values: dict) -> tuple[dict, str | None]:
+    """Training config changes for a trial, or a reason to prune it before it runs."""
+    base = tuning.train
     micro = values.get("micro_batch_size", base.micro_batch_size)
     k = values.get("accumulation_steps", base.accumulation_steps)
-    if base.max_effective_batch and micro * k > base.max_effective_batch:
-        return values, f"effective batch {micro}x{k}={micro * k} > max {base.max_effective_batch}"
+    if tuning.max_effective_batch and micro * k > tuning.max_effective_batch:
+        return values, (f"effective batch {micro}x{k}={micro * k} > max "
+                        f"{tuning.max_effective_batch}")
     changes = dict(values)
-    if base.scale_lr_with_batch:
+    if tuning.scale_lr_with_batch:
         changes["lr"] = values.get("lr", base.lr) * micro * k / REFERENCE_BATCH
     if base.model == "transformer" or changes.get("model") == "transformer":
         heads = changes.get("num_heads", base.num_heads)

@@ -17,7 +17,7 @@ import numpy as np
 import optuna
 from mlflow.tracking import MlflowClient
 
-from rul.config import Config
+from rul.config import TuningConfig
 from rul.interrupts import exit_code, interrupts_as_exceptions
 from rul.tracking.lifecycle import run_ends_cleanly
 from rul.tracking.registry import register_and_promote, registered_model_name
@@ -46,17 +46,17 @@ def open_storage(url: str | None, workers: int):
     return url
 
 
-def make_pruner(config: Config):
+def make_pruner(config: TuningConfig):
     if config.pruner == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=2,
                                            n_warmup_steps=config.pruner_warmup_epochs)
     if config.pruner == "hyperband":
         return optuna.pruners.HyperbandPruner(min_resource=max(1, config.pruner_warmup_epochs),
-                                              max_resource=config.epochs)
+                                              max_resource=config.train.epochs)
     return optuna.pruners.NopPruner()
 
 
-def load_study(config: Config, storage, study_name: str, worker: int = 0) -> optuna.Study:
+def load_study(config: TuningConfig, storage, study_name: str, worker: int = 0) -> optuna.Study:
     """Create or load the study. Sampler and pruner are not stored, so they are passed again;
     the sampler's seed also depends on the trials already there, so a resumed study does not
     replay the draws of its first invocation (and each worker draws differently)."""
@@ -64,7 +64,7 @@ def load_study(config: Config, storage, study_name: str, worker: int = 0) -> opt
         storage=storage, study_name=study_name, direction="minimize", load_if_exists=True,
         pruner=make_pruner(config),
     )
-    entropy = [config.seed, worker, len(study.trials)]
+    entropy = [config.train.seed, worker, len(study.trials)]
     seed = int(np.random.SeedSequence(entropy).generate_state(1)[0])
     study.sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
     return study
@@ -84,15 +84,15 @@ class PruningListener(TrainingListener):
                                      f"val_rmse {metrics['val_rmse']:.3f}")
 
 
-def objective_for(base: Config, parent_run_id: str):
+def objective_for(base: TuningConfig, parent_run_id: str):
     def objective(trial: optuna.Trial) -> float:
         values = suggest(trial, base.search_space)
         changes, reason = trial_overrides(base, values)
         if reason:
             trial.set_user_attr("prune_reason", reason)
             raise optuna.TrialPruned(reason)
-        config = base.replace(**changes, register=False,
-                              checkpoint_dir=str(Path(base.checkpoint_dir) / "tune"))
+        config = base.train.replace(**changes, register=False,
+                                    checkpoint_dir=str(Path(base.train.checkpoint_dir) / "tune"))
         tags = {"optuna.trial": str(trial.number), "optuna.study": trial.study.study_name}
         try:
             outcome, _ = train_tracked(
@@ -152,9 +152,9 @@ def _close_interrupted_trials(study: optuna.Study, client: MlflowClient) -> None
             client.set_terminated(run_id, status="KILLED")
 
 
-def _worker(config: Config, storage_url, workers, study_name, parent_run_id, target, timeout,
+def _worker(config: TuningConfig, storage_url, workers, study_name, parent_run_id, target, timeout,
             worker):
-    configure(config.tracking_uri)
+    configure(config.train.tracking_uri)
     study = load_study(config, open_storage(storage_url, workers), study_name, worker)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study.optimize(
@@ -198,14 +198,14 @@ def _run_workers(args, workers: int) -> None:
         raise RuntimeError(f"tuning workers exited with codes {failed}")
 
 
-def run_study(config: Config, n_trials: int | None = None, timeout: float | None = None,
+def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float | None = None,
               workers: int = 1, storage: str | None = None, study_name: str | None = None):
     if not config.search_space:
         raise ValueError("the config has no search_space to tune")
     n_trials = n_trials if n_trials is not None else config.n_trials
-    study_name = study_name or config.study_name or f"rul-{config.subset.lower()}-tune"
-    configure(config.tracking_uri)
-    experiment_id = ensure_experiment(config.experiment_name)  # once, before any worker
+    study_name = study_name or config.effective_study_name
+    configure(config.train.tracking_uri)
+    experiment_id = ensure_experiment(config.train.experiment_name)  # once, before any worker
     study = load_study(config, open_storage(storage, workers), study_name)
     parent_run_id = study.user_attrs.get("mlflow_parent_run_id")
     client = MlflowClient()
@@ -213,7 +213,8 @@ def run_study(config: Config, n_trials: int | None = None, timeout: float | None
         parent_run_id = client.create_run(experiment_id, run_name=study_name,
                                           tags={"optuna.study": study_name}).info.run_id
         study.set_user_attr("mlflow_parent_run_id", parent_run_id)
-        client.log_param(parent_run_id, "search_space", str(config.search_space)[:6000])
+        space = config.to_dict()["search_space"]
+        client.log_param(parent_run_id, "search_space", str(space)[:6000])
     else:
         client.update_run(parent_run_id, status="RUNNING")
     _close_interrupted_trials(study, client)
@@ -229,7 +230,7 @@ def run_study(config: Config, n_trials: int | None = None, timeout: float | None
     return summary
 
 
-def _record_study(study: optuna.Study, parent_run_id: str, config: Config) -> str:
+def _record_study(study: optuna.Study, parent_run_id: str, config: TuningConfig) -> str:
     import matplotlib.pyplot as plt
     from optuna.trial import TrialState
 
@@ -264,12 +265,12 @@ def _record_study(study: optuna.Study, parent_run_id: str, config: Config) -> st
                 mlflow.set_tag(f"figure_skipped.{name}", str(error)[:500])
     best_run = best.user_attrs.get("mlflow_run_id")
     lines.append(f"best trial {best.number}: val_rmse {best.value:.3f} with {best.params}")
-    name = registered_model_name(config.subset)
-    if best_run and config.register and client.search_model_versions(
+    name = registered_model_name(config.train.subset)
+    if best_run and config.train.register and client.search_model_versions(
         f"name='{name}' and run_id='{best_run}'"
     ):
         lines.append(f"best trial's model is already registered as {name}")
-    elif best_run and config.register:  # reuse the best trial's logged model
+    elif best_run and config.train.register:  # reuse the best trial's logged model
         record = register_and_promote(f"runs:/{best_run}/model", name, best_run, best.value)
         for key, value in record.items():
             client.set_tag(parent_run_id, key, value)

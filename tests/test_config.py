@@ -1,0 +1,355 @@
+"""The typed configs: TrainConfig (`rul train`) and TuningConfig (`rul tune`), their defaults,
+rules and one-line error messages."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from rul import config as cfg
+from rul.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN_PATH = ROOT / "experiments" / "fd001.yaml"
+TUNE_PATH = ROOT / "experiments" / "tune_fd001.yaml"
+
+# experiments/fd001.yaml before the defaults moved into the model (less its tuning keys):
+# `make train` must train exactly this.
+OLD_FD001 = {
+    "subset": "FD001", "data_dir": None, "window": 30, "rul_cap": 125,
+    "features": "informative", "include_settings": False, "drop_constant": False,
+    "normalization": "minmax", "condition_scaling": "auto", "smoothing_alpha": 0.1,
+    "val_fraction": 0.2, "model": "cnn", "hidden_size": 100, "num_layers": 4, "dropout": 0.5,
+    "kernel_size": 10, "filters": 10, "num_heads": 4, "micro_batch_size": 256,
+    "accumulation_steps": 2, "epochs": 100, "lr": 0.001, "weight_decay": 0.0,
+    "scheduler": "none", "max_grad_norm": 1.0, "ema_decay": 0.99, "precision": "auto",
+    "seed": 42, "deterministic": False, "patience": 20, "device": "auto", "tracking_uri": None,
+    "experiment": None, "register": True, "run_name": None,
+    "checkpoint_dir": "mlruns/checkpoints",
+}
+OLD_TUNE_SPACE = {
+    "micro_batch_size": {"type": "categorical", "choices": [32, 64, 128, 256, 512]},
+    "accumulation_steps": {"type": "categorical", "choices": [1, 2, 4, 8]},
+    "lr": {"type": "float", "low": 0.0003, "high": 0.003, "log": True},
+    "hidden_size": {"type": "categorical", "choices": [50, 100, 200]},
+    "num_layers": {"type": "int", "low": 2, "high": 5},
+    "dropout": {"type": "float", "low": 0.0, "high": 0.5},
+    "window": {"type": "categorical", "choices": [20, 30, 40]},
+    "smoothing_alpha": {"type": "float", "low": 0.05, "high": 1.0, "log": True},
+}
+
+
+def train_error(override) -> str:
+    overrides = override if isinstance(override, list | dict) else [override]
+    with pytest.raises(cfg.ConfigError) as error:
+        cfg.load(TRAIN_PATH, overrides)
+    return str(error.value)
+
+
+def tune_error(changes: dict) -> str:
+    with pytest.raises(cfg.ConfigError) as error:
+        cfg.load_tuning(TUNE_PATH, changes)
+    return str(error.value)
+
+
+# ---------------------------------------------------------------- defaults
+
+
+def test_defaults_are_the_old_fd001_values_and_types():
+    for config in (cfg.TrainConfig(), cfg.load(TRAIN_PATH), cfg.load()):
+        values = config.to_dict()
+        assert values == OLD_FD001
+        assert {k: type(v) for k, v in values.items()} == {
+            k: type(v) for k, v in OLD_FD001.items()}  # 0.0 stays a float: same checkpoint id
+    assert cfg.Config is cfg.TrainConfig
+
+
+def test_yaml_files_only_override_defaults():
+    for path in (TRAIN_PATH, TUNE_PATH):
+        values = yaml.safe_load(path.read_text())
+        same = [k for k, v in values.items()
+                if k != "subset" and k in OLD_FD001 and v == OLD_FD001[k]]
+        assert same == [], f"{path.name} repeats defaults {same}"
+        tuning_defaults = cfg.TuningConfig().to_dict()
+        same = [k for k in cfg.TUNING_KEYS if k in values and values[k] == tuning_defaults[k]]
+        assert same == [], f"{path.name} repeats tuning defaults {same}"
+
+
+def test_tuning_file_keeps_the_old_study():
+    tuning = cfg.load_tuning(TUNE_PATH)
+    assert tuning.train.to_dict() == {**OLD_FD001, "epochs": 12, "patience": 5}
+    assert tuning.to_dict()["search_space"] == OLD_TUNE_SPACE
+    assert (tuning.n_trials, tuning.pruner, tuning.pruner_warmup_epochs) == (10, "median", 3)
+    assert (tuning.max_effective_batch, tuning.scale_lr_with_batch) == (2048, False)
+    assert tuning.study_name is None and tuning.effective_study_name == "rul-fd001-tune"
+    named = tuning.replace(study_name="mine", subset="fd003")
+    assert (named.effective_study_name, named.train.subset) == ("mine", "FD003")
+    assert tuning.replace(subset="fd002").effective_study_name == "rul-fd002-tune"
+
+
+def test_tuning_keys_are_the_tuning_models_own_fields():
+    assert cfg.TUNING_KEYS == ("search_space", "max_effective_batch", "scale_lr_with_batch",
+                               "n_trials", "pruner", "pruner_warmup_epochs", "study_name")
+    assert not set(cfg.TUNING_KEYS) & set(cfg.TrainConfig.model_fields)
+
+
+def test_overrides_and_derived_properties():
+    c = cfg.load(TRAIN_PATH, ["epochs=5", "lr=3e-4", "model=gru", "max_grad_norm=null"])
+    assert (c.epochs, c.lr, c.model, c.max_grad_norm) == (5, 3e-4, "gru", None)
+    d = cfg.load(TRAIN_PATH, {"micro_batch_size": 64, "accumulation_steps": 8})
+    assert d.effective_batch_size == 512
+    assert d.experiment_name == "rul-fd001"
+    assert d.replace(experiment="x").experiment_name == "x"
+    assert d.n_conditions == 1
+    assert cfg.load(None, ["subset=fd002"]).n_conditions == 6  # subset names in any case
+    assert cfg.load(None, ["subset=fd002"]).subset == "FD002"
+    assert cfg.load(None, ["condition_scaling=global", "subset=FD004"]).n_conditions == 1
+    assert cfg.load(None, ["condition_scaling=per_condition"]).n_conditions == 6
+    assert cfg.load(None, {"data_dir": Path("/tmp/x")}).data_dir == "/tmp/x"
+
+
+# ---------------------------------------------------------------- numbers written as YAML strings
+
+
+def test_yaml_string_floats_are_numbers(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("lr: 3e-4\nweight_decay: 1e-5\nmax_grad_norm: 5E+0\n"
+                    "search_space:\n  lr: {type: float, low: 1e-4, high: 1e-2, log: true}\n")
+    raw = yaml.safe_load(path.read_text())
+    assert raw["lr"] == "3e-4"  # what YAML 1.1 gives us
+    path_train = tmp_path / "train.yaml"
+    path_train.write_text("lr: 3e-4\nweight_decay: 1e-5\nmax_grad_norm: 5E+0\n")
+    c = cfg.load(path_train)
+    assert (c.lr, c.weight_decay, c.max_grad_norm) == (3e-4, 1e-5, 5.0)
+    assert isinstance(c.lr, float)
+    t = cfg.load_tuning(path)
+    assert (t.train.lr, t.search_space["lr"].low, t.search_space["lr"].high) == (3e-4, 1e-4, 1e-2)
+
+
+@pytest.mark.parametrize("text", ["3e-4x", "nan", ".inf", "1_0", "0x10", ""])
+def test_only_clean_numeric_strings_count_as_numbers(text):
+    assert train_error({"lr": text}).endswith(f"lr={text!r}: must be a number > 0")
+
+
+# ---------------------------------------------------------------- bad values: one clear line each
+
+TRAIN_ERRORS = [
+    ("max_grad_norm=true", "max_grad_norm=True: must be a number > 0, or null to disable clipping"),
+    ("max_grad_norm=0", "max_grad_norm=0: must be a number > 0, or null to disable clipping"),
+    ("epochs=2.5", "epochs=2.5: must be a positive integer"),
+    ("epochs=true", "epochs=True: must be a positive integer"),
+    ("epochs='3'", "epochs='3': must be a positive integer"),
+    ("micro_batch_size=0", "micro_batch_size=0: must be a positive integer"),
+    ("micro_batch_size=abc", "micro_batch_size='abc': must be a positive integer"),
+    ("lr=abc", "lr='abc': must be a number > 0"),
+    ("lr=-1", "lr=-1: must be a number > 0"),
+    ("lr=0", "lr=0: must be a number > 0"),
+    ("weight_decay=-0.1", "weight_decay=-0.1: must be a number >= 0"),
+    ("dropout=1.5", "dropout=1.5: must be a number in [0, 1)"),
+    ("dropout=1", "dropout=1: must be a number in [0, 1)"),
+    ("val_fraction=1", "val_fraction=1: must be a number between 0 and 1 (validation units"),
+    ("ema_decay=1", "ema_decay=1: must be a number in [0, 1) (0 turns the weight average off)"),
+    ("smoothing_alpha=0", "smoothing_alpha=0: must be a number in (0, 1]"),
+    ("smoothing_alpha=1.5", "smoothing_alpha=1.5: must be a number in (0, 1]"),
+    ("smoothing_alpha=abc", "smoothing_alpha='abc': must be a number in (0, 1]"),
+    ("seed=-1", "seed=-1: must be a non-negative integer"),
+    ("deterministic=maybe", "deterministic='maybe': must be true or false"),
+    ("register=1", "register=1: must be true or false"),
+    ("precision=fp8", "precision='fp8': must be one of auto, fp32, fp16, bf16"),
+    ("model=mlp", "model='mlp': must be one of cnn, lstm, gru, transformer"),
+    ("scheduler=step", "scheduler='step': must be one of none, cosine, onecycle"),
+    ("device=tpu", "device='tpu': must be one of auto, cpu, cuda"),
+    ("normalization=robust", "normalization='robust': must be one of minmax, zscore"),
+    ("subset=FD009", "subset='FD009': must be one of FD001, FD002, FD003, FD004"),
+    ("features=[s_99]", "features=['s_99']: unknown feature columns ['s_99']"),
+    ("features=some", "features='some': features must be one of ['all', 'informative']"),
+    ("features=5", "features=5: must be 'informative', 'all' or a list of sensor columns"),
+    ("data_dir=5", "data_dir=5: must be a string or null"),
+    (["model=transformer", "hidden_size=50"], "hidden_size=50: must be divisible by num_heads=4"),
+    ("epoch=3", "unknown key(s) 'epoch' (did you mean 'epochs'?)"),
+    ("lerning_rate=1", "unknown key(s) 'lerning_rate' (did you mean 'lr'?)"),
+    ("batch_size=64", "unknown key(s) 'batch_size' (did you mean 'micro_batch_size'?)"),
+    ("colour=red", "unknown key(s) 'colour'"),
+]
+
+
+@pytest.mark.parametrize("override,message", TRAIN_ERRORS)
+def test_bad_training_values_are_one_clear_line(override, message):
+    text = train_error(override)
+    assert text.startswith(f"{TRAIN_PATH}: {message}"), text
+    assert "\n" not in text and "validation error" not in text and "pydantic" not in text
+
+
+def test_source_is_config_without_a_file():
+    with pytest.raises(cfg.ConfigError, match=r"^config: epochs=0: must be a positive integer$"):
+        cfg.load(None, ["epochs=0"])
+
+
+def test_tuning_keys_given_to_train_point_to_rul_tune():
+    assert train_error("n_trials=3") == (
+        f"{TRAIN_PATH}: 'n_trials' is a tuning key used by `rul tune`, not by `rul train`")
+    with pytest.raises(cfg.ConfigError) as error:
+        cfg.load(TUNE_PATH)  # the tuning file read by `rul train`
+    assert str(error.value) == (
+        f"{TUNE_PATH}: 'n_trials', 'max_effective_batch', 'search_space' are tuning keys used "
+        "by `rul tune`, not by `rul train`")
+
+
+def test_several_problems_are_reported_together_one_per_line():
+    lines = train_error(["foo=1", "epochs=0", "lr=-1", "n_trials=2"]).splitlines()
+    assert lines == [
+        f"{TRAIN_PATH}: unknown key(s) 'foo'",
+        f"{TRAIN_PATH}: 'n_trials' is a tuning key used by `rul tune`, not by `rul train`",
+        f"{TRAIN_PATH}: epochs=0: must be a positive integer",
+        f"{TRAIN_PATH}: lr=-1: must be a number > 0",
+    ]
+
+
+def test_bad_override_and_bad_files_are_named(tmp_path):
+    assert "override 'noequals' must look like key=value" in train_error("noequals")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("epochs: [1,\n")
+    with pytest.raises(cfg.ConfigError, match="bad.yaml: not valid YAML"):
+        cfg.load(bad)
+    with pytest.raises(cfg.ConfigError, match="missing.yaml: config file not found"):
+        cfg.load(tmp_path / "missing.yaml")
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- epochs\n")
+    with pytest.raises(cfg.ConfigError, match="list.yaml: expected a mapping"):
+        cfg.load_tuning(listing)
+
+
+# ---------------------------------------------------------------- tuning config
+
+FLOAT_LR = {"type": "float", "low": 1e-4, "high": 1e-2}
+TUNE_ERRORS = [
+    ({"pruner_warmup_epochs": -3}, "pruner_warmup_epochs=-3: must be a non-negative integer"),
+    ({"n_trials": 0}, "n_trials=0: must be a positive integer"),
+    ({"pruner": "asha"}, "pruner='asha': must be one of median, hyperband, none"),
+    ({"max_effective_batch": 0}, "max_effective_batch=0: must be a positive integer or null"),
+    ({"scale_lr_with_batch": "yes"}, "scale_lr_with_batch='yes': must be true or false"),
+    ({"max_effective_batch": 16}, "max_effective_batch=16: every trial would be pruned: the "
+     "smallest effective batch (micro_batch_size x accumulation_steps) is 32x1=32"),
+    ({"n_trial": 3}, "unknown key(s) 'n_trial' (did you mean 'n_trials'?)"),
+    ({"lerning_rate": 1}, "unknown key(s) 'lerning_rate' (did you mean 'lr'?)"),
+    ({"epochs": 0}, "epochs=0: must be a positive integer"),  # training keys checked too
+    ({"search_space": 5}, "search_space=5: must be a mapping of training keys to distributions"),
+    ({"search_space": {"lerning_rate": FLOAT_LR}},
+     "search_space: 'lerning_rate' is not a tunable training key (did you mean 'lr'?)"),
+    ({"search_space": {"data_dir": {"type": "categorical", "choices": ["a", "b"]}}},
+     "search_space: 'data_dir' is not a tunable training key"),
+    ({"search_space": {"tracking_uri": {"type": "categorical", "choices": ["a"]}}},
+     "search_space: 'tracking_uri' is not a tunable training key"),
+    ({"search_space": {"n_trials": {"type": "int", "low": 1, "high": 3}}},
+     "search_space: 'n_trials' is not a tunable training key"),
+    ({"search_space": {"lr": {"type": "normal", "low": 0, "high": 1}}},
+     "search_space.lr: needs type categorical (choices) or int/float (low, high, optional log)"),
+    ({"search_space": {"lr": {"low": 0, "high": 1}}},
+     "search_space.lr: needs type categorical (choices) or int/float (low, high, optional log)"),
+    ({"search_space": {"lr": 0.1}},
+     "search_space.lr: needs type categorical (choices) or int/float (low, high, optional log)"),
+    ({"search_space": {"model": {"type": "categorical", "choices": []}}},
+     "search_space.model: choices=[]: must be a non-empty list of values"),
+    ({"search_space": {"model": {"type": "categorical"}}},
+     "search_space.model: choices is missing (categorical needs choices)"),
+    ({"search_space": {"model": {"type": "categorical", "choices": ["cnn", "mlp"]}}},
+     "search_space.model: choice 'mlp': must be one of cnn, lstm, gru, transformer"),
+    ({"search_space": {"lr": {"type": "float", "low": 1e-2, "high": 1e-4}}},
+     "search_space.lr: low=0.01: must be less than high=0.0001"),
+    ({"search_space": {"num_layers": {"type": "int", "low": 3, "high": 3}}},
+     "search_space.num_layers: low=3: must be less than high=3"),
+    ({"search_space": {"lr": {"type": "float", "low": 0, "high": 1e-2, "log": True}}},
+     "search_space.lr: low=0.0: must be > 0 with log: true"),
+    ({"search_space": {"lr": {"type": "float", "high": 1e-2}}},
+     "search_space.lr: low is missing (float needs low, high and optional log)"),
+    ({"search_space": {"lr": {**FLOAT_LR, "logg": True}}},
+     "search_space.lr: unknown key 'logg' (did you mean 'log'?)"),
+    ({"search_space": {"lr": {**FLOAT_LR, "log": "yes"}}},
+     "search_space.lr: log='yes': must be true or false"),
+    ({"search_space": {"num_layers": {"type": "int", "low": 1.5, "high": 3}}},
+     "search_space.num_layers: low=1.5: must be an integer"),
+    ({"search_space": {"dropout": {"type": "float", "low": 0, "high": 1.5}}},
+     "search_space.dropout: high=1.5: must be a number in [0, 1)"),
+    ({"search_space": {"num_layers": {"type": "float", "low": 1, "high": 4}}},
+     "search_space.num_layers: low=1.0: must be a positive integer (type float draws fractions"),
+    ({"search_space": {"num_layers": {"type": "int", "low": 0, "high": 4}}},
+     "search_space.num_layers: low=0: must be a positive integer"),
+]
+
+
+@pytest.mark.parametrize("changes,message", TUNE_ERRORS)
+def test_bad_tuning_values_are_one_clear_line(changes, message):
+    text = tune_error(changes)
+    assert text.startswith(f"{TUNE_PATH}: {message}"), text
+    assert "\n" not in text and "validation error" not in text
+
+
+def test_tuning_splits_the_flat_file_and_overrides():
+    t = cfg.load_tuning(TUNE_PATH, ["lr=2e-3", "n_trials=4", "pruner=hyperband",
+                                    "search_space={lr: {type: float, low: 1e-4, high: 1e-2}}"])
+    assert isinstance(t.train, cfg.TrainConfig)
+    assert (t.train.lr, t.train.epochs, t.n_trials, t.pruner) == (2e-3, 12, 4, "hyperband")
+    assert list(t.search_space) == ["lr"]
+    assert isinstance(t.search_space["lr"], cfg.FloatRange) and not t.search_space["lr"].log
+    flat = t.to_dict()
+    assert flat["lr"] == 2e-3 and flat["n_trials"] == 4 and "train" not in flat
+    assert cfg.build_tuning(flat) == t  # the flat form round-trips
+
+
+def test_cross_field_values_of_a_trial_are_left_to_the_trial():
+    """hidden_size 50 is fine for the field; with a transformer it is the trial that is pruned."""
+    t = cfg.load_tuning(TUNE_PATH, {"model": "transformer", "hidden_size": 64})
+    assert t.search_space["hidden_size"].choices == [50, 100, 200]
+
+
+# ---------------------------------------------------------------- immutability, replace
+
+
+def test_replace_returns_a_revalidated_copy():
+    base = cfg.load(TRAIN_PATH)
+    changed = base.replace(lr="5e-4", epochs=3)
+    assert (changed.lr, changed.epochs) == (5e-4, 3)
+    assert (base.lr, base.epochs) == (1e-3, 100)  # the original is untouched
+    with pytest.raises(cfg.ConfigError, match=r"^config: epochs=0: must be a positive integer$"):
+        base.replace(epochs=0)
+    with pytest.raises(cfg.ConfigError, match="hidden_size=50: must be divisible by num_heads=4"):
+        base.replace(model="transformer", hidden_size=50)
+    with pytest.raises(cfg.ConfigError, match="'n_trials' is a tuning key"):
+        base.replace(n_trials=3)
+    with pytest.raises(ValueError, match="frozen"):
+        base.epochs = 0
+    tuning = cfg.load_tuning(TUNE_PATH)
+    with pytest.raises(cfg.ConfigError, match="pruner_warmup_epochs=-1: must be a non-negative"):
+        tuning.replace(pruner_warmup_epochs=-1)
+    with pytest.raises(cfg.ConfigError, match="dropout=2: must be a number in"):
+        tuning.replace(dropout=2)
+
+
+def test_configs_stored_with_older_models_still_load():
+    stored = {**OLD_FD001, "search_space": {}, "n_trials": 12, "pruner": "median",
+              "pruner_warmup_epochs": 3, "study_name": None, "max_effective_batch": None,
+              "scale_lr_with_batch": False}
+    assert cfg.from_stored(stored).to_dict() == OLD_FD001
+
+
+# ---------------------------------------------------------------- command line
+
+
+@pytest.mark.parametrize("args,message", [
+    (["train", str(TRAIN_PATH), "epochs=0"], "epochs=0: must be a positive integer"),
+    (["train", "lerning_rate=0.1"], "config: unknown key(s) 'lerning_rate' (did you mean 'lr'?)"),
+    (["train", str(TUNE_PATH)], "are tuning keys used by `rul tune`, not by `rul train`"),
+    (["tune", str(TUNE_PATH), "pruner_warmup_epochs=-3"],
+     "pruner_warmup_epochs=-3: must be a non-negative integer"),
+    (["tune", str(TUNE_PATH), "search_space={lr: {type: float, low: 1, high: 0.1}}"],
+     "search_space.lr: low=1.0: must be less than high=0.1"),
+])
+def test_cli_refuses_bad_configs_with_exit_code_2_and_no_traceback(args, message, tmp_path,
+                                                                   monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written
