@@ -4,6 +4,12 @@ The first SIGINT raises KeyboardInterrupt and the first SIGTERM (what schedulers
 and `timeout` send) raises Terminated, a KeyboardInterrupt too; any signal after that is
 noted and ignored, so that a second Ctrl-C cannot cut the clean-up short and leave a run
 RUNNING. Exit codes follow the shell's convention: 130 for SIGINT, 143 for SIGTERM.
+
+An exception raised in the middle of a database write (MLflow's or Optuna's SQLite store)
+can leave that database locked, and then the clean-up itself fails. Such writes run inside
+`deferred()`: a signal that arrives there is raised as soon as the block ends. Code that
+calls into a library that writes (Optuna's optimize) can defer the whole call and mark the
+parts where an immediate stop is safe with `immediate()` (a trial's training).
 """
 
 import signal
@@ -18,10 +24,41 @@ def exit_code(interruption: KeyboardInterrupt) -> int:
     return 128 + (signal.SIGTERM if isinstance(interruption, Terminated) else signal.SIGINT)
 
 
+_modes: list[bool] = [True]  # innermost last: True = raise at once, False = defer
+_pending: list[KeyboardInterrupt] = []
+
+
+def _raise_pending() -> None:
+    if _pending and _modes[-1]:
+        raise _pending.pop()
+
+
+@contextmanager
+def deferred():
+    """A signal inside this block is raised when the block ends (never inside it)."""
+    _modes.append(False)
+    try:
+        yield
+    finally:
+        _modes.pop()
+    _raise_pending()
+
+
+@contextmanager
+def immediate():
+    """Inside a deferred block: here a signal raises at once (and a pending one now)."""
+    _modes.append(True)
+    try:
+        _raise_pending()
+        yield
+    finally:
+        _modes.pop()
+
+
 @contextmanager
 def interrupts_as_exceptions(on_first_signal=None):
     """Inside the block, SIGINT/SIGTERM raise as above; `on_first_signal()` runs just before
-    the first one raises (e.g. to quiet a library's logging of the interruption)."""
+    the first one is raised or deferred (e.g. to quiet a library's logging of it)."""
     received: list[int] = []
 
     def handler(signum, frame):
@@ -30,11 +67,15 @@ def interrupts_as_exceptions(on_first_signal=None):
         received.append(signum)
         if on_first_signal is not None:
             on_first_signal()
-        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        interruption = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        if _modes[-1]:
+            raise interruption
+        _pending.append(interruption)
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield received
     finally:
+        _pending.clear()
         for s, h in previous.items():  # once interrupted, the process is on its way out
             signal.signal(s, signal.SIG_IGN if received else h)

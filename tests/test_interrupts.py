@@ -124,3 +124,28 @@ def test_tune_ends_parent_and_trial_runs_killed_on_a_signal(tmp_path, real_data_
             JournalFileBackend(storage)))
     states = {t.state for t in study.trials}
     assert optuna.trial.TrialState.RUNNING not in states
+
+
+def test_a_signal_inside_a_deferred_block_is_raised_when_the_block_ends():
+    """A database write is never cut in half: the signal waits for the block, then raises;
+    inside `immediate()` it raises at once; a second signal is ignored."""
+    from rul.interrupts import Terminated, deferred, immediate, interrupts_as_exceptions
+
+    done = []
+    with pytest.raises(Terminated), interrupts_as_exceptions():
+        with deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            done.append("write finished")
+            os.kill(os.getpid(), signal.SIGINT)  # second signal: ignored
+        done.append("not reached")
+    assert done == ["write finished"]
+
+    with pytest.raises(KeyboardInterrupt), interrupts_as_exceptions(), deferred(), immediate():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        done.append("not reached either")
+    assert done == ["write finished"]
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # on its way out
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)

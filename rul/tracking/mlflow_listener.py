@@ -11,6 +11,7 @@ import time
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
+from rul.interrupts import deferred
 from rul.training.listener import TrainingListener
 
 MAX_METRICS_PER_CALL = 1000  # MLflow's log_batch limit
@@ -46,6 +47,8 @@ class MLflowListener(TrainingListener):
         self.flush()
 
     def flush(self) -> None:
-        for i in range(0, len(self.buffer), MAX_METRICS_PER_CALL):
-            self.client.log_batch(self.run_id, metrics=self.buffer[i : i + MAX_METRICS_PER_CALL])
+        with deferred():  # a signal must not cut a database write in half
+            for i in range(0, len(self.buffer), MAX_METRICS_PER_CALL):
+                self.client.log_batch(self.run_id,
+                                      metrics=self.buffer[i : i + MAX_METRICS_PER_CALL])
         self.buffer = []

@@ -22,6 +22,7 @@ from mlflow.utils import mlflow_tags
 
 from rul.config import Config
 from rul.data.split import rows_of
+from rul.interrupts import deferred
 from rul.tracking import figures
 from rul.tracking.lifecycle import run_ends_cleanly
 from rul.tracking.mlflow_listener import MLflowListener
@@ -77,20 +78,11 @@ def train_tracked(config: Config, resume: bool | str = False, progress: bool = T
     experiment_id = ensure_experiment(config.experiment_name)
     client = MlflowClient()
     checkpoints = RunCheckpoints(config.checkpoint_dir)
-    digest = config_digest(config)
-    if resume:
-        run_id = checkpoints.resumable_run(client, experiment_id, digest,
-                                           None if resume is True else resume)
-        client.update_run(run_id, status="RUNNING")
-    else:
-        tags = {**_source_tags(), CONFIG_DIGEST_TAG: digest}
-        if parent_run_id:
-            tags[mlflow_tags.MLFLOW_PARENT_RUN_ID] = parent_run_id
-        run_id = client.create_run(experiment_id, tags=tags,
-                                   run_name=run_name or config.run_name or default_run_name(config)
-                                   ).info.run_id
-    if on_run_created is not None:
-        on_run_created(run_id)
+    with deferred():  # the run and its identity are written whole, or not at all
+        run_id = _open_run(config, client, experiment_id, checkpoints, resume, parent_run_id,
+                           run_name)
+        if on_run_created is not None:
+            on_run_created(run_id)
     try:
         tracker = MLflowListener(run_id, amp=precision.use_scaler,
                                  scheduled_lr=config.scheduler != "none",
@@ -102,6 +94,21 @@ def train_tracked(config: Config, resume: bool | str = False, progress: bool = T
             checkpoints.remove(run_id)
 
 
+def _open_run(config, client, experiment_id, checkpoints, resume, parent_run_id, run_name):
+    """The run to train in: a new one, or the one `resume` continues (marked RUNNING)."""
+    digest = config_digest(config)
+    if resume:
+        run_id = checkpoints.resumable_run(client, experiment_id, digest,
+                                           None if resume is True else resume)
+        client.update_run(run_id, status="RUNNING")
+        return run_id
+    tags = {**_source_tags(), CONFIG_DIGEST_TAG: digest}
+    if parent_run_id:
+        tags[mlflow_tags.MLFLOW_PARENT_RUN_ID] = parent_run_id
+    name = run_name or config.run_name or default_run_name(config)
+    return client.create_run(experiment_id, tags=tags, run_name=name).info.run_id
+
+
 def _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_run_id,
                   extra_tags, listener, register, stop_exceptions):
     with run_ends_cleanly(run_id, stop_exceptions), checkpoints.held(run_id) as checkpointer, \
@@ -111,14 +118,16 @@ def _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_ru
             print(f"resuming run {run_id} after epoch {resume_from['train_state'].epoch}",
                   file=sys.stderr)
         if resume_from is None:
-            _log_params_and_tags(config, data, extra_tags)
+            with deferred():
+                _log_params_and_tags(config, data, extra_tags)
         outcome = run_training(config, data, listener=listener,
                                checkpointer=checkpointer, resume_from=resume_from,
                                progress=progress)
-        _log_results(outcome)
-        if config.register if register is None else register:
-            register_and_promote(outcome.model_uri, registered_model_name(config.subset),
-                                 run_id, outcome.state.best_val_rmse)
+        with deferred():  # results, model and registration: whole, then the signal
+            _log_results(outcome)
+            if config.register if register is None else register:
+                register_and_promote(outcome.model_uri, registered_model_name(config.subset),
+                                     run_id, outcome.state.best_val_rmse)
     checkpoints.remove(run_id)  # finished: the model lives in MLflow
     return outcome, run_id
 

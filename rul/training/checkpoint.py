@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rul.interrupts import deferred
+
 
 def rng_state() -> dict:
     state = {"python": random.getstate(), "numpy": np.random.get_state(),
@@ -44,7 +46,8 @@ class Checkpointer:
         self.path = Path(path)
 
     def save(self, parts, state) -> None:
-        save(self.path, {**parts.state_dict(), "train_state": state, "rng": rng_state()})
+        with deferred():  # a signal waits for the file to be complete
+            save(self.path, {**parts.state_dict(), "train_state": state, "rng": rng_state()})
 
     def load(self, device: torch.device | str = "cpu") -> dict:
         if not self.path.is_file():

@@ -18,7 +18,7 @@ import optuna
 from mlflow.tracking import MlflowClient
 
 from rul.config import TuningConfig
-from rul.interrupts import exit_code, interrupts_as_exceptions
+from rul.interrupts import deferred, exit_code, immediate, interrupts_as_exceptions
 from rul.tracking.lifecycle import run_ends_cleanly
 from rul.tracking.registry import register_and_promote, registered_model_name
 from rul.tracking.store import configure, ensure_experiment
@@ -78,7 +78,8 @@ class PruningListener(TrainingListener):
         self.trial = trial
 
     def on_epoch(self, epoch, step, metrics) -> None:
-        self.trial.report(metrics["val_rmse"], epoch)  # per epoch: fair across K
+        with deferred():  # Optuna's storage write
+            self.trial.report(metrics["val_rmse"], epoch)  # per epoch: fair across K
         if self.trial.should_prune():
             raise optuna.TrialPruned(f"pruned at epoch {epoch}: "
                                      f"val_rmse {metrics['val_rmse']:.3f}")
@@ -95,12 +96,13 @@ def objective_for(base: TuningConfig, parent_run_id: str):
                                     checkpoint_dir=str(Path(base.train.checkpoint_dir) / "tune"))
         tags = {"optuna.trial": str(trial.number), "optuna.study": trial.study.study_name}
         try:
-            outcome, _ = train_tracked(
-                config, progress=False, parent_run_id=parent_run_id,
-                run_name=f"trial-{trial.number:03d}", extra_tags=tags, register=False,
-                resumable=False, listener=PruningListener(trial),
-                on_run_created=lambda run_id: trial.set_user_attr("mlflow_run_id", run_id),
-                stop_exceptions=(optuna.TrialPruned,))
+            with immediate():  # training may stop at once; its own writes defer the signal
+                outcome, _ = train_tracked(
+                    config, progress=False, parent_run_id=parent_run_id,
+                    run_name=f"trial-{trial.number:03d}", extra_tags=tags, register=False,
+                    resumable=False, listener=PruningListener(trial),
+                    on_run_created=lambda run_id: trial.set_user_attr("mlflow_run_id", run_id),
+                    stop_exceptions=(optuna.TrialPruned,))
         except optuna.TrialPruned as pruned:
             _mark(trial, "PRUNED", str(pruned))
             raise
@@ -157,10 +159,11 @@ def _worker(config: TuningConfig, storage_url, workers, study_name, parent_run_i
     configure(config.train.tracking_uri)
     study = load_study(config, open_storage(storage_url, workers), study_name, worker)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study.optimize(
-        objective_for(config, parent_run_id), timeout=timeout, catch=(Exception,),
-        callbacks=[optuna.study.MaxTrialsCallback(target, states=STARTED)],
-    )
+    with deferred():  # Optuna's own storage writes are never cut; trials train `immediate`
+        study.optimize(
+            objective_for(config, parent_run_id), timeout=timeout, catch=(Exception,),
+            callbacks=[optuna.study.MaxTrialsCallback(target, states=STARTED)],
+        )
 
 
 def quiet_optuna() -> None:
