@@ -93,5 +93,7 @@ def _diagnose_lines(path: Path) -> None:
             except ValueError:
                 finite = True
             if not finite:
-                raise DataError(path, f"line {number}, column {column}: value {token} is not finite")
+                raise DataError(
+                    path, f"line {number}, column {column}: value {token} is not finite"
+                )
             raise DataError(path, f"line {number}, column {column}: {token!r} is not a number")
