@@ -34,12 +34,12 @@ def validate_rows(frame: pd.DataFrame, source: str | Path = "input") -> pd.DataF
         raise DataError(source, f"missing columns {missing}; expected {', '.join(COLUMNS)}")
     if frame.empty:
         raise DataError(source, "no rows")
-    columns = {name: _numeric(source, frame[name]) for name in COLUMNS}
-    for name in ID_COLUMNS:
-        columns[name] = _positive_whole(source, name, columns[name])
-    typed = pd.DataFrame(columns, columns=COLUMNS)
-    typed.index = pd.RangeIndex(len(typed))
-    typed = typed.astype({c: np.float64 for c in VALUE_COLUMNS})
+    values = np.empty((len(frame), len(VALUE_COLUMNS)), dtype=np.float64)
+    for j, name in enumerate(VALUE_COLUMNS):
+        values[:, j] = _numeric(source, frame[name])
+    typed = pd.DataFrame(values, columns=VALUE_COLUMNS)
+    for position, name in enumerate(ID_COLUMNS):
+        typed.insert(position, name, _positive_whole(source, name, _numeric(source, frame[name])))
     check_ordering(source, typed)
     return typed
 
@@ -74,7 +74,7 @@ def _positive_whole(source, name: str, values: np.ndarray) -> np.ndarray:
     if bad.any():
         row = int(np.argmax(bad))
         raise DataError(
-            source, f"row {row + 1}: {name} {values[row]} is not a positive whole number"
+            source, f"row {row + 1}: {name} {values[row]:g} is not a positive whole number"
         )
     return values.astype(np.int64)
 
