@@ -465,3 +465,28 @@ def test_champion_loads_in_a_clean_virtualenv_without_rul(tmp_path, real_data_di
     assert not result["padded"].any()
     print(f"clean venv: pip install {time.monotonic() - started:.0f} s")
     shutil.rmtree(venv, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ the DCNN's padding
+
+
+@pytest.mark.parametrize("kernel", [2, 3, 10])
+def test_time_conv_equals_same_padding_without_any_warning(kernel, recwarn):
+    import warnings
+
+    from rul.models.cnn import TimeConv
+
+    torch.manual_seed(kernel)
+    conv = TimeConv(2, 3, kernel)
+    reference = torch.nn.Conv2d(2, 3, (kernel, 1), padding="same")
+    reference.load_state_dict(conv.state_dict())
+    x = torch.randn(4, 2, 30, 14)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = reference(x)
+    recwarn.clear()
+    out = conv(x)
+    assert out.shape == expected.shape == (4, 3, 30, 14)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
+    assert not [w for w in recwarn if "padding" in str(w.message)]
+    assert not [f for f in warnings.filters if "even kernel" in str(f[1])]  # no global filter

@@ -6,25 +6,27 @@ fully connected layer. No BatchNorm (it would break accumulated == large-batch e
 """
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 
 class TimeConv(nn.Conv2d):
     """A (k, 1) convolution along time with "same" output length, padded explicitly.
 
-    PyTorch's padding="same" pads an even kernel asymmetrically through an internal copy and
-    warns about it; this pads the same way ((k-1)//2 before, the rest after) without the
-    warning, and keeps nn.Conv2d's parameters (state dicts are unchanged).
+    PyTorch's padding="same" pads an even kernel asymmetrically ((k-1)//2 before, the rest
+    after) through an internal copy and warns about it. This pads k//2 on both sides inside
+    the convolution and drops the one extra leading output step of an even kernel: the same
+    numbers, no copy, no warning (1-thread forward+backward of 256x30x14 as fast as before),
+    and nn.Conv2d's parameters (state dicts are unchanged).
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int):
-        super().__init__(in_channels, out_channels, (kernel_size, 1))
-        total = kernel_size - 1
-        self.time_padding = (0, 0, total // 2, total - total // 2)
+        super().__init__(in_channels, out_channels, (kernel_size, 1),
+                         padding=(kernel_size // 2, 0))
+        self.trim = 1 - kernel_size % 2  # an even kernel gives one extra leading step
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(F.pad(x, self.time_padding))
+        out = super().forward(x)
+        return out[:, :, self.trim:] if self.trim else out
 
 
 class DCNN(nn.Module):
