@@ -490,3 +490,17 @@ def test_time_conv_equals_same_padding_without_any_warning(kernel, recwarn):
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
     assert not [w for w in recwarn if "padding" in str(w.message)]
     assert not [f for f in warnings.filters if "even kernel" in str(f[1])]  # no global filter
+
+
+def test_models_logged_with_the_whole_config_still_load(tmp_path, fd001):
+    """Before inference specs, models stored the training config (config.json)."""
+    from rul.serving.pyfunc_model import load_spec
+
+    outcome = tiny_outcome(fd001)
+    config = {"model": "cnn", "window": 30, "rul_cap": 125, "lr": 1e-3, "epochs": 2,
+              "removed_key": True, **ARCH}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    spec = load_spec({"config": str(tmp_path / "config.json")}, outcome.data.preprocessor)
+    assert spec == InferenceSpec("cnn", 30, 125.0, 14, ARCH)
+    network = spec.build_network()
+    network.load_state_dict(outcome.model.state_dict())  # same architecture, same keys
