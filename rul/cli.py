@@ -90,19 +90,27 @@ def browse_hint(tracking_uri: str) -> str:
 @click.option("--model", "model_uri", required=True,
               help="Model URI, e.g. models:/rul-fd001@champion or runs:/<id>/model")
 @click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
-              help="C-MAPSS rows: a test_FDxxx.txt file or a CSV with named columns.")
-@click.option("--output", type=click.Path(dir_okay=False), help="CSV to write (default: stdout)")
+              help="C-MAPSS rows: a test_FDxxx.txt file, or a CSV with or without a header.")
+@click.option("--output", type=click.Path(dir_okay=False),
+              help="CSV to write (default: stdout); its folder must exist.")
 @click.option("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI or ./mlflow.db)")
-def predict(model_uri, input_path, output, tracking_uri):
-    """Predict the RUL of each engine at its last cycle; writes CSV `unit,rul`."""
-    from rul.predict import predict_file
+@click.option("--short-history", type=click.Choice(["pad", "reject"]), default="pad",
+              show_default=True,
+              help="A unit with fewer rows than the window: edge-pad it (flagged `padded`) "
+                   "or reject the input.")
+def predict(model_uri, input_path, output, tracking_uri, short_history):
+    """Predict the RUL of each engine at its last cycle; writes CSV `unit,rul,padded`."""
+    from rul.inference import predict_file, write_predictions
 
     try:
-        result = predict_file(model_uri, input_path, tracking_uri)
+        if output and not Path(output).parent.is_dir():  # before the work, not after it
+            raise UserError(f"{output}: folder {Path(output).parent} does not exist")
+        result = predict_file(model_uri, input_path, tracking_uri, short_history)
+        if output:
+            write_predictions(result, output)
     except (*_user_errors(), ValueError) as error:
         raise UserError(str(error)) from None
     if output:
-        result.to_csv(output, index=False)
         click.echo(f"wrote {len(result)} predictions to {output}", err=True)
     else:
         click.echo(result.to_csv(index=False), nl=False)

@@ -156,7 +156,7 @@ def test_missing_file(tmp_path):
 
 @pytest.mark.parametrize(
     ("name", "token", "shown"),
-    [("cycle", "0", "cycle 0.0"), ("unit", "1.5", "unit 1.5"), ("cycle", "-3", "cycle -3.0")],
+    [("cycle", "0", "cycle 0"), ("unit", "1.5", "unit 1.5"), ("cycle", "-3", "cycle -3")],
 )
 def test_unit_and_cycle_must_be_positive_whole_numbers(train_path, rewrite, name, token, shown):
     def edit(tokens):

@@ -10,6 +10,7 @@ from rul.data.schema import COLUMNS, INFORMATIVE_SENSORS, SETTING_COLUMNS
 from rul.data.split import rows_of, split_units
 from rul.preprocessing import Preprocessor, WindowSet, piecewise_rul
 from rul.preprocessing.smoothing import smooth_per_unit
+from rul.preprocessing.windows import ShortUnitWarning
 
 WINDOW = 30
 
@@ -347,9 +348,33 @@ def test_short_test_unit_is_front_padded_with_its_first_row(make_frame):
     np.testing.assert_array_equal(windows[1], values[10 + 40 - WINDOW:50])
     np.testing.assert_array_equal(windows[2], values[50:80])  # exactly one window long
     # no full window exists for the short unit
-    ws = prep.windows(test)
+    with pytest.warns(ShortUnitWarning):
+        ws = prep.windows(test)
     assert set(ws.units) == {2, 3}
     assert len(ws) == (40 - 29) + (30 - 29)
+
+
+def test_short_training_units_are_dropped_recorded_and_named_in_a_warning(make_frame):
+    train = make_frame((60, 12, 50, 29, 30), seed=0)
+    prep = Preprocessor(window=WINDOW).fit(train)
+
+    with pytest.warns(ShortUnitWarning) as caught:
+        ws = prep.windows(train)
+
+    assert ws.dropped_units == {2: 12, 4: 29}
+    assert ws.windows_lost == 41
+    assert len(ws) == (60 - 29) + (50 - 29) + (30 - 29)
+    assert set(ws.units) == {1, 3, 5}
+    (warning,) = caught
+    message = str(warning.message)
+    assert "unit 2 (12 rows)" in message and "unit 4 (29 rows)" in message
+    assert "41 windows lost" in message and "30 cycles" in message
+    assert warning.filename == __file__  # points at the caller of windows()
+
+
+def test_no_short_unit_no_warning(fd001_windows):
+    _, ws = fd001_windows
+    assert ws.dropped_units == {} and ws.windows_lost == 0
 
 
 def test_unit_of_one_cycle_is_all_padding(make_frame):

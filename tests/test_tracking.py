@@ -1,22 +1,16 @@
 """MLflow tracking end to end, against a real SQLite store in a temporary folder.
 
 One tiny tracked training on the real FD001 data is shared by most tests (module fixture);
-the registry, failure, Ctrl-C and serving tests add a few more short runs to the same store.
+the registry, failure and Ctrl-C tests add a few more short runs to the same store. Inference
+and serving are tested in test_inference.py and test_serving.py.
 """
 
 import hashlib
-import io
-import json
 import math
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,13 +18,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
 from rul import config as cfg
-from rul.cli import main
 from rul.data import DataError
-from rul.data.reader import read_trajectories
 from rul.tracking.registry import CHAMPION, register_and_promote
 from rul.tracking.run_checkpoints import RunCheckpoints
 from rul.tracking.tracked_run import train_tracked
@@ -209,7 +200,7 @@ def test_champion_loads_in_a_fresh_process(store, trained, real_data_dir):
     assert done.returncode == 0, done.stderr[-3000:]
     result = pd.read_csv(output)
     expected = trained.outcome.predictions
-    assert list(result.columns) == ["unit", "rul"]
+    assert list(result.columns) == ["unit", "rul", "padded"]
     np.testing.assert_array_equal(result["unit"], expected["unit"])
     np.testing.assert_allclose(result["rul"], expected["predicted_rul"], atol=1e-4, rtol=0)
 
@@ -335,90 +326,3 @@ def test_two_runs_of_one_config_never_share_a_checkpoint(store, client):
     assert newest == killed[1] and not paths[1].exists()
     with pytest.raises(FileNotFoundError, match="nothing to resume"):
         train_tracked(config, resume=True, progress=False)
-
-
-# ---------------------------------------------------------------- rul predict
-
-
-def test_cli_predict_prints_one_row_per_test_unit(store, trained, real_data_dir):
-    result = CliRunner().invoke(main, [
-        "predict", "--model", f"runs:/{trained.run_id}/model",
-        "--input", str(Path(real_data_dir) / "test_FD001.txt"), "--tracking-uri", store.uri,
-    ])
-    assert result.exit_code == 0, result.output
-    lines = result.stdout.splitlines()
-    assert lines[0] == "unit,rul"
-    assert len(lines) == 101
-    printed = pd.read_csv(io.StringIO(result.stdout))
-    np.testing.assert_allclose(printed["rul"], trained.outcome.predictions["predicted_rul"],
-                               atol=1e-4, rtol=0)
-
-
-def test_cli_predict_names_a_missing_column(store, real_data_dir):
-    rows = read_trajectories(Path(real_data_dir) / "test_FD001.txt")
-    path = store.root / "no_s4.csv"
-    rows[rows["unit"] <= 2].drop(columns="s_4").to_csv(path, index=False)
-    result = CliRunner().invoke(main, ["predict", "--model", "models:/rul-fd001@champion",
-                                       "--input", str(path), "--tracking-uri", store.uri])
-    assert result.exit_code == 2
-    assert str(path) in result.output
-    assert "'s_4'" in result.output
-    assert "Traceback" not in result.output
-    assert isinstance(result.exception, SystemExit)
-
-
-# ---------------------------------------------------------------- serving
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.mark.slow
-def test_served_champion_answers_like_the_in_process_model(store, trained, real_data_dir):
-    rows = read_trajectories(Path(real_data_dir) / "test_FD001.txt")
-    rows = rows[rows["unit"].isin([1, 2])]
-    split = json.loads(rows.to_json(orient="split", index=False))
-    body = json.dumps({"dataframe_split": {"columns": split["columns"], "data": split["data"]}})
-    port = _free_port()
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store.uri,
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    log = open(store.root / "serve.log", "wb")  # noqa: SIM115 (closed in finally)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "models", "serve", "-m", "models:/rul-fd001@champion",
-         "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"],
-        cwd=store.root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert server.poll() is None, (store.root / "serve.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"{base}/ping", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            assert time.monotonic() < deadline, "server did not answer /ping within 90 s"
-            time.sleep(1)
-        request = urllib.request.Request(f"{base}/invocations", data=body.encode(),
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            answer = json.loads(response.read())
-    finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
-        log.close()
-    predictions = answer["predictions"]
-    assert len(predictions) == 2
-    expected = trained.outcome.predictions.set_index("unit")["predicted_rul"]
-    for item in predictions:
-        assert item["rul"] == pytest.approx(expected[item["unit"]], abs=1e-4)

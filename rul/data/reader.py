@@ -2,7 +2,8 @@
 
 Good files take pandas' C parser (fast path). When anything looks off, the file is re-read
 line by line to name the first offending line, so an error always says which file, which line
-or unit, and what is wrong. Bad input never yields a partial frame.
+or unit, and what is wrong. Bad input never yields a partial frame. The checks on the parsed
+table (whole ids, ordering) are rul.data.validation's, shared with every input format.
 """
 
 import math
@@ -14,6 +15,7 @@ import pandas as pd
 
 from rul.data.errors import DataError
 from rul.data.schema import COLUMNS
+from rul.data.validation import validate_rows
 
 # A plain decimal number, as the C parser reads it ("1_0" or full-width digits are not).
 NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -39,9 +41,7 @@ def read_trajectories(path: str | Path) -> pd.DataFrame:
         _diagnose_lines(path)
         raise DataError(path, f"expected {len(COLUMNS)} numeric columns, found {frame.shape[1]}")
     frame.columns = COLUMNS
-    frame = _integer_ids(path, frame)
-    _check_ordering(path, frame)
-    return frame
+    return validate_rows(frame, path)
 
 
 def read_rul(path: str | Path, n_units: int) -> np.ndarray:
@@ -93,45 +93,7 @@ def _diagnose_lines(path: Path) -> None:
             except ValueError:
                 finite = True
             if not finite:
-                raise DataError(path, f"line {number}, column {column}: value {token} is not finite")
-            raise DataError(path, f"line {number}, column {column}: {token!r} is not a number")
-
-
-def _integer_ids(path: Path, frame: pd.DataFrame) -> pd.DataFrame:
-    for column in ("unit", "cycle"):
-        values = frame[column].to_numpy()
-        bad = (values != np.round(values)) | (values < 1)
-        if bad.any():
-            row = int(np.argmax(bad))
-            raise DataError(
-                path, f"row {row + 1}: {column} {values[row]} is not a positive whole number"
-            )
-    return frame.astype({"unit": np.int64, "cycle": np.int64})
-
-
-def _check_ordering(path: Path, frame: pd.DataFrame) -> None:
-    unit = frame["unit"].to_numpy()
-    cycle = frame["cycle"].to_numpy()
-    duplicated = frame.duplicated(["unit", "cycle"]).to_numpy()
-    if duplicated.any():
-        row = int(np.argmax(duplicated))
-        raise DataError(path, f"unit {unit[row]}: duplicate cycle {cycle[row]} (row {row + 1})")
-    starts = np.flatnonzero(np.r_[True, unit[1:] != unit[:-1]])
-    block_units = unit[starts]
-    if len(np.unique(block_units)) != len(block_units):
-        seen: set[int] = set()
-        for start, u in zip(starts, block_units):
-            if u in seen:
                 raise DataError(
-                    path, f"unit {u}: rows are not contiguous (unit reappears at row {start + 1})"
+                    path, f"line {number}, column {column}: value {token} is not finite"
                 )
-            seen.add(int(u))
-    same_unit = unit[1:] == unit[:-1]
-    decreasing = same_unit & (cycle[1:] <= cycle[:-1])
-    if decreasing.any():
-        row = int(np.argmax(decreasing)) + 1
-        raise DataError(
-            path,
-            f"unit {unit[row]}: cycles not strictly increasing "
-            f"({cycle[row - 1]} then {cycle[row]} at row {row + 1})",
-        )
+            raise DataError(path, f"line {number}, column {column}: {token!r} is not a number")

@@ -26,19 +26,49 @@ class RULNet(nn.Module):
         return rul if self.training else torch.clamp(rul, min=0.0, max=self.rul_scale)
 
 
-def build_model(config, n_features: int) -> RULNet:
-    c = config
-    if c.model == "cnn":
-        backbone = DCNN(n_features, c.window, c.filters, c.kernel_size, c.num_layers,
-                        c.hidden_size, c.dropout)
-    elif c.model in ("lstm", "gru"):
-        backbone = RecurrentRegressor(n_features, c.model, c.hidden_size, c.num_layers, c.dropout)
-    elif c.model == "transformer":
-        backbone = TransformerRegressor(n_features, c.window, c.hidden_size, c.num_heads,
-                                        c.num_layers, c.dropout)
+# Architecture arguments of each kind (what an inference spec stores). A spec that lacks one
+# gets the training config's default (rul.config.Config), repeated here so that inference
+# does not import the config (and YAML).
+ARCHITECTURE_DEFAULTS = {"filters": 10, "kernel_size": 10, "num_layers": 4, "hidden_size": 100,
+                         "dropout": 0.5, "num_heads": 4}
+ARCHITECTURE_ARGS = {
+    "cnn": ("filters", "kernel_size", "num_layers", "hidden_size", "dropout"),
+    "lstm": ("hidden_size", "num_layers", "dropout"),
+    "gru": ("hidden_size", "num_layers", "dropout"),
+    "transformer": ("hidden_size", "num_heads", "num_layers", "dropout"),
+}
+
+
+def architecture_of(config) -> dict:
+    """The architecture arguments of `config.model`, read from the config."""
+    if config.model not in ARCHITECTURE_ARGS:
+        raise ValueError(f"unknown model {config.model!r}")
+    return {key: getattr(config, key) for key in ARCHITECTURE_ARGS[config.model]}
+
+
+def build_network(kind: str, n_features: int, window: int, rul_cap: float, **arch) -> RULNet:
+    """The network of `kind` from its architecture arguments (missing ones take defaults;
+    unknown ones are ignored, so a stored spec outlives added or renamed config keys)."""
+    if kind not in ARCHITECTURE_ARGS:
+        raise ValueError(f"unknown model {kind!r}; expected one of {sorted(ARCHITECTURE_ARGS)}")
+    a = {k: arch.get(k, ARCHITECTURE_DEFAULTS[k]) for k in ARCHITECTURE_ARGS[kind]}
+    if kind == "cnn":
+        backbone = DCNN(n_features, window, a["filters"], a["kernel_size"], a["num_layers"],
+                        a["hidden_size"], a["dropout"])
+    elif kind in ("lstm", "gru"):
+        backbone = RecurrentRegressor(n_features, kind, a["hidden_size"], a["num_layers"],
+                                      a["dropout"])
     else:
-        raise ValueError(f"unknown model {c.model!r}")
-    return RULNet(backbone, c.rul_cap)
+        backbone = TransformerRegressor(n_features, window, a["hidden_size"], a["num_heads"],
+                                        a["num_layers"], a["dropout"])
+    return RULNet(backbone, rul_cap)
 
 
-__all__ = ["DCNN", "RULNet", "RecurrentRegressor", "TransformerRegressor", "build_model"]
+def build_model(config, n_features: int) -> RULNet:
+    """The network a training config describes."""
+    return build_network(config.model, n_features, config.window, config.rul_cap,
+                         **architecture_of(config))
+
+
+__all__ = ["DCNN", "RULNet", "RecurrentRegressor", "TransformerRegressor",
+           "architecture_of", "build_model", "build_network"]

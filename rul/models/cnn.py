@@ -5,13 +5,28 @@ Convolutions run along time only (kernel (k, 1)), so each sensor keeps its own c
 fully connected layer. No BatchNorm (it would break accumulated == large-batch equivalence).
 """
 
-import warnings
-
 import torch
 from torch import nn
 
-# padding="same" with an even kernel pads asymmetrically via an internal copy: expected here.
-warnings.filterwarnings("ignore", message="Using padding='same' with even kernel lengths")
+
+class TimeConv(nn.Conv2d):
+    """A (k, 1) convolution along time with "same" output length, padded explicitly.
+
+    PyTorch's padding="same" pads an even kernel asymmetrically ((k-1)//2 before, the rest
+    after) through an internal copy and warns about it. This pads k//2 on both sides inside
+    the convolution and drops the one extra leading output step of an even kernel: the same
+    numbers, no copy, no warning (1-thread forward+backward of 256x30x14 as fast as before),
+    and nn.Conv2d's parameters (state dicts are unchanged).
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int):
+        super().__init__(in_channels, out_channels, (kernel_size, 1),
+                         padding=(kernel_size // 2, 0))
+        self.trim = 1 - kernel_size % 2  # an even kernel gives one extra leading step
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = super().forward(x)
+        return out[:, :, self.trim:] if self.trim else out
 
 
 class DCNN(nn.Module):
@@ -20,9 +35,9 @@ class DCNN(nn.Module):
         super().__init__()
         layers, channels = [], 1
         for _ in range(num_layers):
-            layers += [nn.Conv2d(channels, filters, (kernel_size, 1), padding="same"), nn.Tanh()]
+            layers += [TimeConv(channels, filters, kernel_size), nn.Tanh()]
             channels = filters
-        layers += [nn.Conv2d(channels, 1, (3, 1), padding="same"), nn.Tanh()]
+        layers += [TimeConv(channels, 1, 3), nn.Tanh()]
         self.features = nn.Sequential(*layers)
         self.head = nn.Sequential(
             nn.Flatten(), nn.Dropout(dropout), nn.Linear(window * n_features, hidden_size),

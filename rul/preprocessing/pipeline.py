@@ -9,7 +9,13 @@ from rul.preprocessing.features import candidate_columns, near_constant
 from rul.preprocessing.scaling import ConditionScaler
 from rul.preprocessing.smoothing import smooth_per_unit
 from rul.preprocessing.target import piecewise_rul
-from rul.preprocessing.windows import WindowSet, last_windows, window_starts
+from rul.preprocessing.windows import (
+    WindowSet,
+    last_windows,
+    short_units,
+    warn_dropped,
+    window_starts,
+)
 
 
 class Preprocessor(BaseEstimator):
@@ -62,13 +68,19 @@ class Preprocessor(BaseEstimator):
         return len(self.feature_columns_)
 
     def windows(self, frame: pd.DataFrame) -> WindowSet:
-        """All full windows of each unit with their piecewise-linear RUL targets."""
+        """All full windows of each unit with their piecewise-linear RUL targets.
+
+        A unit shorter than the window has no full window: it is dropped, recorded in
+        `dropped_units` (unit -> rows) and named in a ShortUnitWarning.
+        """
         values = self.transform(frame)
         units = frame["unit"].to_numpy()
         starts = window_starts(units, self.window)
         rul = piecewise_rul(frame, self.rul_cap)
         end = starts + self.window - 1
-        return WindowSet(values, starts, rul[end], units[end], self.window)
+        dropped = short_units(units, self.window)
+        warn_dropped(dropped, self.window)
+        return WindowSet(values, starts, rul[end], units[end], self.window, dropped)
 
     def last_windows(self, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """(unit ids, last window of each unit): the input for predicting RUL now."""

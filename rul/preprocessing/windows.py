@@ -1,6 +1,7 @@
 """Sliding windows over per-unit sequences, without a Python loop over windows."""
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -24,6 +25,13 @@ class WindowSet:
     targets: np.ndarray  # (n_windows,) float32
     units: np.ndarray  # (n_windows,) unit id of each window
     window: int
+    # units shorter than the window, left out (no full window): unit id -> its row count
+    dropped_units: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def windows_lost(self) -> int:
+        """Targets the dropped units would have given: one per row (edge padding's windows)."""
+        return sum(self.dropped_units.values())
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -32,6 +40,33 @@ class WindowSet:
     def windows(self) -> np.ndarray:
         """All windows of the rows as a view; index it with `starts` to get this split's."""
         return all_windows(self.values, self.window)
+
+
+class ShortUnitWarning(UserWarning):
+    """Training rows of a unit shorter than the window were dropped (it has no full window)."""
+
+
+def unit_lengths(units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(unit ids, row counts) of contiguous unit blocks, in order of appearance."""
+    boundaries = np.flatnonzero(np.r_[True, units[1:] != units[:-1]])
+    return units[boundaries], np.diff(np.r_[boundaries, len(units)])
+
+
+def short_units(units: np.ndarray, window: int) -> dict[int, int]:
+    """Units with fewer rows than `window`: unit id -> row count."""
+    if len(units) == 0:
+        return {}
+    ids, lengths = unit_lengths(units)
+    return {int(u): int(n) for u, n in zip(ids, lengths) if n < window}
+
+
+def warn_dropped(dropped: dict[int, int], window: int) -> None:
+    if dropped:
+        listed = ", ".join(f"unit {u} ({n} rows)" for u, n in dropped.items())
+        warnings.warn(ShortUnitWarning(
+            f"dropped {len(dropped)} unit(s) shorter than the window ({window} cycles): "
+            f"{listed}; {sum(dropped.values())} windows lost (one per row)"
+        ), stacklevel=3)
 
 
 def window_starts(units: np.ndarray, window: int) -> np.ndarray:
@@ -45,7 +80,8 @@ def last_windows(values: np.ndarray, units: np.ndarray, window: int):
     """The last `window` rows of each unit, shape (n_units, w, f).
 
     Units shorter than the window are front-padded by repeating their first row (edge
-    padding: the engine is assumed to have looked like its first observation before it).
+    padding: the engine is assumed to have looked like its first observation before it);
+    inference reports them with `padded` = True.
     """
     boundaries = np.flatnonzero(np.r_[True, units[1:] != units[:-1]])
     firsts = boundaries

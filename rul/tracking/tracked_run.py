@@ -138,6 +138,12 @@ def _log_params_and_tags(config: Config, data, extra_tags: dict | None) -> None:
               if v is not None and k not in unused}
     params.update(effective_batch_size=config.effective_batch_size, world_size=1)
     mlflow.log_params({k: str(v)[:6000] for k, v in params.items()})
+    # units shorter than the window give no training window (a ShortUnitWarning said which)
+    dropped = {**data.train.dropped_units, **data.val.dropped_units}
+    mlflow.log_metrics({"short_units_dropped": len(dropped),
+                        "windows_lost": data.train.windows_lost + data.val.windows_lost})
+    if dropped:
+        mlflow.set_tag("short_units", ", ".join(f"{u} ({n} rows)" for u, n in dropped.items()))
     mlflow.set_tags({
         **{f"seed.{k}": v for k, v in derive_seeds(config.seed).as_dict().items()},
         **{f"data.sha256.{role}": d for role, d in data.subset.file_digests().items()},

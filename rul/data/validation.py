@@ -1,0 +1,108 @@
+"""One validation for C-MAPSS rows, whatever format they came in.
+
+`validate_rows` turns a frame read from a NASA .txt file, a CSV (with or without a header), a
+JSON payload or a user's own DataFrame into the typed frame the rest of `rul` relies on, or
+raises a DataError that names the source (a file, or "input" for frames), the row and the
+column. Rows are numbered from 1 in the order given (for a .txt file, row N is line N).
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from rul.data.errors import DataError
+from rul.data.schema import COLUMNS
+
+ID_COLUMNS = COLUMNS[:2]  # unit, cycle: positive whole numbers, int64 in the result
+VALUE_COLUMNS = COLUMNS[2:]  # settings and sensors: finite numbers, float64 in the result
+
+
+def validate_rows(frame: pd.DataFrame, source: str | Path = "input") -> pd.DataFrame:
+    """Check and type raw C-MAPSS rows; return a new frame with exactly COLUMNS.
+
+    Accepted: integer or float columns (or strings holding numbers); unit and cycle may be
+    floats if they are whole. Extra columns are ignored. Raises DataError for a missing
+    column, no rows, a non-numeric or non-finite value (row and column named), a unit or
+    cycle that is not a positive whole number, rows of one unit that are not contiguous, a
+    duplicate (unit, cycle), or cycles that do not strictly increase within a unit.
+    """
+    if not isinstance(frame, pd.DataFrame):
+        raise DataError(source, f"expected a table of rows, got {type(frame).__name__}")
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise DataError(source, f"missing columns {missing}; expected {', '.join(COLUMNS)}")
+    if frame.empty:
+        raise DataError(source, "no rows")
+    values = np.empty((len(frame), len(VALUE_COLUMNS)), dtype=np.float64)
+    for j, name in enumerate(VALUE_COLUMNS):
+        values[:, j] = _numeric(source, frame[name])
+    typed = pd.DataFrame(values, columns=VALUE_COLUMNS)
+    for position, name in enumerate(ID_COLUMNS):
+        typed.insert(position, name, _positive_whole(source, name, _numeric(source, frame[name])))
+    check_ordering(source, typed)
+    return typed
+
+
+def _numeric(source, values: pd.Series) -> np.ndarray:
+    """The column as a numeric array; a non-number or non-finite value is a DataError."""
+    name = values.name
+    if values.dtype.kind in "iu":
+        return values.to_numpy()
+    if values.dtype.kind == "f":
+        array = values.to_numpy()
+    elif values.dtype.kind == "b":
+        raise DataError(source, f"column {name}: boolean values, expected numbers")
+    else:
+        array = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
+        bad = np.isnan(array) & values.notna().to_numpy()
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise DataError(
+                source, f"row {row + 1}, column {name}: {values.iloc[row]!r} is not a number"
+            )
+    finite = np.isfinite(array)
+    if not finite.all():
+        row = int(np.argmax(~finite))
+        problem = "is missing" if np.isnan(array[row]) else f"value {array[row]} is not finite"
+        raise DataError(source, f"row {row + 1}, column {name}: {problem}")
+    return array
+
+
+def _positive_whole(source, name: str, values: np.ndarray) -> np.ndarray:
+    bad = (values != np.round(values)) | (values < 1)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise DataError(
+            source, f"row {row + 1}: {name} {values[row]:g} is not a positive whole number"
+        )
+    return values.astype(np.int64)
+
+
+def check_ordering(source, frame: pd.DataFrame) -> None:
+    """Rows of a unit contiguous, no duplicate (unit, cycle), cycles strictly increasing."""
+    unit = frame["unit"].to_numpy()
+    cycle = frame["cycle"].to_numpy()
+    duplicated = frame.duplicated(["unit", "cycle"]).to_numpy()
+    if duplicated.any():
+        row = int(np.argmax(duplicated))
+        raise DataError(source, f"unit {unit[row]}: duplicate cycle {cycle[row]} (row {row + 1})")
+    starts = np.flatnonzero(np.r_[True, unit[1:] != unit[:-1]])
+    block_units = unit[starts]
+    if len(np.unique(block_units)) != len(block_units):
+        seen: set[int] = set()
+        for start, u in zip(starts, block_units):
+            if u in seen:
+                raise DataError(
+                    source, f"unit {u}: rows are not contiguous (unit reappears at row {start + 1})"
+                )
+            seen.add(int(u))
+    same_unit = unit[1:] == unit[:-1]
+    decreasing = same_unit & (cycle[1:] <= cycle[:-1])
+    if decreasing.any():
+        row = int(np.argmax(decreasing)) + 1
+        raise DataError(
+            source,
+            f"unit {unit[row]}: cycles not strictly increasing "
+            f"({cycle[row - 1]} then {cycle[row]} at row {row + 1})",
+        )

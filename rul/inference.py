@@ -1,0 +1,75 @@
+"""`rul predict`: read raw C-MAPSS rows from a file and predict with a logged model.
+
+Formats: the NASA text file (26 whitespace-separated columns), and CSV with the named columns
+or without a header (then the 26 columns in NASA's order). Every format goes through
+rul.data.validation.validate_rows, the check the training reader and the pyfunc model apply.
+"""
+
+from pathlib import Path
+
+import pandas as pd
+
+from rul.data.errors import DataError
+from rul.data.reader import read_trajectories
+from rul.data.schema import COLUMNS
+from rul.data.validation import validate_rows
+
+
+def read_rows(path: str | Path) -> pd.DataFrame:
+    """A C-MAPSS text file or a CSV (header optional), validated and typed."""
+    path = Path(path)
+    if path.suffix.lower() != ".csv":
+        return read_trajectories(path)
+    if not path.is_file():
+        raise DataError(path, "file not found")
+    try:
+        frame = pd.read_csv(path, header=None, dtype=str, skipinitialspace=True,
+                            keep_default_na=False, na_values=[""])  # "n/a" is not a number
+    except pd.errors.EmptyDataError:
+        raise DataError(path, "file is empty") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as error:
+        raise DataError(path, f"not a readable CSV: {error}") from None
+    first = [str(v).strip() for v in frame.iloc[0]]
+    if any(v in COLUMNS for v in first):  # a header row
+        frame = frame.iloc[1:].reset_index(drop=True)
+        frame.columns = first
+        if frame.empty:
+            raise DataError(path, "header but no rows")
+    elif frame.shape[1] == len(COLUMNS):
+        frame.columns = COLUMNS
+    else:
+        raise DataError(path, f"expected a header naming the columns or {len(COLUMNS)} columns "
+                              f"({', '.join(COLUMNS)}), found {frame.shape[1]} columns")
+    return validate_rows(frame, path)
+
+
+def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
+                 short_history: str = "pad") -> pd.DataFrame:
+    """Columns unit, rul, padded: one row per unit, in the file's order."""
+    import mlflow
+
+    from rul.tracking.store import configure
+
+    rows = read_rows(input_path)
+    configure(tracking_uri)
+    model = mlflow.pyfunc.load_model(model_uri)
+    try:
+        return model.predict(rows, params={"short_history": short_history})
+    except mlflow.exceptions.MlflowException as error:  # the model names its source "input"
+        message = str(error.message)
+        if message.startswith("input: "):
+            raise DataError(input_path, message.removeprefix("input: ")) from None
+        raise
+
+
+def write_predictions(result: pd.DataFrame, output: str | Path) -> None:
+    """Write CSV to `output` whole or not at all; its folder must exist."""
+    output = Path(output)
+    if not output.parent.is_dir():
+        raise DataError(output, f"folder {output.parent} does not exist")
+    partial = output.with_name(f".{output.name}.partial")
+    try:
+        result.to_csv(partial, index=False)
+        partial.replace(output)
+    finally:
+        partial.unlink(missing_ok=True)

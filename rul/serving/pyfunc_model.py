@@ -1,0 +1,64 @@
+"""The shipped model: raw C-MAPSS rows in, RUL of each unit at its last cycle out.
+
+Bundles the fitted Preprocessor (pickle), the network's weights and its inference spec, so
+`mlflow.pyfunc.load_model("models:/rul-fd001@champion")` needs nothing else. The signature
+names the 26 columns but leaves their types to `validate_rows`: MLflow's own enforcement
+would reject integer sensor columns (as read from the NASA files) and float unit/cycle.
+"""
+
+import json
+import pickle
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import torch
+from mlflow.exceptions import MlflowException
+from mlflow.models import ModelSignature
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
+from mlflow.types.schema import AnyType
+
+from rul.data.schema import COLUMNS
+from rul.serving.predictor import InferenceSpec, predict_frame
+
+INPUT_SCHEMA = Schema([ColSpec(AnyType(), c) for c in COLUMNS])
+OUTPUT_SCHEMA = Schema([ColSpec("long", "unit"), ColSpec("double", "rul"),
+                        ColSpec("boolean", "padded")])
+PARAMS_SCHEMA = ParamSchema([ParamSpec("short_history", "string", "pad")])
+SIGNATURE = ModelSignature(inputs=INPUT_SCHEMA, outputs=OUTPUT_SCHEMA, params=PARAMS_SCHEMA)
+
+
+class RULModel(mlflow.pyfunc.PythonModel):
+    def load_context(self, context):
+        with open(context.artifacts["preprocessor"], "rb") as handle:
+            self.preprocessor = pickle.load(handle)
+        self.spec = load_spec(context.artifacts, self.preprocessor)
+        self.model = self.spec.build_network()
+        self.model.load_state_dict(torch.load(context.artifacts["weights"], map_location="cpu"))
+        self.model.eval()
+
+    def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
+        """Bad rows raise an MlflowException carrying validate_rows' message (HTTP 400 when
+        served), not a stack trace."""
+        short_history = (params or {}).get("short_history", "pad")
+        try:
+            return predict_frame(self.preprocessor, self.model, model_input,
+                                 short_history=short_history)
+        except ValueError as error:  # DataError included
+            raise MlflowException(str(error), error_code=INVALID_PARAMETER_VALUE) from None
+
+
+def load_spec(artifacts: dict, preprocessor) -> InferenceSpec:
+    """The inference spec of a logged model (models logged before specs existed stored the
+    whole training config: the spec's keys are read from it)."""
+    defaults = {"window": preprocessor.window, "rul_cap": preprocessor.rul_cap,
+                "n_features": preprocessor.n_features}
+    if "inference_spec" in artifacts:
+        return InferenceSpec.read(artifacts["inference_spec"], defaults)
+    config = json.loads(Path(artifacts["config"]).read_text())
+    from rul.models import ARCHITECTURE_ARGS
+
+    architecture = {k: config[k] for k in ARCHITECTURE_ARGS.get(config.get("model"), ())
+                    if k in config}
+    return InferenceSpec.from_dict({**config, "architecture": architecture}, defaults)
