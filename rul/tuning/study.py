@@ -264,10 +264,10 @@ def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float 
     study_name = study_name or config.effective_study_name
     configure(config.train.tracking_uri)
     experiment_id = ensure_experiment(config.train.experiment_name)  # once, before any worker
-    opened = open_study_storage(config, storage, workers)
-    heartbeat = has_heartbeat(opened)
     client = MlflowClient()
     with study_lock(storage, workers, study_name):  # `rul tune` processes starting at once
+        opened = open_study_storage(config, storage, workers)  # may create Optuna's tables
+        heartbeat = has_heartbeat(opened)
         study = load_study(config, opened, study_name)
         parent_run_id = study.user_attrs.get("mlflow_parent_run_id")
         if parent_run_id is None:
