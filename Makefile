@@ -7,6 +7,13 @@ CONFIG  ?= experiments/fd001.yaml
 TUNE_CONFIG ?= experiments/tune_fd001.yaml
 # Extra arguments for train/tune/test, e.g. make train ARGS="epochs=5 model=lstm"
 ARGS    ?=
+# `make server`: an MLflow tracking server for workers on other machines (README: Scaling out).
+# HOST=0.0.0.0 to serve the network; SERVER_BACKEND may be a postgresql:// URL.
+HOST    ?= 127.0.0.1
+PORT    ?= 5000
+SERVER_BACKEND   ?= sqlite:///mlflow-server.db
+SERVER_ARTIFACTS ?= ./mlartifacts
+SERVER_ARGS      ?=
 # Optional torch requirement installed first, e.g. TORCH=torch==2.13.0 for the CPU build.
 TORCH   ?=
 
@@ -18,7 +25,7 @@ ifdef CMAPSS_DIR
 export CMAPSS_DIR
 endif
 
-.PHONY: install train tune test test-fast ui bench lint clean
+.PHONY: install train tune test test-fast ui server bench lint clean
 
 install: $(STAMP)
 
@@ -26,7 +33,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(if $(TORCH),$(BIN)/python -m pip install -q "$(TORCH)")
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,postgres]'
 	touch $(STAMP)
 
 train: $(STAMP)
@@ -43,6 +50,11 @@ test-fast: $(STAMP)
 
 ui: $(STAMP)
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --default-artifact-root ./mlruns
+
+server: $(STAMP)
+	$(BIN)/mlflow server --backend-store-uri $(SERVER_BACKEND) \
+		--artifacts-destination $(SERVER_ARTIFACTS) --serve-artifacts \
+		--host $(HOST) --port $(PORT) $(SERVER_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(ARGS)

@@ -238,6 +238,13 @@ class TuningConfig(_Strict):
     pruner: _one_of("median", "hyperband", "none") = "median"
     pruner_warmup_epochs: NonNegativeInt = 3
     study_name: OptionalText = None  # default rul-<subset>-tune
+    # Study on a database server (--storage postgresql://...): a worker beats every
+    # heartbeat_interval seconds; one silent for the grace period (default 2 intervals) is
+    # dead, its trial FAIL (and retried up to retry_dead_trials times).
+    heartbeat_interval: PositiveInt = 60
+    heartbeat_grace_period: Annotated[PositiveInt | None, Field(
+        description="a positive integer or null")] = None
+    retry_dead_trials: NonNegativeInt = 0
 
     @model_validator(mode="after")
     def _space_fits_the_training_config(self) -> "TuningConfig":

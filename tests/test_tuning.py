@@ -516,7 +516,7 @@ def test_open_storage_picks_the_backend(tmp_path):
     for path in (f"{tmp_path}/a.journal", f"journal:{tmp_path}/b.log"):
         assert isinstance(open_storage(path, 2), optuna.storages.JournalStorage)
     assert (tmp_path / "a.journal").exists() and (tmp_path / "b.log").exists()
-    assert open_storage("postgresql://host/db", 4) == "postgresql://host/db"
+    assert open_storage("postgresql://host/db", 4) == "postgresql+psycopg2://host/db"
     with pytest.raises(ValueError, match="journal"):
         open_storage(url, 3)
 

@@ -1,14 +1,17 @@
 """`rul tune`: an Optuna study whose trials are nested MLflow runs of `rul train`.
 
-Storage: SQLite for one worker; a JournalStorage file for several workers on one machine
-(SQLite is unsafe for parallel writers); any RDB URL (PostgreSQL, MySQL) across machines.
-Re-running the same command loads the study (sampler and pruner are passed again, they are
-not stored) and adds trials; the MLflow parent run is kept in the study's user attributes.
+Storage (rul.tuning.storage): SQLite for one worker; a JournalStorage file for several workers
+on one machine; a PostgreSQL URL for `rul tune` processes on many machines (with Optuna's
+heartbeat). Re-running the same command loads the study (sampler and pruner are passed again,
+they are not stored) and adds trials; the MLflow parent run is kept in the study's user
+attributes. A process that joins a study on a server while another is working towards its
+target helps reach that target rather than adding n_trials of its own.
 """
 
 import multiprocessing
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -25,25 +28,58 @@ from rul.tracking.store import configure, ensure_experiment
 from rul.tracking.tracked_run import train_tracked
 from rul.training.listener import TrainingListener
 from rul.tuning.space import suggest, trial_overrides
+from rul.tuning.storage import (  # noqa: F401 (DEFAULT_*: re-exported)
+    DEFAULT_JOURNAL,
+    DEFAULT_SQLITE,
+    has_heartbeat,
+    open_storage,
+    retried_trial_numbers,
+    study_lock,
+)
 
 STARTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
            optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING)
-DEFAULT_SQLITE = "sqlite:///optuna.db"
-DEFAULT_JOURNAL = "optuna.journal"
+TARGET_ATTR, TARGET_SET_AT_ATTR = "n_trials_target", "n_trials_target_set_at"
 
 
-def open_storage(url: str | None, workers: int):
-    if url is None:
-        url = DEFAULT_JOURNAL if workers > 1 else DEFAULT_SQLITE
-    if url.startswith("sqlite") and workers > 1:
-        raise ValueError("SQLite storage is unsafe with --workers > 1: use a .journal file "
-                         "(the default) or an RDB server URL")
-    if url.endswith(".journal") or url.startswith("journal:"):
-        path = url.removeprefix("journal:")
-        from optuna.storages.journal import JournalFileBackend
+def open_study_storage(config: TuningConfig, url: str | None, workers: int):
+    """`open_storage` with the config's heartbeat settings (used by server URLs only)."""
+    with warnings.catch_warnings():  # heartbeat_interval is marked experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return open_storage(url, workers, heartbeat_interval=config.heartbeat_interval,
+                            grace_period=config.heartbeat_grace_period,
+                            retry_dead_trials=config.retry_dead_trials)
 
-        return optuna.storages.JournalStorage(JournalFileBackend(path))
-    return url
+
+def counted_trials(study: optuna.Study) -> int:
+    """Trials that count towards n_trials: started ones, less FAIL ones a retry replaced."""
+    trials = study.get_trials(deepcopy=False, states=STARTED)
+    return len(trials) - len(retried_trial_numbers(study.get_trials(deepcopy=False)))
+
+
+def _stop_at(target: int):
+    def callback(study: optuna.Study, trial) -> None:
+        if counted_trials(study) >= target:
+            study.stop()
+
+    return callback
+
+
+def _study_target(study: optuna.Study, n_trials: int, join_within: float | None) -> int:
+    """How many counted trials this process works towards. On a shared server
+    (`join_within` seconds: the heartbeat grace period) a target still open, with a trial
+    running or set moments ago by a process starting at the same time, is joined; otherwise
+    n_trials are added to the trials there. Called under the study lock."""
+    counted = counted_trials(study)
+    target = study.user_attrs.get(TARGET_ATTR)
+    if join_within is not None and target is not None and counted < target:
+        running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        if running or time.time() - study.user_attrs.get(TARGET_SET_AT_ATTR, 0) < join_within:
+            return target
+    target = counted + n_trials
+    study.set_user_attr(TARGET_ATTR, target)
+    study.set_user_attr(TARGET_SET_AT_ATTR, time.time())
+    return target
 
 
 def make_pruner(config: TuningConfig):
@@ -157,13 +193,35 @@ def _close_interrupted_trials(study: optuna.Study, client: MlflowClient) -> None
 def _worker(config: TuningConfig, storage_url, workers, study_name, parent_run_id, target, timeout,
             worker):
     configure(config.train.tracking_uri)
-    study = load_study(config, open_storage(storage_url, workers), study_name, worker)
+    storage = open_study_storage(config, storage_url, workers)
+    study = load_study(config, storage, study_name, worker)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with deferred():  # Optuna's own storage writes are never cut; trials train `immediate`
-        study.optimize(
-            objective_for(config, parent_run_id), timeout=timeout, catch=(Exception,),
-            callbacks=[optuna.study.MaxTrialsCallback(target, states=STARTED)],
-        )
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while counted_trials(study) < target:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            break
+        with deferred():  # Optuna's own storage writes are never cut; trials are `immediate`
+            study.optimize(objective_for(config, parent_run_id), timeout=left,
+                           catch=(Exception,), callbacks=[_stop_at(target)])
+        if not has_heartbeat(storage):
+            break
+        # A dead worker's trial, retried, is short of the target again: run it too.
+        _await_running_trials(study, config.heartbeat_interval)
+
+
+def _await_running_trials(study: optuna.Study, interval: float) -> None:
+    """Wait while other workers' trials run, so the study's parent run ends with its last
+    trial; a dead worker's trial is failed by the heartbeat check (its run ends KILLED)."""
+    from optuna.trial import TrialState
+
+    while True:
+        with warnings.catch_warnings(), deferred():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+        if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            return
+        time.sleep(min(interval, 2.0))  # a cheap query; stale means silent > grace period
 
 
 def quiet_optuna() -> None:
@@ -209,27 +267,33 @@ def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float 
     study_name = study_name or config.effective_study_name
     configure(config.train.tracking_uri)
     experiment_id = ensure_experiment(config.train.experiment_name)  # once, before any worker
-    study = load_study(config, open_storage(storage, workers), study_name)
-    parent_run_id = study.user_attrs.get("mlflow_parent_run_id")
     client = MlflowClient()
-    if parent_run_id is None:
-        parent_run_id = client.create_run(experiment_id, run_name=study_name,
-                                          tags={"optuna.study": study_name}).info.run_id
-        study.set_user_attr("mlflow_parent_run_id", parent_run_id)
-        space = config.to_dict()["search_space"]
-        client.log_param(parent_run_id, "search_space", str(space)[:6000])
-    else:
-        client.update_run(parent_run_id, status="RUNNING")
-    _close_interrupted_trials(study, client)
-    target = len(study.get_trials(deepcopy=False, states=STARTED)) + n_trials
+    with study_lock(storage, workers, study_name):  # `rul tune` processes starting at once
+        opened = open_study_storage(config, storage, workers)  # may create Optuna's tables
+        heartbeat = has_heartbeat(opened)
+        study = load_study(config, opened, study_name)
+        parent_run_id = study.user_attrs.get("mlflow_parent_run_id")
+        if parent_run_id is None:
+            parent_run_id = client.create_run(experiment_id, run_name=study_name,
+                                              tags={"optuna.study": study_name}).info.run_id
+            study.set_user_attr("mlflow_parent_run_id", parent_run_id)
+            space = config.to_dict()["search_space"]
+            client.log_param(parent_run_id, "search_space", str(space)[:6000])
+        else:
+            client.update_run(parent_run_id, status="RUNNING")
+        if not heartbeat:  # with a heartbeat, Optuna fails dead workers' trials itself
+            _close_interrupted_trials(study, client)
+        grace = config.heartbeat_grace_period or 2 * config.heartbeat_interval
+        target = _study_target(study, n_trials, grace if heartbeat else None)
     args = (config, storage, workers, study_name, parent_run_id, target, timeout)
     with run_ends_cleanly(parent_run_id):
         if workers == 1:
             _worker(*args, 0)
         else:
             _run_workers(args, workers)
-        study = load_study(config, open_storage(storage, workers), study_name)
-        summary = _record_study(study, parent_run_id, config)
+        with study_lock(storage, workers, study_name):  # one registration at a time
+            study = load_study(config, open_storage(storage, workers), study_name)
+            summary = _record_study(study, parent_run_id, config)
     return summary
 
 
