@@ -48,8 +48,11 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" $(ARGS)
 
+# The UI of the local store; `rul train` prints this command and the address with the port.
+UI_PORT ?= 5000
 ui: $(STAMP)
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --default-artifact-root ./mlruns
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --default-artifact-root ./mlruns \
+		--host 127.0.0.1 --port $(UI_PORT)
 
 server: $(STAMP)
 	$(BIN)/mlflow server --backend-store-uri $(SERVER_BACKEND) \

@@ -48,7 +48,7 @@ def main():
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def train(config_path, overrides, data_dir, resume, no_progress):
     """Train a model (CONFIG is a YAML file in experiments/; KEY=VALUE overrides any key)."""
-    from rul.tracking.store import configure
+    from rul.tracking.store import configure, ensure_experiment
     from rul.tracking.tracked_run import train_tracked
 
     try:
@@ -69,7 +69,7 @@ def train(config_path, overrides, data_dir, resume, no_progress):
         f"MAE {m['test_mae']:.2f}  score {m['test_score']:.1f}  "
         f"best epoch {m['best_epoch']} (val RMSE {m['best_val_rmse']:.2f})\n"
         f"run {run_id} in experiment {config.experiment_name!r}\n"
-        f"browse: {browse_hint(uri)}"
+        f"browse: {browse_hint(uri, ensure_experiment(config.experiment_name))}"
     )
 
 
@@ -77,13 +77,15 @@ def _signal_name(interruption: KeyboardInterrupt) -> str:
     return "terminated (SIGTERM)" if isinstance(interruption, Terminated) else "interrupted"
 
 
-def browse_hint(tracking_uri: str) -> str:
-    """Where to look at the runs: the server itself, or how to start the UI on a local store."""
+def browse_hint(tracking_uri: str, experiment_id: str) -> str:
+    """Where to look at the runs: the server itself, or how to start the UI on a local store,
+    with the port used (RUL_UI_PORT, default 5000) and the experiment's runs view."""
+    page = f"/#/experiments/{experiment_id}?workflowType=machine_learning"
     if tracking_uri.startswith(("http://", "https://")):
-        return tracking_uri
+        return tracking_uri.rstrip("/") + page
     port = os.environ.get("RUL_UI_PORT", "5000")
     return (f"make ui UI_PORT={port} (or: mlflow ui --backend-store-uri {tracking_uri} "
-            f"--port {port}) -> http://127.0.0.1:{port}")
+            f"--port {port}), then http://127.0.0.1:{port}{page}")
 
 
 @main.command()

@@ -100,7 +100,8 @@ def test_kill_and_resume_matches_the_uninterrupted_run(real_data_dir, fd001, tmp
     assert_same_weights(weights(resumed), weights(reference))
 
 
-def test_cli_train_end_to_end(real_data_dir, tmp_path, mlflow_store):
+def test_cli_train_end_to_end(real_data_dir, tmp_path, mlflow_store, monkeypatch):
+    monkeypatch.setenv("RUL_UI_PORT", "5123")
     overrides = [f"{k}={v}" for k, v in TINY.items() if k not in ("device", "precision")]
     result = CliRunner().invoke(main, [
         "train", str(CONFIG_PATH), *overrides,
@@ -117,3 +118,6 @@ def test_cli_train_end_to_end(real_data_dir, tmp_path, mlflow_store):
     assert f"{run.data.metrics['test_rmse']:.2f}" == printed.group(1)
     assert client.get_model_version_by_alias("rul-fd001", "champion").run_id == run.info.run_id
     assert not list((tmp_path / "ckpt").glob("*.pt"))  # finished: checkpoint removed
+    experiment_id = run.info.experiment_id  # the hint opens its runs view on the port used
+    assert (f"--port 5123), then http://127.0.0.1:5123/#/experiments/{experiment_id}"
+            "?workflowType=machine_learning") in result.stdout
