@@ -14,6 +14,7 @@ from rul.data.split import rows_of, split_units
 from rul.evaluation.metrics import rul_metrics
 from rul.models import build_model
 from rul.preprocessing import Preprocessor, WindowSet
+from rul.preprocessing.target import cap_rul
 from rul.training.batching import WindowBatches
 from rul.training.checkpoint import Checkpointer
 from rul.training.engine import TrainState, fit
@@ -80,7 +81,7 @@ def prepare_data(config: Config, seeds: Seeds | None = None,
     test_units, test_windows = preprocessor.last_windows(subset.test)
     n, w, f = test_windows.shape
     test = WindowSet(test_windows.reshape(n * w, f), np.arange(n) * w,
-                     np.minimum(subset.test_rul, config.rul_cap).astype(np.float32),
+                     cap_rul(subset.test_rul.astype(np.float32), config.rul_cap),
                      test_units, w)
     return PreparedData(subset, preprocessor, train_units, val_units, train, val, test,
                         test_units)
@@ -104,5 +105,5 @@ def run_training(config: Config, data: PreparedData | None = None,
     metrics = {**{f"test_{k}": v for k, v in test.items()},
                "best_epoch": state.best_epoch, "best_val_rmse": state.best_val_rmse}
     predictions = pd.DataFrame({"unit": data.test_units, "true_rul": data.subset.test_rul,
-                                "predicted_rul": predicted})
+                                "true_rul_capped": data.test.targets, "predicted_rul": predicted})
     return TrainingOutcome(config, model, data, state, seeds, precision, metrics, predictions)

@@ -82,3 +82,12 @@ def test_run_identity_ignores_tracking_keys():
                            register=False, checkpoint_dir="elsewhere")
     assert config_digest(base) == config_digest(tracked)
     assert config_digest(base) != config_digest(base.replace(lr=0.002))
+
+
+def test_the_cap_rule_lives_in_one_place():
+    from rul.preprocessing.target import cap_rul
+
+    capped = cap_rul(np.array([10.0, 125.0, 300.0], dtype=np.float32), 125)
+    assert capped.dtype == np.float32 and capped.tolist() == [10.0, 125.0, 125.0]
+    assert cap_rul(np.array([200, 5]), 130.5).tolist() == [130.5, 5]
+    assert cap_rul(np.array([200.0]), None).tolist() == [200.0]

@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from rul.preprocessing.target import cap_rul
+
 
 def rmse(predicted, true) -> float:
     d = np.asarray(predicted, dtype=np.float64) - np.asarray(true, dtype=np.float64)
@@ -25,7 +27,7 @@ def rul_metrics(predicted, true_rul, rul_cap) -> dict[str, float]:
 
     Keys are unprefixed (rmse, rmse_uncapped, mae, score); callers say which split it was."""
     true_rul = np.asarray(true_rul, dtype=np.float64)
-    capped = true_rul if rul_cap is None else np.minimum(true_rul, rul_cap)
+    capped = cap_rul(true_rul, rul_cap)
     return {
         "rmse": rmse(predicted, capped),
         "rmse_uncapped": rmse(predicted, true_rul),

@@ -16,10 +16,10 @@ def learning_curves(history: list[dict]) -> Figure:
     return fig
 
 
-def predicted_vs_true(predictions, rul_cap) -> Figure:
+def predicted_vs_true(predictions) -> Figure:
     fig = Figure(figsize=(5, 5), layout="tight")
     ax = fig.subplots()
-    true = np.minimum(predictions["true_rul"], rul_cap)
+    true = predictions["true_rul_capped"]
     ax.scatter(true, predictions["predicted_rul"], s=12)
     top = max(true.max(), predictions["predicted_rul"].max())
     ax.plot([0, top], [0, top], "k--", lw=1)
@@ -27,10 +27,10 @@ def predicted_vs_true(predictions, rul_cap) -> Figure:
     return fig
 
 
-def error_histogram(predictions, rul_cap) -> Figure:
+def error_histogram(predictions) -> Figure:
     fig = Figure(figsize=(5, 3.5), layout="tight")
     ax = fig.subplots()
-    error = predictions["predicted_rul"] - np.minimum(predictions["true_rul"], rul_cap)
+    error = predictions["predicted_rul"] - predictions["true_rul_capped"]
     ax.hist(error, bins=30)
     ax.set(xlabel="predicted - true RUL (cycles)", ylabel="test units")
     return fig

@@ -188,11 +188,10 @@ def _log_inputs(outcome) -> None:
 
 
 def _log_figures(outcome) -> None:
-    cap = outcome.config.rul_cap
     for name, fig in (
         ("learning_curves.png", figures.learning_curves(outcome.state.history)),
-        ("predicted_vs_true.png", figures.predicted_vs_true(outcome.predictions, cap)),
-        ("error_histogram.png", figures.error_histogram(outcome.predictions, cap)),
+        ("predicted_vs_true.png", figures.predicted_vs_true(outcome.predictions)),
+        ("error_histogram.png", figures.error_histogram(outcome.predictions)),
         ("grad_norm.png", figures.grad_norm_trace(outcome.state.grad_norms,
                                                   outcome.config.max_grad_norm)),
     ):
