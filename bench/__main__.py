@@ -30,7 +30,7 @@ def bench_data():
     subset = load_subset("FD001")
     loaded = time.perf_counter()
     pre = preprocessor_for(cfg.load(DEFAULT)).fit(subset.train)
-    windows = pre.windows(subset.train)
+    windows = pre.window_set(subset.train)
     pre.last_windows(subset.test)
     done = time.perf_counter()
     print(f"data: load {loaded - start:.3f}s + fit/transform/window {done - loaded:.3f}s "

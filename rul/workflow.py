@@ -70,7 +70,7 @@ def prepare_data(config: Config, seeds: Seeds | None = None,
     train_units, val_units = split_units(subset.train["unit"], config.val_fraction, seeds.split)
     train_rows, val_rows = rows_of(subset.train, train_units), rows_of(subset.train, val_units)
     preprocessor = preprocessor_for(config).fit(train_rows)  # training units only
-    train, val = preprocessor.windows(train_rows), preprocessor.windows(val_rows)
+    train, val = preprocessor.window_set(train_rows), preprocessor.window_set(val_rows)
     for split, windows, rows in (("training", train, train_rows), ("validation", val, val_rows)):
         if len(windows) == 0:
             longest = int(rows.groupby("unit").size().max())

@@ -61,7 +61,7 @@ def test_piecewise_rul_on_real_fd001(fd001):
 @pytest.fixture(scope="module")
 def fd001_windows(fd001):
     prep = Preprocessor(window=WINDOW).fit(fd001.train)
-    return prep, prep.windows(fd001.train)
+    return prep, prep.window_set(fd001.train)
 
 
 def test_window_count_on_fd001(fd001, fd001_windows):
@@ -157,8 +157,8 @@ def test_split_units_edge_cases():
 def test_train_and_val_windows_share_no_unit(fd001, fd001_split):
     train_units, val_units = fd001_split
     prep = Preprocessor(window=WINDOW).fit(rows_of(fd001.train, train_units))
-    train_ws = prep.windows(rows_of(fd001.train, train_units))
-    val_ws = prep.windows(rows_of(fd001.train, val_units))
+    train_ws = prep.window_set(rows_of(fd001.train, train_units))
+    val_ws = prep.window_set(rows_of(fd001.train, val_units))
     assert set(train_ws.units) == set(train_units)
     assert set(val_ws.units) == set(val_units)
     assert set(train_ws.units).isdisjoint(val_ws.units)
@@ -287,7 +287,7 @@ def test_smoothed_last_window_of_a_cut_unit_equals_its_training_window(fd001):
     was trained on for cycle t, bit for bit; later cycles never leak backwards."""
     prep = Preprocessor(window=WINDOW, smoothing_alpha=0.1).fit(fd001.train)
     train = fd001.train
-    ws = prep.windows(train)
+    ws = prep.window_set(train)
     for unit, cut in [(1, 100), (2, 30), (3, 179)]:
         history = train[(train["unit"] == unit) & (train["cycle"] <= cut)]
         _, served = prep.last_windows(history)
@@ -349,7 +349,7 @@ def test_short_test_unit_is_front_padded_with_its_first_row(make_frame):
     np.testing.assert_array_equal(windows[2], values[50:80])  # exactly one window long
     # no full window exists for the short unit
     with pytest.warns(ShortUnitWarning):
-        ws = prep.windows(test)
+        ws = prep.window_set(test)
     assert set(ws.units) == {2, 3}
     assert len(ws) == (40 - 29) + (30 - 29)
 
@@ -359,7 +359,7 @@ def test_short_training_units_are_dropped_recorded_and_named_in_a_warning(make_f
     prep = Preprocessor(window=WINDOW).fit(train)
 
     with pytest.warns(ShortUnitWarning) as caught:
-        ws = prep.windows(train)
+        ws = prep.window_set(train)
 
     assert ws.dropped_units == {2: 12, 4: 29}
     assert ws.windows_lost == 41

@@ -67,7 +67,7 @@ class Preprocessor(BaseEstimator):
     def n_features(self) -> int:
         return len(self.feature_columns_)
 
-    def windows(self, frame: pd.DataFrame) -> WindowSet:
+    def window_set(self, frame: pd.DataFrame) -> WindowSet:
         """All full windows of each unit with their piecewise-linear RUL targets.
 
         A unit shorter than the window has no full window: it is dropped, recorded in
