@@ -7,6 +7,9 @@ in a temporary MLflow store and are marked slow.
 
 import os
 import socket
+import subprocess
+import sys
+import textwrap
 from dataclasses import replace
 
 import numpy as np
@@ -14,6 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from mlflow.tracking import MlflowClient
 
 from rul import config as cfg
 from rul.models import build_model
@@ -135,3 +139,111 @@ def test_rank_share_weights_are_the_global_share_times_world_size(fd001_sets):
     assert weights == [0.0] and len(batches) == 1 and len(batches[0][1]) == 1
     batches, weights = rank_share(train, [torch.arange(3)], 3, 1)
     assert weights is None and len(batches[0][1]) == 3
+
+
+# `torchrun ... worker.py train ...` = `torchrun ... -m rul train ...`, plus two test hooks:
+# on a non-zero rank every file opened for writing is reported on stderr ("WROTE <path>"),
+# and RUL_TEST_DIE_AT_STEP=s makes rank 1 exit abruptly after its optimizer step s.
+WORKER = textwrap.dedent('''
+    import os
+    import sys
+
+    rank = int(os.environ["RANK"])
+    if rank != 0:
+        import tempfile
+
+        tempfile.gettempdir()  # the stdlib's probe (writes and removes a file): done, not seen
+        WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND
+
+        def report_writes(event, args):
+            if event == "open" and len(args) == 3:
+                path, mode, flags = args
+                writes = any(c in mode for c in "wax+") if isinstance(mode, str) \\
+                    else bool((flags or 0) & WRITE)
+                if writes and path not in ("/dev/null",):
+                    os.write(2, f"WROTE {path}\\n".encode())
+
+        sys.addaudithook(report_writes)
+    die_at = int(os.environ.get("RUL_TEST_DIE_AT_STEP", 0))
+    if die_at and rank == 1:
+        from rul import workflow
+        from rul.training.listener import Listeners, TrainingListener
+
+        class Die(TrainingListener):
+            def on_step(self, step, result):
+                if step == die_at:
+                    os._exit(1)
+
+        train = workflow.run_training
+        workflow.run_training = lambda config, *a, listener=None, **k: train(
+            config, *a, listener=Listeners(listener, Die()), **k)
+    from rul.cli import main
+
+    main(sys.argv[1:], prog_name="rul")
+''')
+TINY = ["model=cnn", "filters=4", "kernel_size=3", "hidden_size=16", "num_layers=1",
+        "dropout=0.0", "precision=fp32", "epochs=2", "seed=3"]
+
+
+def run_rul(args, store, launcher, env_extra=None, timeout=240):
+    env = {**os.environ, "PYTHONPATH": REPO,
+           "PYTHONDONTWRITEBYTECODE": "1", "MLFLOW_TRACKING_URI": store.uri,
+           **(env_extra or {})}
+    return subprocess.run([*launcher, "train", *TINY, *args, "--no-progress"], cwd=store.root,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def torchrun(tmp_path):
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+            "--standalone", str(worker)]
+
+
+def runs_of(store):
+    client = MlflowClient(store.uri)
+    return client, client.search_runs([e.experiment_id for e in client.search_experiments()])
+
+
+@pytest.mark.slow
+def test_torchrun_trains_one_tracked_run_equal_to_one_process(mlflow_store, real_data_dir,
+                                                              tmp_path):
+    data = f"data_dir={real_data_dir}"
+    two = run_rul([data, "micro_batch_size=128", "accumulation_steps=2"], mlflow_store,
+                  torchrun(tmp_path))
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "WROTE" not in two.stderr  # rank 1 wrote no file
+    client, runs = runs_of(mlflow_store)
+    assert len(runs) == 1  # rank 1 created no MLflow run
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.data.params["world_size"] == "2"
+    assert run.data.params["effective_batch_size"] == "512"
+    assert run.data.tags["seed.rank_0"] != run.data.tags["seed.rank_1"]
+    one = run_rul([data, "micro_batch_size=256", "accumulation_steps=2"], mlflow_store,
+                  [sys.executable, "-m", "rul"])
+    assert one.returncode == 0, one.stderr[-3000:]
+    single = next(r for r in runs_of(mlflow_store)[1] if r.info.run_id != run.info.run_id)
+    losses = {r.info.run_id: [m.value for m in sorted(
+        client.get_metric_history(r.info.run_id, "train_loss"), key=lambda m: m.step)]
+        for r in (run, single)}
+    assert len(losses[run.info.run_id]) > 2
+    assert relative_error(losses[run.info.run_id], losses[single.info.run_id]) < 1e-5
+    for metric in ("test_rmse", "best_val_rmse"):
+        assert run.data.metrics[metric] == pytest.approx(single.data.metrics[metric], rel=1e-4)
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_ends_the_run_failed(mlflow_store, real_data_dir, tmp_path):
+    died = run_rul([f"data_dir={real_data_dir}", "micro_batch_size=128",
+                    "accumulation_steps=2"], mlflow_store, torchrun(tmp_path),
+                   {"RUL_TEST_DIE_AT_STEP": "3"})
+    assert died.returncode != 0
+    assert "another rank of the run stopped" in died.stderr
+    assert "rul/cli.py" not in died.stderr  # a clear error, no traceback of rank 0's own
+    _, runs = runs_of(mlflow_store)
+    assert [r.info.status for r in runs] == ["FAILED"]
+    assert "another rank" in runs[0].data.tags["error"]
