@@ -7,6 +7,8 @@ CONFIG  ?= experiments/fd001.yaml
 TUNE_CONFIG ?= experiments/tune_fd001.yaml
 # Extra arguments for train/tune/test, e.g. make train ARGS="epochs=5 model=lstm"
 ARGS    ?=
+# Processes for one training run (DDP via torchrun: gloo on CPU, nccl on CUDA), e.g. NPROC=2
+NPROC   ?= 1
 # Optional torch requirement installed first, e.g. TORCH=torch==2.13.0 for the CPU build.
 TORCH   ?=
 
@@ -30,7 +32,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 train: $(STAMP)
+ifeq ($(NPROC),1)
 	$(BIN)/rul train $(CONFIG) $(ARGS)
+else
+	$(BIN)/torchrun --nproc-per-node $(NPROC) --standalone -m rul train $(CONFIG) $(ARGS)
+endif
 
 tune: $(STAMP)
 	$(BIN)/rul tune $(TUNE_CONFIG) $(ARGS)
