@@ -208,12 +208,37 @@ def runs_of(store):
     return client, client.search_runs([e.experiment_id for e in client.search_experiments()])
 
 
+def step_losses(client, run_id) -> dict[int, float]:
+    """The run's train loss per step (a resumed run re-logs a few steps: the last one wins)."""
+    history = sorted(client.get_metric_history(run_id, "train_loss"), key=lambda m: m.timestamp)
+    return {m.step: m.value for m in history}
+
+
+@pytest.fixture(scope="module")
+def one_process_run(real_data_dir, mlflow_store_at, tmp_path_factory):
+    """The reference: (256, K=2) on one process, tracked; its step losses and metrics."""
+    with mlflow_store_at(tmp_path_factory.mktemp("one_process")) as store:
+        one = run_rul([f"data_dir={real_data_dir}", "micro_batch_size=256",
+                       "accumulation_steps=2"], store, [sys.executable, "-m", "rul"])
+        assert one.returncode == 0, one.stderr[-3000:]
+        client, (run,) = runs_of(store)
+        return step_losses(client, run.info.run_id), run.data.metrics
+
+
+def assert_same_training(client, run, reference):
+    losses, metrics = reference
+    got = step_losses(client, run.info.run_id)
+    assert sorted(got) == sorted(losses) and len(got) == 2 * 27  # 2 epochs, short last step
+    assert relative_error([got[s] for s in sorted(got)], [losses[s] for s in sorted(got)]) < 1e-5
+    for metric in ("test_rmse", "best_val_rmse"):
+        assert run.data.metrics[metric] == pytest.approx(metrics[metric], rel=1e-4)
+
+
 @pytest.mark.slow
 def test_torchrun_trains_one_tracked_run_equal_to_one_process(mlflow_store, real_data_dir,
-                                                              tmp_path):
-    data = f"data_dir={real_data_dir}"
-    two = run_rul([data, "micro_batch_size=128", "accumulation_steps=2"], mlflow_store,
-                  torchrun(tmp_path))
+                                                              tmp_path, one_process_run):
+    two = run_rul([f"data_dir={real_data_dir}", "micro_batch_size=128", "accumulation_steps=2"],
+                  mlflow_store, torchrun(tmp_path))
     assert two.returncode == 0, two.stderr[-3000:]
     assert "WROTE" not in two.stderr  # rank 1 wrote no file
     client, runs = runs_of(mlflow_store)
@@ -223,27 +248,24 @@ def test_torchrun_trains_one_tracked_run_equal_to_one_process(mlflow_store, real
     assert run.data.params["world_size"] == "2"
     assert run.data.params["effective_batch_size"] == "512"
     assert run.data.tags["seed.rank_0"] != run.data.tags["seed.rank_1"]
-    one = run_rul([data, "micro_batch_size=256", "accumulation_steps=2"], mlflow_store,
-                  [sys.executable, "-m", "rul"])
-    assert one.returncode == 0, one.stderr[-3000:]
-    single = next(r for r in runs_of(mlflow_store)[1] if r.info.run_id != run.info.run_id)
-    losses = {r.info.run_id: [m.value for m in sorted(
-        client.get_metric_history(r.info.run_id, "train_loss"), key=lambda m: m.step)]
-        for r in (run, single)}
-    assert len(losses[run.info.run_id]) > 2
-    assert relative_error(losses[run.info.run_id], losses[single.info.run_id]) < 1e-5
-    for metric in ("test_rmse", "best_val_rmse"):
-        assert run.data.metrics[metric] == pytest.approx(single.data.metrics[metric], rel=1e-4)
+    assert_same_training(client, run, one_process_run)
 
 
 @pytest.mark.slow
-def test_a_rank_that_dies_ends_the_run_failed(mlflow_store, real_data_dir, tmp_path):
-    died = run_rul([f"data_dir={real_data_dir}", "micro_batch_size=128",
-                    "accumulation_steps=2"], mlflow_store, torchrun(tmp_path),
-                   {"RUL_TEST_DIE_AT_STEP": "3"})
+def test_a_rank_that_dies_ends_the_run_failed_and_resume_continues_it(
+        mlflow_store, real_data_dir, tmp_path, one_process_run):
+    args = [f"data_dir={real_data_dir}", "micro_batch_size=128", "accumulation_steps=2"]
+    died = run_rul(args, mlflow_store, torchrun(tmp_path), {"RUL_TEST_DIE_AT_STEP": "30"})
     assert died.returncode != 0
     assert "another rank of the run stopped" in died.stderr
     assert "rul/cli.py" not in died.stderr  # a clear error, no traceback of rank 0's own
-    _, runs = runs_of(mlflow_store)
+    client, runs = runs_of(mlflow_store)
     assert [r.info.status for r in runs] == ["FAILED"]
     assert "another rank" in runs[0].data.tags["error"]
+
+    resumed = run_rul([*args, "--resume"], mlflow_store, torchrun(tmp_path))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "after epoch 1" in resumed.stderr
+    (run,) = runs_of(mlflow_store)[1]
+    assert run.info.status == "FINISHED"
+    assert_same_training(client, run, one_process_run)
