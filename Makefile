@@ -14,6 +14,8 @@ PORT    ?= 5000
 SERVER_BACKEND   ?= sqlite:///mlflow-server.db
 SERVER_ARTIFACTS ?= ./mlartifacts
 SERVER_ARGS      ?=
+# Processes for one training run (DDP via torchrun: gloo on CPU, nccl on CUDA), e.g. NPROC=2
+NPROC   ?= 1
 # Optional torch requirement installed first, e.g. TORCH=torch==2.13.0 for the CPU build.
 TORCH   ?=
 
@@ -37,7 +39,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 train: $(STAMP)
+ifeq ($(NPROC),1)
 	$(BIN)/rul train $(CONFIG) $(ARGS)
+else
+	$(BIN)/torchrun --nproc-per-node $(NPROC) --standalone -m rul train $(CONFIG) $(ARGS)
+endif
 
 tune: $(STAMP)
 	$(BIN)/rul tune $(TUNE_CONFIG) $(ARGS)

@@ -47,17 +47,31 @@ def main():
               help="Continue an interrupted run of this config: the newest, or RUN_ID.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def train(config_path, overrides, data_dir, resume, no_progress):
-    """Train a model (CONFIG is a YAML file in experiments/; KEY=VALUE overrides any key)."""
+    """Train a model (CONFIG is a YAML file in experiments/; KEY=VALUE overrides any key).
+
+    Under `torchrun --nproc-per-node N -m rul train ...` one run trains on N processes (DDP):
+    rank 0 tracks, checkpoints and registers; the other ranks only train."""
     from rul.tracking.store import configure, ensure_experiment
     from rul.tracking.tracked_run import train_tracked
+    from rul.training.distributed import PeerLost, World, process_group
+    from rul.training.precision import resolve_device
+    from rul.workflow import run_training
 
+    world = World.from_env()
     try:
         config = _load_config(config_path, overrides, data_dir)
-        with interrupts_as_exceptions():
+        with interrupts_as_exceptions(), process_group(world, resolve_device(config.device)):
+            if not world.is_main:  # trains its share; writes nothing, tracks nothing
+                run_training(config, progress=False)
+                return
             outcome, run_id = train_tracked(config, resume=True if resume == "newest"
                                             else resume or False, progress=not no_progress)
     except _user_errors() as error:
         raise UserError(str(error)) from None
+    except PeerLost as error:
+        click.echo(f"error: {error}; the run is marked FAILED" if world.is_main
+                   else f"error: {error}", err=True)
+        sys.exit(1)
     except KeyboardInterrupt as interruption:
         click.echo(f"\n{_signal_name(interruption)}: the run is marked KILLED and its checkpoint "
                    "kept; continue it with: rul train ... --resume", err=True)

@@ -17,6 +17,7 @@ from rul.preprocessing import Preprocessor, WindowSet
 from rul.preprocessing.target import cap_rul
 from rul.training.batching import WindowBatches
 from rul.training.checkpoint import Checkpointer
+from rul.training.distributed import World, current_world
 from rul.training.engine import TrainState, fit
 from rul.training.evaluate import predict_windows
 from rul.training.listener import TrainingListener
@@ -90,16 +91,25 @@ def prepare_data(config: Config, seeds: Seeds | None = None,
 def run_training(config: Config, data: PreparedData | None = None,
                  listener: TrainingListener | None = None, checkpointer: Checkpointer | None = None,
                  resume_from: dict | None = None, progress: bool = True,
-                 subset: CMAPSSSubset | None = None) -> TrainingOutcome:
-    """Train `config` (on `data` if already prepared), evaluate on the test units."""
+                 subset: CMAPSSSubset | None = None, world: World | None = None
+                 ) -> TrainingOutcome:
+    """Train `config` (on `data` if already prepared), evaluate on the test units.
+
+    Under torchrun every rank calls this (rank 0 with the tracking listener and checkpointer,
+    the others with neither); every rank resumes from rank 0's `resume_from`, and every rank
+    evaluates the test units itself (identical numbers).
+    """
+    world = world or current_world()
     seeds = seed_everything(config.seed, config.deterministic)
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
     data = data or prepare_data(config, seeds, subset)
     model = build_model(config, data.preprocessor.n_features).to(device)
+    if world.distributed:
+        resume_from = world.broadcast(resume_from)
     state = fit(model, config, precision, seeds, WindowBatches(data.train, device),
                 WindowBatches(data.val, device), listener=listener, checkpointer=checkpointer,
-                resume_from=resume_from, progress=progress)
+                resume_from=resume_from, progress=progress, world=world)
     predicted = predict_windows(model, precision, WindowBatches(data.test, device))
     test = rul_metrics(predicted, data.subset.test_rul, config.rul_cap)
     metrics = {**{f"test_{k}": v for k, v in test.items()},

@@ -30,6 +30,7 @@ from rul.tracking.pyfunc_model import log_pyfunc
 from rul.tracking.registry import register_and_promote, registered_model_name
 from rul.tracking.run_checkpoints import RunCheckpoints
 from rul.tracking.store import configure, ensure_experiment
+from rul.training.distributed import current_world, rank_seed
 from rul.training.listener import Listeners, TrainingListener
 from rul.training.precision import resolve_device, resolve_precision
 from rul.training.seeding import derive_seeds
@@ -55,7 +56,7 @@ def config_digest(config: Config) -> str:
 
 def default_run_name(config: Config) -> str:
     """What ran, at a glance: e.g. cnn-b512-k2-s42."""
-    return (f"{config.model}-b{config.effective_batch_size}-k{config.accumulation_steps}"
+    return (f"{config.model}-b{_global_batch_size(config)}-k{config.accumulation_steps}"
             f"-s{config.seed}")
 
 
@@ -86,7 +87,7 @@ def train_tracked(config: Config, resume: bool | str = False, progress: bool = T
     try:
         tracker = MLflowListener(run_id, amp=precision.use_scaler,
                                  scheduled_lr=config.scheduler != "none",
-                                 effective_batch_size=config.effective_batch_size)
+                                 effective_batch_size=_global_batch_size(config))
         return _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_run_id,
                              extra_tags, Listeners(tracker, listener), register, stop_exceptions)
     finally:
@@ -136,7 +137,8 @@ def _log_params_and_tags(config: Config, data, extra_tags: dict | None) -> None:
     unused = ARCHITECTURE_KEYS - MODEL_KEYS[config.model]
     params = {k: v for k, v in config.to_dict().items()
               if v is not None and k not in unused}
-    params.update(effective_batch_size=config.effective_batch_size, world_size=1)
+    world, seeds = current_world(), derive_seeds(config.seed)
+    params.update(effective_batch_size=_global_batch_size(config), world_size=world.size)
     mlflow.log_params({k: str(v)[:6000] for k, v in params.items()})
     # units shorter than the window give no training window (a ShortUnitWarning said which)
     dropped = {**data.train.dropped_units, **data.val.dropped_units}
@@ -145,10 +147,17 @@ def _log_params_and_tags(config: Config, data, extra_tags: dict | None) -> None:
     if dropped:
         mlflow.set_tag("short_units", ", ".join(f"{u} ({n} rows)" for u, n in dropped.items()))
     mlflow.set_tags({
-        **{f"seed.{k}": v for k, v in derive_seeds(config.seed).as_dict().items()},
+        **{f"seed.{k}": v for k, v in seeds.as_dict().items()},
+        **({f"seed.rank_{r}": rank_seed(seeds.torch, r) for r in range(world.size)}
+           if world.distributed else {}),
         **{f"data.sha256.{role}": d for role, d in data.subset.file_digests().items()},
         **_environment_tags(), "subset": config.subset, **(extra_tags or {}),
     })
+
+
+def _global_batch_size(config: Config) -> int:
+    """micro x K x world size: the samples of one optimizer step over all torchrun ranks."""
+    return config.effective_batch_size * current_world().size
 
 
 def _log_results(outcome) -> None:

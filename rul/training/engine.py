@@ -10,11 +10,13 @@ import math
 import time
 from dataclasses import dataclass, field
 
+import torch
 from tqdm.auto import tqdm
 
 from rul.evaluation.metrics import rmse
 from rul.training import checkpoint
 from rul.training.batching import WindowBatches, effective_batches
+from rul.training.distributed import World, collectives, epoch_seed, global_batch_size, rank_share
 from rul.training.early_stopping import EarlyStopping
 from rul.training.evaluate import peak_memory_mb, predict_windows
 from rul.training.listener import TrainingListener
@@ -84,37 +86,50 @@ class TrainingParts:
 
 def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatches,
         listener: TrainingListener | None = None, checkpointer=None,
-        resume_from: dict | None = None, progress: bool = True) -> TrainState:
-    """Train with early stopping on validation RMSE; return the state with best weights loaded."""
-    listener = listener or TrainingListener()
-    per_epoch = steps_per_epoch(len(train), config.effective_batch_size)
+        resume_from: dict | None = None, progress: bool = True,
+        world: World | None = None) -> TrainState:
+    """Train with early stopping on validation RMSE; return the state with best weights loaded.
+
+    `world` of N > 1 (torchrun): DDP, each rank its share of every effective batch of
+    micro x K x N samples; see distributed.py for what is shared and how."""
+    listener, world = listener or TrainingListener(), world or World()
+    batch_size = config.effective_batch_size * world.size
+    per_epoch = steps_per_epoch(len(train), batch_size)
     parts = TrainingParts(model, config, precision, config.epochs * per_epoch)
     stopping = EarlyStopping(config.patience)
     state = TrainState()
     if resume_from is not None:
         parts.load_state_dict(resume_from)
         state = resume_from["train_state"]
-        checkpoint.restore_rng_state(resume_from["rng"])
+        if not world.distributed:  # N ranks re-seed per epoch instead (distributed.py)
+            checkpoint.restore_rng_state(resume_from["rng"])
+    trained = world.wrap(model)  # DDP broadcasts rank 0's weights: identical on every rank
 
     while state.epoch < config.epochs and not stopping.should_stop(state):
         model.train()
+        if world.distributed:
+            torch.manual_seed(epoch_seed(seeds.torch, world.rank, state.epoch))
         started, seen, loss_sum = time.perf_counter(), 0, 0.0
-        batches = effective_batches(len(train), config.micro_batch_size,
-                                    config.accumulation_steps, seeds.shuffle, state.epoch)
+        batches = effective_batches(len(train), config.micro_batch_size, config.accumulation_steps,
+                                    seeds.shuffle, state.epoch, world.size, world.rank)
         bar = _progress_bar(batches, per_epoch, state, config.epochs, progress)
-        for micro_indices in bar:
-            micro_batches = [train.get(i.to(train.starts.device)) for i in micro_indices]
-            result = optimizer_step(model, parts.optimizer, parts.scaler, micro_batches,
-                                    precision, config.max_grad_norm, target_scale=config.rul_cap)
+        for in_epoch, micro_indices in enumerate(bar):
+            n = global_batch_size(len(train), batch_size, in_epoch)
+            micro_batches, weights = rank_share(train, micro_indices, n, world.size)
+            with collectives():
+                result = optimizer_step(trained, parts.optimizer, parts.scaler, micro_batches,
+                                        precision, config.max_grad_norm,
+                                        target_scale=config.rul_cap, weights=weights)
+            result.loss = world.average(result.loss)  # the global sample-weighted loss
             parts.after_step(result)
             state.record_step(result)
-            n = sum(len(i) for i in micro_indices)
             seen, loss_sum = seen + n, loss_sum + result.loss * n
             listener.on_step(state.step, result)
             bar.set_postfix(loss=f"{result.loss:.4f}", grad=f"{result.grad_norm:.2f}",
                             refresh=False)
         train_seconds = time.perf_counter() - started
         val_rmse = rmse(predict_windows(parts.evaluated, precision, val), val.targets.cpu())
+        val_rmse = world.broadcast(val_rmse)  # rank 0's: every rank stops at the same epoch
         state.epoch += 1
         stopping.update(state, val_rmse, parts.evaluated)
         metrics = {"train_loss_epoch": loss_sum / max(seen, 1), "val_rmse": val_rmse,
