@@ -30,6 +30,7 @@ from rul.tracking.registry import register_and_promote, registered_model_name
 from rul.tracking.run_checkpoints import RunCheckpoints
 from rul.tracking.store import configure, ensure_experiment
 from rul.training.listener import Listeners, TrainingListener
+from rul.training.memory import resolve_auto_split, table_rows
 from rul.training.precision import resolve_device, resolve_precision
 from rul.training.seeding import derive_seeds
 from rul.workflow import prepare_data, run_training
@@ -77,7 +78,9 @@ def train_tracked(config: Config, resume: bool | str = False, progress: bool = T
     experiment_id = ensure_experiment(config.experiment_name)
     client = MlflowClient()
     checkpoints = RunCheckpoints(config.checkpoint_dir)
-    digest = config_digest(config)
+    digest = config_digest(config)  # of the config as written (`auto` stays auto)
+    config, split = resolve_auto_split(config, data.preprocessor.n_features, data.train,
+                                       precision)  # nothing fits: an error and no run
     if resume:
         run_id = checkpoints.resumable_run(client, experiment_id, digest,
                                            None if resume is True else resume)
@@ -91,6 +94,8 @@ def train_tracked(config: Config, resume: bool | str = False, progress: bool = T
                                    ).info.run_id
     if on_run_created is not None:
         on_run_created(run_id)
+    if split is not None:
+        _log_split(client, run_id, split)
     try:
         tracker = MLflowListener(run_id, amp=precision.use_scaler,
                                  scheduled_lr=config.scheduler != "none",
@@ -121,6 +126,14 @@ def _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_ru
                                  run_id, outcome.state.best_val_rmse)
     checkpoints.remove(run_id)  # finished: the model lives in MLflow
     return outcome, run_id
+
+
+def _log_split(client: MlflowClient, run_id: str, split) -> None:
+    """micro_batch_size: auto -> what the probe measured and chose (params hold the split)."""
+    client.set_tag(run_id, "memory.auto", "true")
+    client.set_tag(run_id, "memory.budget_bytes", str(split.budget))
+    client.log_metric(run_id, "memory.chosen_peak_mb", split.peak_bytes / 2**20)
+    client.log_table(run_id, data=table_rows(split.table), artifact_file="memory_probe.json")
 
 
 def _log_params_and_tags(config: Config, data, extra_tags: dict | None) -> None:

@@ -14,12 +14,13 @@ from tqdm.auto import tqdm
 
 from rul.evaluation.metrics import rmse
 from rul.training import checkpoint
+from rul.training.backoff import BackoffStep
 from rul.training.batching import WindowBatches, effective_batches
 from rul.training.early_stopping import EarlyStopping
 from rul.training.evaluate import peak_memory_mb, predict_windows
 from rul.training.listener import TrainingListener
 from rul.training.optim import make_optimizer, make_scheduler, steps_per_epoch
-from rul.training.step import StepResult, optimizer_step
+from rul.training.step import StepResult
 from rul.training.weight_average import weight_average
 
 
@@ -90,6 +91,7 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
     per_epoch = steps_per_epoch(len(train), config.effective_batch_size)
     parts = TrainingParts(model, config, precision, config.epochs * per_epoch)
     stopping = EarlyStopping(config.patience)
+    step = BackoffStep(config.micro_batch_size, config.effective_batch_size)  # halves on OOM
     state = TrainState()
     if resume_from is not None:
         parts.load_state_dict(resume_from)
@@ -99,16 +101,16 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
     while state.epoch < config.epochs and not stopping.should_stop(state):
         model.train()
         started, seen, loss_sum = time.perf_counter(), 0, 0.0
-        batches = effective_batches(len(train), config.micro_batch_size,
-                                    config.accumulation_steps, seeds.shuffle, state.epoch)
+        batches = effective_batches(len(train), config.effective_batch_size, 1, seeds.shuffle,
+                                    state.epoch)  # one index tensor per step; `step` splits it
         bar = _progress_bar(batches, per_epoch, state, config.epochs, progress)
-        for micro_indices in bar:
-            micro_batches = [train.get(i.to(train.starts.device)) for i in micro_indices]
-            result = optimizer_step(model, parts.optimizer, parts.scaler, micro_batches,
-                                    precision, config.max_grad_norm, target_scale=config.rul_cap)
+        for (indices,) in bar:
+            result = step(model, parts.optimizer, parts.scaler, train,
+                          indices.to(train.starts.device), precision, config.max_grad_norm,
+                          config.rul_cap)
             parts.after_step(result)
             state.record_step(result)
-            n = sum(len(i) for i in micro_indices)
+            n = len(indices)
             seen, loss_sum = seen + n, loss_sum + result.loss * n
             listener.on_step(state.step, result)
             bar.set_postfix(loss=f"{result.loss:.4f}", grad=f"{result.grad_norm:.2f}",
@@ -119,7 +121,9 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
         stopping.update(state, val_rmse, parts.evaluated)
         metrics = {"train_loss_epoch": loss_sum / max(seen, 1), "val_rmse": val_rmse,
                    "samples_per_s": seen / train_seconds,
-                   "peak_memory_mb": peak_memory_mb(precision.device)}
+                   "peak_memory_mb": peak_memory_mb(precision.device),
+                   "micro_batch_size": step.micro_batch_size,  # smaller after an OOM back-off
+                   "accumulation_steps": step.accumulation_steps}
         state.history.append(metrics)
         if progress:
             _print_epoch(state, metrics)
