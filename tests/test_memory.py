@@ -129,15 +129,26 @@ def test_auto_picks_a_smaller_micro_under_a_tiny_budget_and_says_when_nothing_fi
                            CPU_FP32)
 
 
-def test_same_effective_batch_under_different_budgets_reaches_the_same_val_rmse(fd001_data):
-    base = cfg.load(None, {**SMALL, "micro_batch_size": "auto", "effective_batch_size": 512,
-                           "epochs": 2, "precision": "fp32", "device": "cpu"})
+@pytest.fixture
+def small_data(write_cmapss):
+    """Synthetic C-MAPSS: 16 training units of 90 cycles, window 20 (~900 training windows)."""
+    folder = write_cmapss(train_lengths=(90,) * 16)
+    config = cfg.load(None, {**SMALL, "window": 20, "data_dir": str(folder)})
+    return config, prepare_data(config)
+
+
+def test_same_effective_batch_under_different_budgets_reaches_the_same_val_rmse(small_data):
+    config, data = small_data
+    base = config.replace(micro_batch_size="auto", effective_batch_size=256, epochs=3,
+                          precision="fp32", device="cpu", filters=32)
+    table = resolve_auto_split(base.replace(memory_budget="64GiB"), data.preprocessor.n_features,
+                               data.train, CPU_FP32)[1].table
+    peaks = {row.micro_batch_size: row.peak_bytes for row in table}
     outcomes = []
-    for budget in ("64GiB", "12MiB"):
-        outcomes.append(run_training(base.replace(memory_budget=budget), fd001_data,
-                                     progress=False))
+    for budget in ("64GiB", (peaks[32] + peaks[256]) // 2):
+        outcomes.append(run_training(base.replace(memory_budget=budget), data, progress=False))
     splits = [(o.config.micro_batch_size, o.config.accumulation_steps) for o in outcomes]
-    assert splits[0] == (512, 1) and splits[1][0] < 512, splits
+    assert splits[0] == (256, 1) and splits[1][0] < 256, splits
     a, b = (o.state.best_val_rmse for o in outcomes)
     assert abs(a - b) / a < 1e-4, (splits, a, b)
     assert outcomes[0].state.step == outcomes[1].state.step
@@ -182,17 +193,17 @@ def _fit(data, config, limit=None):
     return state, listener.losses
 
 
-def test_out_of_memory_halves_the_micro_batch_and_keeps_every_step(fd001_data):
-    config = cfg.load(None, {**SMALL, "epochs": 2, "micro_batch_size": 512,
-                             "accumulation_steps": 1, "precision": "fp32"})
-    backed_off, losses = _fit(fd001_data, config, limit=100)  # 512 -> 256 -> 128 -> 64
-    reference, expected = _fit(fd001_data, config.replace(micro_batch_size=64,
-                                                          accumulation_steps=8))
+def test_out_of_memory_halves_the_micro_batch_and_keeps_every_step(small_data):
+    config, data = small_data
+    config = config.replace(epochs=2, micro_batch_size=256, accumulation_steps=1,
+                            precision="fp32")
+    backed_off, losses = _fit(data, config, limit=40)  # 256 -> 128 -> 64 -> 32
+    reference, expected = _fit(data, config.replace(micro_batch_size=32, accumulation_steps=8))
     assert backed_off.step == reference.step == len(expected) == len(losses)
     assert losses == pytest.approx(expected, rel=1e-6)
     assert backed_off.best_val_rmse == pytest.approx(reference.best_val_rmse, rel=1e-6)
     assert [(h["micro_batch_size"], h["accumulation_steps"]) for h in backed_off.history] == [
-        (64, 8), (64, 8)]  # the event, as per-epoch metrics
+        (32, 8), (32, 8)]  # the event, as per-epoch metrics
 
 
 def test_back_off_redoes_the_batch_from_its_start_with_the_same_random_stream():

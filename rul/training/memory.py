@@ -139,19 +139,27 @@ def format_bytes(size: int) -> str:
 
 
 def _measure(model_factory, make_optimizer, precision, x, y, max_grad_norm, target_scale):
-    device = x.device
-    baseline = _reset_peak(device)
+    baseline = _reset_peak(x.device)
     model = model_factory()
     model.train()
-    optimizer, scaler = make_optimizer(model), precision.grad_scaler()
+    return measure_step(model, make_optimizer(model), precision.grad_scaler(), [(x, y)],
+                        precision, max_grad_norm, target_scale, baseline)
+
+
+def measure_step(model, optimizer, scaler, micro_batches, precision, max_grad_norm=1.0,
+                 target_scale=1.0, baseline: int | None = None) -> tuple[int, float]:
+    """(peak bytes, seconds) of one optimizer_step over `micro_batches`, measured as the
+    module docstring says; `baseline` is the memory reading peaks count from (default: now)."""
+    device = precision.device
+    if baseline is None:
+        baseline = _reset_peak(device)
     started = time.perf_counter()
-    optimizer_step(model, optimizer, scaler, [(x, y)], precision, max_grad_norm, target_scale)
+    optimizer_step(model, optimizer, scaler, micro_batches, precision, max_grad_norm,
+                   target_scale)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - started
-    peak = _peak(device) - baseline
-    del model, optimizer, scaler
-    return peak, seconds
+    return _peak(device) - baseline, seconds
 
 
 def _reset_peak(device: torch.device) -> int:
