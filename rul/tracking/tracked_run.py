@@ -94,21 +94,20 @@ def train_tracked(config: Config, resume: bool | str = False, progress: bool = T
                                    ).info.run_id
     if on_run_created is not None:
         on_run_created(run_id)
-    if split is not None:
-        _log_split(client, run_id, split)
     try:
         tracker = MLflowListener(run_id, amp=precision.use_scaler,
                                  scheduled_lr=config.scheduler != "none",
                                  effective_batch_size=config.effective_batch_size)
         return _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_run_id,
-                             extra_tags, Listeners(tracker, listener), register, stop_exceptions)
+                             extra_tags, Listeners(tracker, listener), register, stop_exceptions,
+                             split)
     finally:
         if not resumable:
             checkpoints.remove(run_id)
 
 
 def _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_run_id,
-                  extra_tags, listener, register, stop_exceptions):
+                  extra_tags, listener, register, stop_exceptions, split=None):
     with run_ends_cleanly(run_id, stop_exceptions), checkpoints.held(run_id) as checkpointer, \
             mlflow.start_run(run_id=run_id, nested=parent_run_id is not None):
         resume_from = checkpointer.load(resolve_device(config.device)) if resume else None
@@ -117,6 +116,7 @@ def _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_ru
                   file=sys.stderr)
         if resume_from is None:
             _log_params_and_tags(config, data, extra_tags)
+            _log_split(split)
         outcome = run_training(config, data, listener=listener,
                                checkpointer=checkpointer, resume_from=resume_from,
                                progress=progress)
@@ -128,12 +128,14 @@ def _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_ru
     return outcome, run_id
 
 
-def _log_split(client: MlflowClient, run_id: str, split) -> None:
+def _log_split(split) -> None:
     """micro_batch_size: auto -> what the probe measured and chose (params hold the split)."""
-    client.set_tag(run_id, "memory.auto", "true")
-    client.set_tag(run_id, "memory.budget_bytes", str(split.budget))
-    client.log_metric(run_id, "memory.chosen_peak_mb", split.peak_bytes / 2**20)
-    client.log_table(run_id, data=table_rows(split.table), artifact_file="memory_probe.json")
+    if split is None:
+        return
+    mlflow.set_tags({"memory.auto": "true", "memory.budget_bytes": str(split.budget)})
+    mlflow.log_metric("memory.chosen_peak_mb", split.peak_bytes / 2**20)
+    rows = table_rows(split.table)
+    mlflow.log_table({k: [row[k] for row in rows] for k in rows[0]}, "memory_probe.json")
 
 
 def _log_params_and_tags(config: Config, data, extra_tags: dict | None) -> None:
