@@ -76,8 +76,9 @@ def probe(model_factory, sample_batch, precision, candidate_sizes, optimizer_fac
     device = x.device
     rng = _rng_state(device)  # the probe must not move the run's random streams
     try:
-        _measure(model_factory, make_optimizer, precision, x[:1], y[:1], max_grad_norm,
-                 target_scale)  # warm-up: one-time lazy initialisation is not a step's cost
+        first = min(candidate_sizes)  # warm-up: one-time lazy initialisation is not a cost
+        _measure(model_factory, make_optimizer, precision, x[:first], y[:first], max_grad_norm,
+                 target_scale)
         rows = []
         for size in sorted(candidate_sizes):
             try:
