@@ -4,8 +4,11 @@
   engine    rul's training loop vs a minimal hand-written loop, same model and batches
   tracking  the default `rul train` tracked vs untracked (target overhead <= 5%; ~8 min)
   accuracy  the default `make train` config: test RMSE (target <= 13.0) and wall time
+  memory    B = 512 split as 512x1 .. 64x8: peak memory and samples/s per precision
+            (bench/memory.py; needs no mlflow, optuna or pydantic; --quick: one timed step)
 
-python -m bench [data|engine|tracking|accuracy ...]   (default: data engine tracking)
+python -m bench [data|engine|tracking|accuracy|memory ...]   (default: data engine tracking
+memory)
 """
 
 
@@ -16,14 +19,13 @@ from pathlib import Path
 
 import torch
 
-from rul import config as cfg
-from rul.data import load_subset
-
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "experiments" / "fd001.yaml"
 
 
 def bench_data():
+    from rul import config as cfg
+    from rul.data import load_subset
     from rul.workflow import preprocessor_for  # imports (torch, sklearn) are not timed
 
     start = time.perf_counter()
@@ -67,6 +69,7 @@ def minimal_loop(model, train, config, epochs):
 
 
 def bench_engine(epochs=3):
+    from rul import config as cfg
     from rul.models import build_model
     from rul.training.batching import WindowBatches
     from rul.training.engine import fit
@@ -97,6 +100,7 @@ def bench_engine(epochs=3):
 
 def bench_tracking():
     """The default `make train` config, tracked vs untracked (same seed: same epochs)."""
+    from rul import config as cfg
     from rul.tracking.tracked_run import train_tracked
     from rul.training.checkpoint import Checkpointer
     from rul.workflow import run_training
@@ -131,6 +135,7 @@ def bench_tracking():
 
 
 def bench_accuracy():
+    from rul import config as cfg
     from rul.workflow import run_training
 
     config = cfg.load(DEFAULT)
@@ -143,10 +148,22 @@ def bench_accuracy():
           f"{m['best_epoch']}/{outcome.state.epoch}, {seconds:.0f}s wall (target <= 300 s)")
 
 
+def bench_memory():
+    from bench.memory import bench_memory as run
+
+    run(quick=QUICK)
+
+
+QUICK = False
+
+
 def main(argv):
-    chosen = argv or ["data", "engine", "tracking"]
+    global QUICK
+    QUICK = "--quick" in argv
+    argv = [a for a in argv if a != "--quick"]
+    chosen = argv or ["data", "engine", "tracking", "memory"]
     benches = {"data": bench_data, "engine": bench_engine, "tracking": bench_tracking,
-               "accuracy": bench_accuracy}
+               "accuracy": bench_accuracy, "memory": bench_memory}
     unknown = [c for c in chosen if c not in benches]
     if unknown:
         sys.exit(f"unknown bench {unknown}; choose from {', '.join(benches)}")

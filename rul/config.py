@@ -57,6 +57,30 @@ PositiveInt = Annotated[int, Field(ge=1, description="a positive integer")]
 NonNegativeInt = Annotated[int, Field(ge=0, description="a non-negative integer")]
 Flag = Annotated[bool, Field(description="true or false")]
 
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_BYTES = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)")
+
+
+def parse_bytes(value: Any) -> Any:
+    """'6GiB', '512MiB', '1.5GB' or a plain number of bytes -> int bytes (> 0)."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return value
+    text = str(value).strip().lower()
+    match = _BYTES.fullmatch(text)
+    if isinstance(value, bool) or not match or match.group(2) not in _UNITS:
+        raise ValueError("must be a memory size such as 6GiB, 512MiB or 2GB (or null)")
+    size = int(float(match.group(1)) * _UNITS[match.group(2)])
+    if size <= 0:
+        raise ValueError("must be a memory size greater than 0 (such as 512MiB)")
+    return size
+
+
+MemorySize = Annotated[int | None, BeforeValidator(parse_bytes), Field(
+    description="a memory size such as 6GiB or 512MiB, or null")]
+MicroBatch = Annotated[PositiveInt | Literal["auto"], Field(
+    description="a positive integer or auto")]
+
 
 def _path_text(value: Any) -> Any:
     return os.fspath(value) if isinstance(value, os.PathLike) else value
@@ -113,8 +137,16 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     filters: PositiveInt = 10  # cnn
     num_heads: PositiveInt = 4  # transformer
     # optimization
-    micro_batch_size: PositiveInt = 256
-    accumulation_steps: PositiveInt = 2
+    # The effective batch B is the accuracy decision; its split into micro-batches x K is a
+    # memory and speed decision (exact accumulation: same B, same model). `auto` measures the
+    # peak memory of a few micro sizes before training and picks the largest under
+    # memory_budget (null: CUDA's free memory less a margin; CPU: half the available RAM),
+    # with K = ceil(B / micro). With integers, B = micro x K unless stated.
+    micro_batch_size: MicroBatch = 256
+    accumulation_steps: PositiveInt = 2  # derived when micro_batch_size is auto
+    effective_batch_size: Annotated[PositiveInt | None, Field(
+        description="a positive integer or null")] = None  # null: micro x K
+    memory_budget: MemorySize = None
     epochs: PositiveInt = 100
     lr: _number("a number > 0", gt=0) = 1e-3
     weight_decay: _number("a number >= 0", ge=0) = 0.0
@@ -150,16 +182,37 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         candidate_columns(value, include_settings=False)  # ValueError names the problem
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _state_the_effective_batch(cls, values: Any) -> Any:
+        """Fill in B = micro x K when both are integers and B is not stated."""
+        if isinstance(values, dict) and values.get("effective_batch_size") is None:
+            micro = values.get("micro_batch_size", cls.model_fields["micro_batch_size"].default)
+            k = values.get("accumulation_steps", cls.model_fields["accumulation_steps"].default)
+            if _positive_int(micro) and _positive_int(k):
+                values = {**values, "effective_batch_size": micro * k}
+        return values
+
+    @model_validator(mode="after")
+    def _split_matches_the_effective_batch(self) -> "TrainConfig":
+        b, micro, k = self.effective_batch_size, self.micro_batch_size, self.accumulation_steps
+        if micro == "auto":
+            if b is None:
+                raise rule_error("micro_batch_size='auto'",
+                                 "needs effective_batch_size (the batch the optimizer sees)")
+        elif micro > b or -(-b // micro) != k:
+            raise rule_error(f"effective_batch_size={b}",
+                             f"disagrees with micro_batch_size={micro} x accumulation_steps={k}"
+                             " (B must be micro x K, or K = ceil(B / micro) with a short last"
+                             " micro-batch)")
+        return self
+
     @model_validator(mode="after")
     def _transformer_heads_divide_width(self) -> "TrainConfig":
         if self.model == "transformer" and self.hidden_size % self.num_heads:
             raise rule_error(f"hidden_size={self.hidden_size}",
                              f"must be divisible by num_heads={self.num_heads}")
         return self
-
-    @property
-    def effective_batch_size(self) -> int:
-        return self.micro_batch_size * self.accumulation_steps  # x world size (1 here)
 
     @property
     def n_conditions(self) -> int:
@@ -174,11 +227,23 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         return self.experiment or f"rul-{self.subset.lower()}"
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump()
+        """The keys a YAML file would hold; B only when it is not micro x K, the memory
+        budget only when set (so configs without them keep their form and digest)."""
+        values = self.model_dump()
+        if self.micro_batch_size != "auto" and (
+                self.effective_batch_size == self.micro_batch_size * self.accumulation_steps):
+            del values["effective_batch_size"]
+        if self.memory_budget is None:
+            del values["memory_budget"]
+        return values
 
     def replace(self, **changes) -> "TrainConfig":
         """A re-validated copy with `changes` applied."""
         return build(self.to_dict(), changes)
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 Config = TrainConfig
@@ -186,6 +251,11 @@ Config = TrainConfig
 # Training keys a study may not vary: where data and results live, not what is trained.
 NOT_TUNABLE = ("subset", "data_dir", "tracking_uri", "experiment", "register", "run_name",
                "checkpoint_dir", "device")
+SPLIT_IN_SPACE = (
+    "search_space lists {}: with exact accumulation micro_batch_size x accumulation_steps only "
+    "splits the effective batch, which alone decides the model, so the sampler spends trials on "
+    "splits of one batch and reads noise as signal. Search effective_batch_size instead: each "
+    "trial then picks its micro-batch by measured memory (micro_batch_size: auto).")
 SPACE_HINT = "needs type categorical (choices) or int/float (low, high, optional log)"
 
 # ------------------------------------------------------------------ tuning
@@ -254,6 +324,16 @@ class TuningConfig(_Strict):
                 raise rule_error("search_space", f"{key!r} is not a tunable training key"
                                  + _did_you_mean(key, tunable))
             _check_dimension(self.train, key, dimension)
+        split = [k for k in ("micro_batch_size", "accumulation_steps") if k in self.search_space]
+        if split:
+            warnings.warn(SPLIT_IN_SPACE.format(", ".join(split)), UserWarning, stacklevel=2)
+        if "effective_batch_size" in self.search_space:
+            smallest = self._smallest("effective_batch_size")
+            if self.max_effective_batch and smallest > self.max_effective_batch:
+                raise rule_error(f"max_effective_batch={self.max_effective_batch}",
+                                 f"every trial would be pruned: the smallest effective_batch_size"
+                                 f" is {smallest}")
+            return self
         micro, k = self._smallest("micro_batch_size"), self._smallest("accumulation_steps")
         if self.max_effective_batch and micro * k > self.max_effective_batch:
             raise rule_error(f"max_effective_batch={self.max_effective_batch}",
@@ -298,6 +378,8 @@ def _check_dimension(train: TrainConfig, key: str, dimension) -> None:
         values = [("low", cast(dimension.low)), ("high", cast(dimension.high))]
     drawn = " (type float draws fractions: use int)" if isinstance(dimension, FloatRange) else ""
     base = train.to_dict()
+    if key == "effective_batch_size":  # a trial's split is derived from it: micro auto
+        base["micro_batch_size"] = "auto"
     for name, value in values:
         try:
             TrainConfig.model_validate({**base, key: value})

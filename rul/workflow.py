@@ -21,6 +21,7 @@ from rul.training.distributed import World, current_world
 from rul.training.engine import TrainState, fit
 from rul.training.evaluate import predict_windows
 from rul.training.listener import TrainingListener
+from rul.training.memory import resolve_auto_split
 from rul.training.precision import Precision, resolve_device, resolve_precision
 from rul.training.seeding import Seeds, derive_seeds, seed_everything
 
@@ -104,6 +105,7 @@ def run_training(config: Config, data: PreparedData | None = None,
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
     data = data or prepare_data(config, seeds, subset)
+    config, _ = resolve_auto_split(config, data.preprocessor.n_features, data.train, precision)
     model = build_model(config, data.preprocessor.n_features).to(device)
     if world.distributed:
         resume_from = world.broadcast(resume_from)

@@ -29,8 +29,7 @@ OLD_FD001 = {
     "checkpoint_dir": "mlruns/checkpoints",
 }
 OLD_TUNE_SPACE = {
-    "micro_batch_size": {"type": "categorical", "choices": [32, 64, 128, 256, 512]},
-    "accumulation_steps": {"type": "categorical", "choices": [1, 2, 4, 8]},
+    "effective_batch_size": {"type": "categorical", "choices": [128, 256, 512, 1024, 2048]},
     "lr": {"type": "float", "low": 0.0003, "high": 0.003, "log": True},
     "hidden_size": {"type": "categorical", "choices": [50, 100, 200]},
     "num_layers": {"type": "int", "low": 2, "high": 5},
@@ -232,7 +231,7 @@ TUNE_ERRORS = [
     ({"max_effective_batch": 0}, "max_effective_batch=0: must be a positive integer or null"),
     ({"scale_lr_with_batch": "yes"}, "scale_lr_with_batch='yes': must be true or false"),
     ({"max_effective_batch": 16}, "max_effective_batch=16: every trial would be pruned: the "
-     "smallest effective batch (micro_batch_size x accumulation_steps) is 32x1=32"),
+     "smallest effective_batch_size is 128"),
     ({"n_trial": 3}, "unknown key(s) 'n_trial' (did you mean 'n_trials'?)"),
     ({"lerning_rate": 1}, "unknown key(s) 'lerning_rate' (did you mean 'lr'?)"),
     ({"epochs": 0}, "epochs=0: must be a positive integer"),  # training keys checked too

@@ -595,3 +595,64 @@ def test_trial_overrides_check_transformer_heads():
     assert trial_overrides(cnn, {"hidden_size": 50})[1] is None
     _, reason = trial_overrides(cnn, {"model": "transformer", "hidden_size": 50})  # ...unless
     assert reason == "hidden_size 50 not divisible by num_heads 4"
+
+
+# ---------------------------------------------------------------- the effective batch is searched
+
+
+def test_trial_overrides_derive_the_split_from_the_effective_batch():
+    base = cfg.load_tuning(TUNE_PATH, {"scale_lr_with_batch": True})  # max 2048
+    changes, reason = trial_overrides(base, {"effective_batch_size": 1024, "lr": 1e-3})
+    assert reason is None
+    assert changes["micro_batch_size"] == "auto"  # measured per trial, never drawn
+    assert changes["lr"] == pytest.approx(1e-3 * 1024 / REFERENCE_BATCH)
+    trial = base.train.replace(**changes)
+    assert trial.effective_batch_size == 1024 and trial.micro_batch_size == "auto"
+    _, reason = trial_overrides(base.replace(max_effective_batch=512),
+                                {"effective_batch_size": 1024})
+    assert reason == "effective batch 1024 > max 512"
+
+
+def test_a_search_space_with_micro_batch_size_or_k_warns_why():
+    with pytest.warns(UserWarning, match=r"search_space lists micro_batch_size, "
+                      r"accumulation_steps: with exact accumulation .* Search "
+                      r"effective_batch_size instead"):
+        cfg.load_tuning(None, {"search_space": SPACE})
+    with pytest.raises(cfg.ConfigError, match=r"search_space.effective_batch_size: choice 0: "
+                       r"must be a positive integer or null"):
+        cfg.load_tuning(None, {"search_space": {
+            "effective_batch_size": {"type": "categorical", "choices": [0, 512]}}})
+
+
+@pytest.mark.slow
+def test_trials_search_the_effective_batch_and_log_their_measured_split(
+        tmp_path, real_data_dir, mlflow_store_at):
+    space = {"effective_batch_size": {"type": "categorical", "choices": [512, 1024]},
+             "lr": {"type": "float", "low": 1e-3, "high": 3e-3}}
+    with mlflow_store_at(tmp_path):
+        config = make_config(tmp_path, real_data_dir, epochs=1, search_space=space,
+                             register=False, memory_budget="64GiB")
+        run_study(config, n_trials=2, storage=f"sqlite:///{tmp_path}/optuna.db",
+                  study_name="tune-batch")
+        study = optuna.load_study(study_name="tune-batch",
+                                  storage=f"sqlite:///{tmp_path}/optuna.db")
+        client = MlflowClient(tracking_uri=config.train.tracking_uri)
+        children = child_runs_by_trial(client, study.user_attrs["mlflow_parent_run_id"])
+        for trial in study.trials:
+            assert trial.state == TrialState.COMPLETE
+            assert set(trial.params) == {"effective_batch_size", "lr"}
+            run = children[trial.number]
+            b = trial.params["effective_batch_size"]
+            params = run.data.params
+            # a budget far above the peak: one micro-batch of B
+            assert (params["micro_batch_size"], params["accumulation_steps"],
+                    params["effective_batch_size"]) == (str(b), "1", str(b))
+            assert run.data.tags["memory.auto"] == "true"
+            assert run.data.tags["memory.budget_bytes"] == str(64 * 2**30)
+            assert run.data.metrics["memory.chosen_peak_mb"] > 0
+            saved = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/memory_probe.json")
+            table = pd.DataFrame(saved["data"], columns=saved["columns"])
+            assert list(table["micro_batch_size"]) == sorted(
+                m for m in (b, b // 2, b // 4, b // 8, b // 16, b // 32, b // 64, b // 128)
+                if m >= 8)
+            assert (table["peak_bytes"] > 0).all()

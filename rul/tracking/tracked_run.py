@@ -32,6 +32,7 @@ from rul.tracking.run_checkpoints import RunCheckpoints
 from rul.tracking.store import configure, ensure_experiment
 from rul.training.distributed import current_world, rank_seed
 from rul.training.listener import Listeners, TrainingListener
+from rul.training.memory import resolve_auto_split, table_rows
 from rul.training.precision import resolve_device, resolve_precision
 from rul.training.seeding import derive_seeds
 from rul.workflow import prepare_data, run_training
@@ -79,9 +80,12 @@ def train_tracked(config: Config, resume: bool | str = False, progress: bool = T
     experiment_id = ensure_experiment(config.experiment_name)
     client = MlflowClient()
     checkpoints = RunCheckpoints(config.checkpoint_dir)
+    digest = config_digest(config)  # of the config as written (`auto` stays auto)
+    config, split = resolve_auto_split(config, data.preprocessor.n_features, data.train,
+                                       precision)  # nothing fits: an error and no run
     with deferred():  # the run and its identity are written whole, or not at all
-        run_id = _open_run(config, client, experiment_id, checkpoints, resume, parent_run_id,
-                           run_name)
+        run_id = _open_run(config, digest, client, experiment_id, checkpoints, resume,
+                           parent_run_id, run_name)
         if on_run_created is not None:
             on_run_created(run_id)
     try:
@@ -89,15 +93,16 @@ def train_tracked(config: Config, resume: bool | str = False, progress: bool = T
                                  scheduled_lr=config.scheduler != "none",
                                  effective_batch_size=_global_batch_size(config))
         return _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_run_id,
-                             extra_tags, Listeners(tracker, listener), register, stop_exceptions)
+                             extra_tags, Listeners(tracker, listener), register, stop_exceptions,
+                             split)
     finally:
         if not resumable:
             checkpoints.remove(run_id)
 
 
-def _open_run(config, client, experiment_id, checkpoints, resume, parent_run_id, run_name):
+def _open_run(config, digest, client, experiment_id, checkpoints, resume, parent_run_id,
+              run_name):
     """The run to train in: a new one, or the one `resume` continues (marked RUNNING)."""
-    digest = config_digest(config)
     if resume:
         run_id = checkpoints.resumable_run(client, experiment_id, digest,
                                            None if resume is True else resume)
@@ -111,7 +116,7 @@ def _open_run(config, client, experiment_id, checkpoints, resume, parent_run_id,
 
 
 def _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_run_id,
-                  extra_tags, listener, register, stop_exceptions):
+                  extra_tags, listener, register, stop_exceptions, split=None):
     with run_ends_cleanly(run_id, stop_exceptions), checkpoints.held(run_id) as checkpointer, \
             mlflow.start_run(run_id=run_id, nested=parent_run_id is not None):
         resume_from = checkpointer.load(resolve_device(config.device)) if resume else None
@@ -121,6 +126,7 @@ def _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_ru
         if resume_from is None:
             with deferred():
                 _log_params_and_tags(config, data, extra_tags)
+                _log_split(split)
         outcome = run_training(config, data, listener=listener,
                                checkpointer=checkpointer, resume_from=resume_from,
                                progress=progress)
@@ -131,6 +137,16 @@ def _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_ru
                                      run_id, outcome.state.best_val_rmse)
     checkpoints.remove(run_id)  # finished: the model lives in MLflow
     return outcome, run_id
+
+
+def _log_split(split) -> None:
+    """micro_batch_size: auto -> what the probe measured and chose (params hold the split)."""
+    if split is None:
+        return
+    mlflow.set_tags({"memory.auto": "true", "memory.budget_bytes": str(split.budget)})
+    mlflow.log_metric("memory.chosen_peak_mb", split.peak_bytes / 2**20)
+    rows = table_rows(split.table)
+    mlflow.log_table({k: [row[k] for row in rows] for k in rows[0]}, "memory_probe.json")
 
 
 def _log_params_and_tags(config: Config, data, extra_tags: dict | None) -> None:

@@ -15,13 +15,14 @@ from tqdm.auto import tqdm
 
 from rul.evaluation.metrics import rmse
 from rul.training import checkpoint
+from rul.training.backoff import BackoffStep
 from rul.training.batching import WindowBatches, effective_batches
-from rul.training.distributed import World, collectives, epoch_seed, global_batch_size, rank_share
+from rul.training.distributed import World, collectives, epoch_seed, global_batch_size
 from rul.training.early_stopping import EarlyStopping
 from rul.training.evaluate import peak_memory_mb, predict_windows
 from rul.training.listener import TrainingListener
 from rul.training.optim import make_optimizer, make_scheduler, steps_per_epoch
-from rul.training.step import StepResult, optimizer_step
+from rul.training.step import StepResult
 from rul.training.weight_average import weight_average
 
 
@@ -97,6 +98,7 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
     per_epoch = steps_per_epoch(len(train), batch_size)
     parts = TrainingParts(model, config, precision, config.epochs * per_epoch)
     stopping = EarlyStopping(config.patience)
+    step = BackoffStep(config.micro_batch_size, config.effective_batch_size)  # halves on OOM
     state = TrainState()
     if resume_from is not None:
         parts.load_state_dict(resume_from)
@@ -110,16 +112,15 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
         if world.distributed:
             torch.manual_seed(epoch_seed(seeds.torch, world.rank, state.epoch))
         started, seen, loss_sum = time.perf_counter(), 0, 0.0
-        batches = effective_batches(len(train), config.micro_batch_size, config.accumulation_steps,
-                                    seeds.shuffle, state.epoch, world.size, world.rank)
+        batches = effective_batches(len(train), config.effective_batch_size, 1, seeds.shuffle,
+                                    state.epoch, world.size, world.rank)  # `step` splits each
         bar = _progress_bar(batches, per_epoch, state, config.epochs, progress)
-        for in_epoch, micro_indices in enumerate(bar):
+        for in_epoch, (indices,) in enumerate(bar):
             n = global_batch_size(len(train), batch_size, in_epoch)
-            micro_batches, weights = rank_share(train, micro_indices, n, world.size)
             with collectives():
-                result = optimizer_step(trained, parts.optimizer, parts.scaler, micro_batches,
-                                        precision, config.max_grad_norm,
-                                        target_scale=config.rul_cap, weights=weights)
+                result = step(trained, parts.optimizer, parts.scaler, train,
+                              indices.to(train.starts.device), precision, config.max_grad_norm,
+                              config.rul_cap, global_total=n, world_size=world.size)
             result.loss = world.average(result.loss)  # the global sample-weighted loss
             parts.after_step(result)
             state.record_step(result)
@@ -134,7 +135,9 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
         stopping.update(state, val_rmse, parts.evaluated)
         metrics = {"train_loss_epoch": loss_sum / max(seen, 1), "val_rmse": val_rmse,
                    "samples_per_s": seen / train_seconds,
-                   "peak_memory_mb": peak_memory_mb(precision.device)}
+                   "peak_memory_mb": peak_memory_mb(precision.device),
+                   "micro_batch_size": step.micro_batch_size,  # smaller after an OOM back-off
+                   "accumulation_steps": step.accumulation_steps}
         state.history.append(metrics)
         if progress:
             _print_epoch(state, metrics)

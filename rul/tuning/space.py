@@ -26,16 +26,25 @@ def suggest(trial: optuna.Trial, space: Mapping) -> dict:
 
 
 def trial_overrides(tuning: TuningConfig, values: dict) -> tuple[dict, str | None]:
-    """Training config changes for a trial, or a reason to prune it before it runs."""
+    """Training config changes for a trial, or a reason to prune it before it runs.
+
+    A drawn effective_batch_size is the accuracy decision; the trial's micro-batch and K are
+    then measured, never drawn: micro_batch_size becomes auto (see rul.training.memory)."""
     base = tuning.train
-    micro = values.get("micro_batch_size", base.micro_batch_size)
-    k = values.get("accumulation_steps", base.accumulation_steps)
-    if tuning.max_effective_batch and micro * k > tuning.max_effective_batch:
-        return values, (f"effective batch {micro}x{k}={micro * k} > max "
-                        f"{tuning.max_effective_batch}")
     changes = dict(values)
+    if "effective_batch_size" in values:
+        b = values["effective_batch_size"]
+        changes["micro_batch_size"] = "auto"
+        described = f"effective batch {b}"
+    else:
+        micro = values.get("micro_batch_size", base.micro_batch_size)
+        k = values.get("accumulation_steps", base.accumulation_steps)
+        b = base.effective_batch_size if micro == "auto" else micro * k
+        described = f"effective batch {micro}x{k}={b}"
+    if tuning.max_effective_batch and b > tuning.max_effective_batch:
+        return values, f"{described} > max {tuning.max_effective_batch}"
     if tuning.scale_lr_with_batch:
-        changes["lr"] = values.get("lr", base.lr) * micro * k / REFERENCE_BATCH
+        changes["lr"] = values.get("lr", base.lr) * b / REFERENCE_BATCH
     if base.model == "transformer" or changes.get("model") == "transformer":
         heads = changes.get("num_heads", base.num_heads)
         hidden = changes.get("hidden_size", base.hidden_size)

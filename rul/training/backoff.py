@@ -1,0 +1,59 @@
+"""Out-of-memory back-off that keeps the effective batch: one optimizer step over an effective
+batch's sample indices, split into micro-batches of the current size; if a micro-batch runs out
+of memory, the partial gradients are dropped, the micro-batch is halved (K doubles, B stays),
+the random streams are put back and the same effective batch is redone from its start.
+
+The samples, their order and the step's sample weighting do not change, so the run goes on
+exactly as a run that used the smaller micro-batch from the start: no step lost, none doubled.
+The GradScaler is untouched by a failed forward/backward (it only unscales and steps after
+every micro-batch's backward). Out-of-memory at micro-batch size 1 is raised as it is.
+Limit: an error inside the optimizer's own update (after the micro-batches; rare, since its
+state is allocated on the first step) would be retried on partly updated weights.
+"""
+
+import math
+
+import torch
+
+from rul.training.distributed import rank_share
+from rul.training.step import StepResult, optimizer_step
+
+
+class BackoffStep:
+    def __init__(self, micro_batch_size: int, effective_batch_size: int):
+        self.micro_batch_size = micro_batch_size
+        self.effective_batch_size = effective_batch_size
+        self.backoffs: list[tuple[int, int]] = []  # (micro, K) after each halving
+
+    @property
+    def accumulation_steps(self) -> int:
+        return math.ceil(self.effective_batch_size / self.micro_batch_size)
+
+    def __call__(self, model, optimizer, scaler, data, indices: torch.Tensor, precision,
+                 max_grad_norm, target_scale, global_total: int | None = None,
+                 world_size: int = 1) -> StepResult:
+        """`indices`: this rank's share of one effective batch; `global_total`: the batch's
+        samples over all ranks (DDP weights each micro-batch by its global share)."""
+        device = precision.device
+        rng = (torch.get_rng_state(),
+               torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
+        while True:
+            try:
+                micro_batches, weights = rank_share(
+                    data, list(indices.split(self.micro_batch_size)),
+                    global_total or len(indices), world_size)
+                return optimizer_step(model, optimizer, scaler, micro_batches, precision,
+                                      max_grad_norm, target_scale, weights=weights)
+            except torch.OutOfMemoryError:
+                if self.micro_batch_size == 1:
+                    raise
+                micro_batches = None
+                optimizer.zero_grad(set_to_none=True)  # drop the partial gradients
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                torch.set_rng_state(rng[0])
+                if rng[1] is not None:
+                    torch.cuda.set_rng_state(rng[1], device)
+                self.micro_batch_size //= 2
+                self.backoffs.append((self.micro_batch_size, self.accumulation_steps))
+

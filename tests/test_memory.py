@@ -1,0 +1,278 @@
+"""The effective batch decides the model; micro x K is measured memory: `auto`, the probe, the
+out-of-memory back-off, and the memory bench without mlflow/optuna/pydantic."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from rul import config as cfg
+from rul.training.backoff import BackoffStep
+from rul.training.batching import WindowBatches
+from rul.training.engine import fit
+from rul.training.listener import TrainingListener
+from rul.training.memory import ProbeRow, candidates, choose_split, probe, resolve_auto_split
+from rul.training.precision import resolve_precision
+from rul.training.seeding import seed_everything
+from rul.workflow import prepare_data, run_training
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU_FP32 = resolve_precision("fp32", torch.device("cpu"))
+SMALL = {"filters": 8, "hidden_size": 32, "num_layers": 2, "dropout": 0.0, "ema_decay": 0.0,
+         "deterministic": True, "patience": 100}
+
+
+# ------------------------------------------------------------------ config
+
+
+@pytest.mark.parametrize("budget, problem", [
+    ("-1GiB", "must be a memory size such as 6GiB"),
+    ("lots", "must be a memory size such as 6GiB"),
+    (0, "must be a memory size greater than 0"),
+    ("0MiB", "must be a memory size greater than 0"),
+])
+def test_bad_memory_budgets_are_one_line_config_errors(budget, problem):
+    with pytest.raises(cfg.ConfigError) as error:
+        cfg.load(None, {"micro_batch_size": "auto", "effective_batch_size": 512,
+                        "memory_budget": budget})
+    assert str(error.value) == f"config: memory_budget={budget!r}: {problem}" + (
+        " (such as 512MiB)" if "greater" in problem else ", 512MiB or 2GB (or null)")
+
+
+def test_memory_budget_is_parsed_once_into_bytes():
+    config = cfg.load(None, {"micro_batch_size": "auto", "effective_batch_size": 512,
+                             "memory_budget": "6GiB"})
+    assert config.memory_budget == 6 * 2**30
+    assert cfg.load(None, {"memory_budget": "1.5GB"}).memory_budget == 1_500_000_000
+    assert config.replace(lr=1e-2).memory_budget == 6 * 2**30  # survives a round trip
+
+
+def test_the_effective_batch_is_stated_or_derived_and_a_disagreement_is_an_error():
+    assert cfg.load().effective_batch_size == 512  # 256 x 2, as before
+    assert cfg.load(None, {"micro_batch_size": 64}).effective_batch_size == 128
+    short_last = cfg.load(None, {"micro_batch_size": 192, "accumulation_steps": 3,
+                                 "effective_batch_size": 512})
+    assert short_last.effective_batch_size == 512
+    with pytest.raises(cfg.ConfigError, match=r"effective_batch_size=1000: disagrees with "
+                       r"micro_batch_size=256 x accumulation_steps=2"):
+        cfg.load(None, {"effective_batch_size": 1000})
+    with pytest.raises(cfg.ConfigError, match="micro_batch_size='auto': needs "
+                       "effective_batch_size"):
+        cfg.load(None, {"micro_batch_size": "auto"})
+
+
+# ------------------------------------------------------------------ probe and choice
+
+
+def test_candidates_halve_the_effective_batch():
+    assert candidates(512) == [512, 256, 128, 64, 32, 16, 8]
+    assert candidates(6) == [6]
+
+
+def test_choose_split_takes_the_largest_micro_that_fits_and_k_covers_b():
+    table = [ProbeRow(64, 10 * 2**20, 0.01), ProbeRow(128, 20 * 2**20, 0.01),
+             ProbeRow(256, 40 * 2**20, 0.01), ProbeRow(512, -1, float("inf"))]  # 512: OOM
+    assert choose_split(512, 2**40, table) == (256, 2)
+    assert choose_split(512, 25 * 2**20, table) == (128, 4)
+    assert choose_split(500, 25 * 2**20, table) == (128, 4)  # last micro-batch short
+    with pytest.raises(ValueError, match=r"memory_budget=5.0MiB: below every candidate "
+                       r"micro-batch size \(the smallest measured peak is 10.0MiB at "
+                       r"micro_batch_size=64\)"):
+        choose_split(512, 5 * 2**20, table)
+
+
+def test_probe_measures_peak_memory_that_grows_with_the_micro_batch():
+    torch.manual_seed(0)
+    x, y = torch.randn(4096, 16), torch.rand(4096)
+
+    def wide():  # few weights (0.3 MiB), wide activations: 4096 x 4096 floats = 64 MiB each
+        return nn.Sequential(nn.Linear(16, 4096), nn.ReLU(), nn.Linear(4096, 1), nn.Flatten(0))
+
+    before = torch.get_rng_state()
+    table = probe(wide, (x, y), CPU_FP32, [4096, 256])
+    assert torch.equal(torch.get_rng_state(), before)  # the run's random stream is untouched
+    assert [row.micro_batch_size for row in table] == [256, 4096]
+    small, large = table[0].peak_bytes, table[1].peak_bytes
+    assert small < 32 * 2**20
+    assert large > small + 96 * 2**20  # the saved activation and its gradient are resident
+    assert all(row.samples_per_second > 0 for row in table)
+
+
+@pytest.fixture(scope="module")
+def fd001_data(fd001):
+    config = cfg.load(None, SMALL)
+    return prepare_data(config, subset=fd001)
+
+
+def test_auto_picks_a_smaller_micro_under_a_tiny_budget_and_says_when_nothing_fits(fd001_data):
+    n_features = fd001_data.preprocessor.n_features
+    base = cfg.load(None, {**SMALL, "micro_batch_size": "auto", "effective_batch_size": 1024})
+    large, chosen = resolve_auto_split(base.replace(memory_budget="64GiB"), n_features,
+                                       fd001_data.train, CPU_FP32)
+    assert (large.micro_batch_size, large.accumulation_steps) == (1024, 1)
+    assert chosen.table[-1].micro_batch_size == 1024 and chosen.peak_bytes > 0
+    peaks = {row.micro_batch_size: row.peak_bytes for row in chosen.table}
+    budget = (peaks[64] + peaks[1024]) // 2  # well between: 1024 does not fit
+    small, _ = resolve_auto_split(base.replace(memory_budget=budget), n_features,
+                                  fd001_data.train, CPU_FP32)
+    assert small.micro_batch_size < 1024
+    assert small.accumulation_steps == 1024 // small.micro_batch_size
+    assert small.effective_batch_size == 1024
+    with pytest.raises(cfg.ConfigError, match=r"memory_budget=1.0KiB: below every candidate "
+                       r"micro-batch size \(the smallest measured peak is .* at "
+                       r"micro_batch_size=\d+\)"):
+        resolve_auto_split(base.replace(memory_budget="1KiB"), n_features, fd001_data.train,
+                           CPU_FP32)
+
+
+@pytest.fixture
+def small_data(write_cmapss):
+    """Synthetic C-MAPSS: 16 training units of 90 cycles, window 20 (~900 training windows)."""
+    folder = write_cmapss(train_lengths=(90,) * 16)
+    config = cfg.load(None, {**SMALL, "window": 20, "data_dir": str(folder)})
+    return config, prepare_data(config)
+
+
+def test_same_effective_batch_under_different_budgets_reaches_the_same_val_rmse(small_data):
+    config, data = small_data
+    base = config.replace(micro_batch_size="auto", effective_batch_size=256, epochs=3,
+                          precision="fp32", device="cpu", filters=32)
+    n_features = data.preprocessor.n_features
+    _, chosen = resolve_auto_split(base.replace(memory_budget="64GiB"), n_features,
+                                   data.train, CPU_FP32)
+    peaks = {row.micro_batch_size: row.peak_bytes for row in chosen.table}
+    small, _ = resolve_auto_split(base.replace(memory_budget=(peaks[32] + peaks[256]) // 2),
+                                  n_features, data.train, CPU_FP32)
+    outcomes = [run_training(base.replace(memory_budget="64GiB"), data, progress=False),
+                run_training(small, data, progress=False)]  # auto resolved there, here above
+    splits = [(o.config.micro_batch_size, o.config.accumulation_steps) for o in outcomes]
+    assert splits[0] == (256, 1) and splits[1][0] < 256, splits
+    a, b = (o.state.best_val_rmse for o in outcomes)
+    assert abs(a - b) / a < 1e-4, (splits, a, b)
+    assert outcomes[0].state.step == outcomes[1].state.step
+
+
+# ------------------------------------------------------------------ out-of-memory back-off
+
+
+class OutOfMemoryAbove(nn.Module):
+    """Test hook: a model that runs out of memory on training micro-batches above `limit`.
+    With `every_second`, an oversized micro-batch fits once and the next one fails, so the
+    error comes mid-accumulation, after earlier micro-batches' gradients were accumulated."""
+
+    def __init__(self, model: nn.Module, limit: int, every_second: bool = False):
+        super().__init__()
+        self.model, self.limit, self.every_second, self.oversized = model, limit, every_second, 0
+
+    def forward(self, x):
+        out = self.model(x)  # runs (and draws dropout masks), then "runs out" mid-forward
+        if self.training and len(x) > self.limit:
+            self.oversized += 1
+            if not self.every_second or self.oversized % 2 == 0:
+                raise torch.OutOfMemoryError(f"test: micro-batch {len(x)} > {self.limit}")
+        return out
+
+
+class StepLosses(TrainingListener):
+    def __init__(self):
+        self.losses = []
+
+    def on_step(self, step, result) -> None:
+        self.losses.append(result.loss)
+
+
+def _fit(data, config, limit=None):
+    from rul.models import build_model
+
+    seeds = seed_everything(config.seed, config.deterministic)
+    model = build_model(config, data.preprocessor.n_features)
+    if limit is not None:
+        model = OutOfMemoryAbove(model, limit, every_second=True)
+    listener = StepLosses()
+    device = torch.device("cpu")
+    state = fit(model, config, CPU_FP32, seeds, WindowBatches(data.train, device),
+                WindowBatches(data.val, device), listener=listener, progress=False)
+    return state, listener.losses
+
+
+def test_out_of_memory_halves_the_micro_batch_and_keeps_every_step(small_data):
+    config, data = small_data
+    config = config.replace(epochs=2, micro_batch_size=128, accumulation_steps=2,
+                            precision="fp32")
+    backed_off, losses = _fit(data, config, limit=40)  # 128x2 -> 64x4 -> 32x8 (B = 256)
+    reference, expected = _fit(data, config.replace(micro_batch_size=32, accumulation_steps=8))
+    assert backed_off.step == reference.step == len(expected) == len(losses)
+    assert losses == pytest.approx(expected, rel=1e-6)
+    assert backed_off.best_val_rmse == pytest.approx(reference.best_val_rmse, rel=1e-6)
+    assert [(h["micro_batch_size"], h["accumulation_steps"]) for h in backed_off.history] == [
+        (32, 8), (32, 8)]  # the event, as per-epoch metrics
+
+
+def test_back_off_redoes_the_batch_from_its_start_with_the_same_random_stream():
+    torch.manual_seed(0)
+    model = OutOfMemoryAbove(nn.Sequential(nn.Dropout(0.5), nn.Linear(4, 1), nn.Flatten(0)), 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    values = torch.randn(8, 4)
+
+    class Rows:  # WindowBatches' get(): (x, y) for a tensor of indices
+        def get(self, index):
+            return values[index], torch.zeros(len(index))
+
+    step = BackoffStep(micro_batch_size=8, effective_batch_size=8)
+    state = torch.get_rng_state()
+    result = step(model, optimizer, CPU_FP32.grad_scaler(), Rows(), torch.arange(8), CPU_FP32,
+                  None, 1.0)
+    assert (step.micro_batch_size, step.accumulation_steps) == (2, 4)
+    assert step.backoffs == [(4, 2), (2, 4)]
+    # the same as micro 2 from the start, from the same random state
+    torch.manual_seed(0)
+    fresh = OutOfMemoryAbove(nn.Sequential(nn.Dropout(0.5), nn.Linear(4, 1), nn.Flatten(0)), 3)
+    torch.set_rng_state(state)
+    again = BackoffStep(2, 8)(fresh, torch.optim.SGD(fresh.parameters(), lr=0.1),
+                              CPU_FP32.grad_scaler(), Rows(), torch.arange(8), CPU_FP32, None,
+                              1.0)
+    assert result.loss == pytest.approx(again.loss, rel=1e-7)
+    for p, q in zip(model.parameters(), fresh.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_out_of_memory_at_micro_batch_one_is_raised():
+    model = OutOfMemoryAbove(nn.Sequential(nn.Linear(4, 1), nn.Flatten(0)), 0)
+
+    class Rows:
+        def get(self, index):
+            return torch.ones(len(index), 4), torch.zeros(len(index))
+
+    with pytest.raises(torch.OutOfMemoryError):
+        BackoffStep(4, 4)(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                          CPU_FP32.grad_scaler(), Rows(), torch.arange(4), CPU_FP32, None, 1.0)
+
+
+# ------------------------------------------------------------------ bench
+
+
+BLOCKED = ("import sys, runpy\n"
+           "for name in ('mlflow', 'optuna', 'pydantic', 'pydantic_core'):\n"
+           "    sys.modules[name] = None  # import of these raises ImportError\n"
+           "sys.argv = ['bench', 'memory', '--quick']\n"
+           "runpy.run_module('bench', run_name='__main__')\n")
+
+
+@pytest.mark.slow  # ~20-70 s on 2 shared cores: bf16 on CPU is slow
+def test_memory_bench_runs_without_mlflow_optuna_and_pydantic():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", BLOCKED], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("cpu ")]
+    # device precision micro K peak_MiB samples/s peak_ratio speed_ratio
+    assert [(r[1], int(r[2]), int(r[3])) for r in rows] == [
+        (p, m, 512 // m) for p in ("fp32", "bf16") for m in (512, 256, 128, 64)]
+    for r in rows:
+        assert float(r[4]) > 0 and float(r[5]) > 0
+        if int(r[2]) == 512:
+            assert (float(r[6]), float(r[7])) == (1.0, 1.0)  # ratios to (512, 1)
