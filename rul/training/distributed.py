@@ -147,7 +147,7 @@ def rank_share(train, micro_indices: list[torch.Tensor], global_total: int, worl
     """This rank's micro-batches [(x, y), ...] of one step and their weights (None = the
     plain len/total weighting of one process). An empty share becomes one zero-weight
     micro-batch, so that this rank still joins the step's gradient all-reduce."""
-    device = train.starts.device
+    device = micro_indices[0].device  # a split always yields at least one (maybe empty) part
     if world_size == 1:
         return [train.get(i.to(device)) for i in micro_indices], None
     micro_indices = [i for i in micro_indices if len(i)]  # an empty share splits into [[]]
