@@ -421,11 +421,6 @@ def build_tuning(values: dict, changes: dict | None = None,
     return _validate(TuningConfig, {**tuning, "train": train}, merged, source)
 
 
-def from_stored(values: dict) -> TrainConfig:
-    """A config saved with a model; those saved before the split also hold tuning keys."""
-    return build({k: v for k, v in values.items() if k not in TUNING_KEYS}, source="stored config")
-
-
 def _read(path, overrides) -> tuple[dict, dict, str]:
     values: dict[str, Any] = {}
     if path is not None:

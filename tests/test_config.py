@@ -327,13 +327,6 @@ def test_replace_returns_a_revalidated_copy():
         tuning.replace(dropout=2)
 
 
-def test_configs_stored_with_older_models_still_load():
-    stored = {**OLD_FD001, "search_space": {}, "n_trials": 12, "pruner": "median",
-              "pruner_warmup_epochs": 3, "study_name": None, "max_effective_batch": None,
-              "scale_lr_with_batch": False}
-    assert cfg.from_stored(stored).to_dict() == OLD_FD001
-
-
 # ---------------------------------------------------------------- command line
 
 
