@@ -6,9 +6,12 @@
   accuracy  the default `make train` config: test RMSE (target <= 13.0) and wall time
   memory    B = 512 split as 512x1 .. 64x8: peak memory and samples/s per precision
             (bench/memory.py; needs no mlflow, optuna or pydantic; --quick: one timed step)
+  speed     the default training step: samples/s of each path vs fp32 eager; last line
+            `speed ratio: R` (bench/speed.py; no mlflow, optuna or pydantic; --compile adds
+            torch.compile, --quick fewer rounds)
 
-python -m bench [data|engine|tracking|accuracy|memory ...]   (default: data engine tracking
-memory)
+python -m bench [data|engine|tracking|accuracy|memory|speed ...] [--quick] [--compile]
+(default: data engine tracking memory speed)
 """
 
 
@@ -154,16 +157,22 @@ def bench_memory():
     run(quick=QUICK)
 
 
-QUICK = False
+def bench_speed():
+    from bench.speed import bench_speed as run
+
+    run(quick=QUICK, compile_too=COMPILE)
+
+
+QUICK = COMPILE = False
 
 
 def main(argv):
-    global QUICK
-    QUICK = "--quick" in argv
-    argv = [a for a in argv if a != "--quick"]
-    chosen = argv or ["data", "engine", "tracking", "memory"]
+    global QUICK, COMPILE
+    QUICK, COMPILE = "--quick" in argv, "--compile" in argv
+    argv = [a for a in argv if a not in ("--quick", "--compile")]
+    chosen = argv or ["data", "engine", "tracking", "memory", "speed"]
     benches = {"data": bench_data, "engine": bench_engine, "tracking": bench_tracking,
-               "accuracy": bench_accuracy, "memory": bench_memory}
+               "accuracy": bench_accuracy, "memory": bench_memory, "speed": bench_speed}
     unknown = [c for c in chosen if c not in benches]
     if unknown:
         sys.exit(f"unknown bench {unknown}; choose from {', '.join(benches)}")

@@ -86,6 +86,9 @@ def test_params_record_the_batch_contract(client, trained):
     assert params["accumulation_steps"] == "1"
     assert params["effective_batch_size"] == str(c.micro_batch_size * c.accumulation_steps)
     assert params["precision"] == str(c.precision)
+    tags = client.get_run(trained.run_id).data.tags
+    assert tags["precision.resolved"] == trained.outcome.precision.name == "fp32"
+    assert "CPU" in tags["precision.reason"]
     assert params["max_grad_norm"] == str(c.max_grad_norm)
     assert params["seed"] == str(c.seed)
 

@@ -290,3 +290,18 @@ def test_weight_average_follows_real_steps_only_and_is_what_fit_returns(fd001_wi
         x, y = val.get(torch.arange(len(val)))
         val_rmse = torch.sqrt(torch.mean((model.eval()(x).double() - y.double()) ** 2)).item()
     assert state.history[0]["val_rmse"] == pytest.approx(val_rmse, rel=1e-5)
+
+
+@pytest.mark.parametrize("device, native_bf16, expected", [
+    ("cpu", False, ("fp32", False, "without native bf16")),
+    ("cpu", True, ("fp32", False, "until bf16's accuracy is measured")),
+    ("cuda", False, ("fp16", True, "GradScaler")),
+])
+def test_auto_precision_says_what_it_picked_and_why(monkeypatch, device, native_bf16, expected):
+    from rul.training import hardware
+
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: native_bf16)
+    precision = resolve_precision("auto", torch.device(device))
+    assert (precision.name, precision.use_scaler) == expected[:2]
+    assert expected[2] in precision.reason
+    assert resolve_precision("bf16", CPU).reason == "asked for"

@@ -154,6 +154,7 @@ def _log_params_and_tags(config: Config, data, extra_tags: dict | None) -> None:
     params = {k: v for k, v in config.to_dict().items()
               if v is not None and k not in unused}
     world, seeds = current_world(), derive_seeds(config.seed)
+    precision = resolve_precision(config.precision, resolve_device(config.device))
     params.update(effective_batch_size=_global_batch_size(config), world_size=world.size)
     mlflow.log_params({k: str(v)[:6000] for k, v in params.items()})
     # units shorter than the window give no training window (a ShortUnitWarning said which)
@@ -168,6 +169,7 @@ def _log_params_and_tags(config: Config, data, extra_tags: dict | None) -> None:
            if world.distributed else {}),
         **{f"data.sha256.{role}": d for role, d in data.subset.file_digests().items()},
         **_environment_tags(), "subset": config.subset, **(extra_tags or {}),
+        "precision.resolved": precision.name, "precision.reason": precision.reason,
     })
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from rul.config import ConfigError
+from rul.training.hardware import auto_precision
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -15,6 +16,7 @@ class Precision:
     device: torch.device
     name: str  # fp32 | fp16 | bf16
     use_scaler: bool  # fp16 only: bf16 has fp32's exponent range
+    reason: str = "asked for"  # why this precision (logged as the run's precision.reason tag)
 
     def autocast(self):
         if self.name == "fp32":
@@ -35,9 +37,10 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 
 def resolve_precision(precision: str, device: torch.device) -> Precision:
-    """auto = fp16 autocast + GradScaler on CUDA, fp32 on CPU."""
+    """`auto` as auto_precision says; an explicit precision is taken as asked."""
+    reason = "asked for"
     if precision == "auto":
-        precision = "fp16" if device.type == "cuda" else "fp32"
+        precision, reason = auto_precision(device)
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ConfigError("precision='bf16': this GPU does not support bfloat16 (use auto)")
-    return Precision(device, precision, use_scaler=precision == "fp16")
+    return Precision(device, precision, use_scaler=precision == "fp16", reason=reason)
