@@ -153,6 +153,8 @@ def test_spec_stores_the_interval_and_reads_it_back(tmp_path):
                                   "method": "absolute"}
     assert stored["format_version"] == 1  # old rul versions ignore the new key
     assert InferenceSpec.read(tmp_path / "spec.json").interval == interval
+    InferenceSpec.from_dict(SPEC).write(tmp_path / "plain.json")  # no interval: the old keys
+    assert json.loads((tmp_path / "plain.json").read_text()) == {**SPEC, "rul_cap": 125.0}
 
 
 def test_old_format_spec_without_interval_loads_and_predicts_no_bounds(fd001):

@@ -72,7 +72,11 @@ class InferenceSpec:
         return cls.from_dict(json.loads(Path(path).read_text()), defaults)
 
     def write(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=1))
+        """The JSON; without an interval, exactly the keys specs had before intervals."""
+        values = asdict(self)
+        if self.interval is None:
+            del values["interval"]
+        Path(path).write_text(json.dumps(values, indent=1))
 
     def build_network(self) -> torch.nn.Module:
         return build_network(self.model, self.n_features, self.window, self.rul_cap,
