@@ -115,7 +115,8 @@ def browse_hint(tracking_uri: str, experiment_id: str) -> str:
               help="A unit with fewer rows than the window: edge-pad it (flagged `padded`) "
                    "or reject the input.")
 def predict(model_uri, input_path, output, tracking_uri, short_history):
-    """Predict the RUL of each engine at its last cycle; writes CSV `unit,rul,padded`."""
+    """Predict the RUL of each engine at its last cycle; writes CSV
+    `unit,rul,rul_lower,rul_upper,padded` (bounds: the model's calibrated interval, if any)."""
     from rul.inference import predict_file, write_predictions
 
     try:

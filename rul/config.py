@@ -160,6 +160,11 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     deterministic: Flag = False
     patience: PositiveInt = 20
     device: _one_of("auto", "cpu", "cuda") = "auto"
+    # prediction intervals of the logged model: split conformal on the validation windows
+    interval_coverage: Annotated[_number("a number strictly between 0 and 1", gt=0, lt=1)
+                                 | None, Field(description="a number strictly between 0 and 1"
+                                               ", or null to disable prediction intervals")
+                                 ] = 0.9
     # tracking and outputs
     tracking_uri: OptionalText = None
     experiment: OptionalText = None  # default rul-<subset>
@@ -250,7 +255,7 @@ Config = TrainConfig
 
 # Training keys a study may not vary: where data and results live, not what is trained.
 NOT_TUNABLE = ("subset", "data_dir", "tracking_uri", "experiment", "register", "run_name",
-               "checkpoint_dir", "device")
+               "checkpoint_dir", "device", "interval_coverage")
 SPLIT_IN_SPACE = (
     "search_space lists {}: with exact accumulation micro_batch_size x accumulation_steps only "
     "splits the effective batch, which alone decides the model, so the sampler spends trials on "

@@ -45,7 +45,9 @@ def read_rows(path: str | Path) -> pd.DataFrame:
 
 def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
                  short_history: str = "pad") -> pd.DataFrame:
-    """Columns unit, rul, padded: one row per unit, in the file's order."""
+    """Columns unit, rul, rul_lower, rul_upper, padded: one row per unit, in the file's
+    order. rul_lower/rul_upper are the model's calibrated prediction interval (clipped to
+    [0, rul_cap]); a model logged without an interval gives unit, rul, padded only."""
     import mlflow
 
     from rul.tracking.store import configure

@@ -11,6 +11,7 @@ import pandas as pd
 from rul.config import Config, ConfigError
 from rul.data import CMAPSSSubset, load_subset
 from rul.data.split import rows_of, split_units
+from rul.evaluation.conformal import Interval, fit_conformal, interval_scores, min_calibration_size
 from rul.evaluation.metrics import rul_metrics
 from rul.models import build_model
 from rul.preprocessing import Preprocessor, WindowSet
@@ -47,8 +48,9 @@ class TrainingOutcome:
     seeds: Seeds
     precision: Precision
     metrics: dict  # test metrics + best_epoch
-    predictions: pd.DataFrame  # unit, true_rul, predicted_rul
+    predictions: pd.DataFrame  # unit, true_rul, predicted_rul (+ its interval's bounds)
     model_uri: str | None = None  # set once the model is logged to MLflow
+    interval: Interval | None = None  # calibrated on the validation windows; None: disabled
 
 
 def preprocessor_for(config: Config) -> Preprocessor:
@@ -80,6 +82,11 @@ def prepare_data(config: Config, seeds: Seeds | None = None,
                 f"window={config.window}: longer than every {split} unit of {subset.name} "
                 f"(the longest has {longest} cycles), so there is nothing to train on"
             )
+    needed = min_calibration_size(config.interval_coverage) if config.interval_coverage else 0
+    if len(val) < needed:
+        raise ConfigError(f"interval_coverage={config.interval_coverage}: needs at least "
+                          f"{needed} validation windows to calibrate, the validation units "
+                          f"give {len(val)} (lower it, or raise val_fraction)")
     test_units, test_windows = preprocessor.last_windows(subset.test)
     n, w, f = test_windows.shape
     test = WindowSet(test_windows.reshape(n * w, f), np.arange(n) * w,
@@ -118,4 +125,26 @@ def run_training(config: Config, data: PreparedData | None = None,
                "best_epoch": state.best_epoch, "best_val_rmse": state.best_val_rmse}
     predictions = pd.DataFrame({"unit": data.test_units, "true_rul": data.subset.test_rul,
                                 "true_rul_capped": data.test.targets, "predicted_rul": predicted})
-    return TrainingOutcome(config, model, data, state, seeds, precision, metrics, predictions)
+    interval = None
+    if config.interval_coverage is not None:
+        interval = calibrate_interval(model, precision, data, config.interval_coverage, device)
+        lower, upper = interval.bounds(predicted, high=config.rul_cap)
+        predictions["predicted_rul_lower"], predictions["predicted_rul_upper"] = lower, upper
+        test = interval_scores(lower, upper, data.test.targets)  # reported, never selected on
+        metrics.update(interval_coverage_target=interval.coverage,
+                       interval_half_width=interval.half_width,
+                       test_interval_coverage=test["coverage"], test_interval_width=test["width"])
+    return TrainingOutcome(config, model, data, state, seeds, precision, metrics, predictions,
+                           interval=interval)
+
+
+def calibrate_interval(model, precision, data: PreparedData, coverage: float,
+                       device) -> Interval:
+    """Split conformal on the final model's residuals over every validation window.
+
+    A served prediction reads the last window of a unit's history, truncated anywhere; the
+    validation units run to failure, so each of their windows is one such truncation point,
+    its target the capped RUL the model was trained on. The test units are never used.
+    """
+    predicted = predict_windows(model, precision, WindowBatches(data.val, device))
+    return fit_conformal(predicted.astype(np.float64) - data.val.targets, coverage)

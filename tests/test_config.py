@@ -27,6 +27,7 @@ OLD_FD001 = {
     "seed": 42, "deterministic": False, "patience": 20, "device": "auto", "tracking_uri": None,
     "experiment": None, "register": True, "run_name": None,
     "checkpoint_dir": "mlruns/checkpoints",
+    "interval_coverage": 0.9,  # not part of the run's digest: same checkpoint id as before
 }
 OLD_TUNE_SPACE = {
     "effective_batch_size": {"type": "categorical", "choices": [128, 256, 512, 1024, 2048]},

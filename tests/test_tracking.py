@@ -203,9 +203,12 @@ def test_champion_loads_in_a_fresh_process(store, trained, real_data_dir):
     assert done.returncode == 0, done.stderr[-3000:]
     result = pd.read_csv(output)
     expected = trained.outcome.predictions
-    assert list(result.columns) == ["unit", "rul", "padded"]
+    assert list(result.columns) == ["unit", "rul", "rul_lower", "rul_upper", "padded"]
     np.testing.assert_array_equal(result["unit"], expected["unit"])
     np.testing.assert_allclose(result["rul"], expected["predicted_rul"], atol=1e-4, rtol=0)
+    for bound in ("rul_lower", "rul_upper"):  # the interval calibrated in training
+        np.testing.assert_allclose(result[bound], expected[f"predicted_{bound}"], atol=1e-4,
+                                   rtol=0)
 
 
 def test_champion_moves_only_on_improvement(store, client, trained):

@@ -2,8 +2,10 @@
 
 The inference spec is a small JSON document stored with the model instead of the whole
 training config: the model kind, its architecture arguments, window, rul_cap, n_features and
-a format version. Loading ignores keys it does not know and fills missing optional ones with
-their defaults, so a model registered today still loads after config keys are added or renamed.
+a format version, and the calibrated prediction interval (rul.evaluation.conformal.Interval)
+when the model has one. Loading ignores keys it does not know and fills missing optional ones
+with their defaults, so a model registered today still loads after config keys are added or
+renamed; a spec without `interval` (older models, or interval_coverage: null) predicts no bounds.
 """
 
 import json
@@ -16,6 +18,7 @@ import torch
 
 from rul.data.errors import DataError
 from rul.data.validation import validate_rows
+from rul.evaluation.conformal import Interval
 from rul.models import ARCHITECTURE_ARGS, build_network
 from rul.preprocessing.windows import unit_lengths
 
@@ -31,13 +34,15 @@ class InferenceSpec:
     n_features: int
     architecture: dict = field(default_factory=dict)  # build_network's keyword arguments
     format_version: int = FORMAT_VERSION
+    interval: Interval | None = None  # None: the model predicts no bounds
 
     @classmethod
-    def from_config(cls, config, n_features: int) -> "InferenceSpec":
+    def from_config(cls, config, n_features: int,
+                    interval: Interval | None = None) -> "InferenceSpec":
         from rul.models import architecture_of
 
         return cls(config.model, config.window, config.rul_cap, n_features,
-                   architecture_of(config))
+                   architecture_of(config), interval=interval)
 
     @classmethod
     def from_dict(cls, values: dict, defaults: dict | None = None) -> "InferenceSpec":
@@ -53,15 +58,25 @@ class InferenceSpec:
             raise ValueError(f"inference spec lacks {missing}")
         if values["model"] not in ARCHITECTURE_ARGS:
             raise ValueError(f"inference spec: unknown model {values['model']!r}")
+        interval = values.get("interval")
+        try:
+            interval = None if interval is None else Interval.from_dict(interval)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"inference spec: {error}") from None
         return cls(str(values["model"]), int(values["window"]), float(values["rul_cap"]),
-                   int(values["n_features"]), dict(values.get("architecture") or {}), version)
+                   int(values["n_features"]), dict(values.get("architecture") or {}), version,
+                   interval)
 
     @classmethod
     def read(cls, path: str | Path, defaults: dict | None = None) -> "InferenceSpec":
         return cls.from_dict(json.loads(Path(path).read_text()), defaults)
 
     def write(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=1))
+        """The JSON; without an interval, exactly the keys specs had before intervals."""
+        values = asdict(self)
+        if self.interval is None:
+            del values["interval"]
+        Path(path).write_text(json.dumps(values, indent=1))
 
     def build_network(self) -> torch.nn.Module:
         return build_network(self.model, self.n_features, self.window, self.rul_cap,
@@ -69,8 +84,10 @@ class InferenceSpec:
 
 
 def predict_frame(preprocessor, model, rows: pd.DataFrame, source="input",
-                  short_history: str = "pad") -> pd.DataFrame:
-    """RUL at the last cycle of each unit in `rows`: columns unit, rul, padded.
+                  short_history: str = "pad", interval: Interval | None = None) -> pd.DataFrame:
+    """RUL at the last cycle of each unit in `rows`: columns unit, rul, padded; with an
+    `interval`, also rul_lower and rul_upper (between rul and padded), clipped to
+    [0, rul_cap] like rul.
 
     `rows` are raw C-MAPSS rows (integer or float columns), checked by validate_rows: each
     unit's rows contiguous with strictly increasing cycles. Give each unit's whole history,
@@ -91,5 +108,8 @@ def predict_frame(preprocessor, model, rows: pd.DataFrame, source="input",
     units, windows = preprocessor.last_windows(rows)
     with torch.inference_mode():
         rul = model(torch.as_tensor(windows, dtype=torch.float32)).numpy()
-    return pd.DataFrame({"unit": units.astype(np.int64), "rul": rul.astype(np.float64),
-                         "padded": padded})
+    result = {"unit": units.astype(np.int64), "rul": rul.astype(np.float64)}
+    if interval is not None:
+        result["rul_lower"], result["rul_upper"] = interval.bounds(
+            result["rul"], high=preprocessor.rul_cap)
+    return pd.DataFrame({**result, "padded": padded})

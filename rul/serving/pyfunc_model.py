@@ -4,6 +4,11 @@ Bundles the fitted Preprocessor (pickle), the network's weights and its inferenc
 `mlflow.pyfunc.load_model("models:/rul-fd001@champion")` needs nothing else. The signature
 names the 26 columns but leaves their types to `validate_rows`: MLflow's own enforcement
 would reject integer sensor columns (as read from the NASA files) and float unit/cycle.
+
+Output: unit, rul, rul_lower, rul_upper, padded (one row per unit). rul_lower/rul_upper is the
+split conformal interval calibrated on the validation units (see rul.evaluation.conformal and
+the README's "Prediction intervals"); a model logged without one (interval_coverage: null, or
+logged before intervals existed) returns unit, rul, padded, and its signature says so.
 """
 
 import json
@@ -23,10 +28,18 @@ from rul.data.schema import COLUMNS
 from rul.serving.predictor import InferenceSpec, predict_frame
 
 INPUT_SCHEMA = Schema([ColSpec(AnyType(), c) for c in COLUMNS])
-OUTPUT_SCHEMA = Schema([ColSpec("long", "unit"), ColSpec("double", "rul"),
-                        ColSpec("boolean", "padded")])
 PARAMS_SCHEMA = ParamSchema([ParamSpec("short_history", "string", "pad")])
-SIGNATURE = ModelSignature(inputs=INPUT_SCHEMA, outputs=OUTPUT_SCHEMA, params=PARAMS_SCHEMA)
+
+
+def signature(intervals: bool = True) -> ModelSignature:
+    """The logged model's signature; `intervals`: its output has rul_lower and rul_upper."""
+    bounds = [ColSpec("double", "rul_lower"), ColSpec("double", "rul_upper")] if intervals else []
+    outputs = Schema([ColSpec("long", "unit"), ColSpec("double", "rul"), *bounds,
+                      ColSpec("boolean", "padded")])
+    return ModelSignature(inputs=INPUT_SCHEMA, outputs=outputs, params=PARAMS_SCHEMA)
+
+
+SIGNATURE = signature(intervals=True)
 
 
 class RULModel(mlflow.pyfunc.PythonModel):
@@ -44,7 +57,8 @@ class RULModel(mlflow.pyfunc.PythonModel):
         short_history = (params or {}).get("short_history", "pad")
         try:
             return predict_frame(self.preprocessor, self.model, model_input,
-                                 short_history=short_history)
+                                 short_history=short_history,
+                                 interval=getattr(self.spec, "interval", None))
         except ValueError as error:  # DataError included
             raise MlflowException(str(error), error_code=INVALID_PARAMETER_VALUE) from None
 

@@ -17,13 +17,29 @@ def learning_curves(history: list[dict]) -> Figure:
 
 
 def predicted_vs_true(predictions) -> Figure:
+    """Test units' predictions against the capped truth; with an interval (columns
+    predicted_rul_lower/upper), each prediction's bounds as an error bar, red when they miss."""
     fig = Figure(figsize=(5, 5), layout="tight")
     ax = fig.subplots()
-    true = predictions["true_rul_capped"]
-    ax.scatter(true, predictions["predicted_rul"], s=12)
-    top = max(true.max(), predictions["predicted_rul"].max())
+    true, predicted = predictions["true_rul_capped"], predictions["predicted_rul"]
+    top = max(true.max(), predicted.max())
+    title = "test units"
+    if "predicted_rul_lower" in predictions:
+        lower, upper = predictions["predicted_rul_lower"], predictions["predicted_rul_upper"]
+        inside = ((lower <= true) & (true <= upper)).to_numpy()
+        for mask, color, label in ((inside, "C0", "interval covers"),
+                                   (~inside, "C3", "interval misses")):
+            if mask.any():
+                ax.errorbar(true[mask], predicted[mask], fmt="o", ms=3, color=color, lw=0.8,
+                            yerr=[(predicted - lower)[mask], (upper - predicted)[mask]],
+                            alpha=0.6, label=label)
+        ax.legend(loc="upper left")
+        top = max(top, upper.max())
+        title = f"test units: {inside.mean():.0%} inside the interval"
+    else:
+        ax.scatter(true, predicted, s=12)
     ax.plot([0, top], [0, top], "k--", lw=1)
-    ax.set(xlabel="true RUL (capped)", ylabel="predicted RUL", title="test units")
+    ax.set(xlabel="true RUL (capped)", ylabel="predicted RUL", title=title)
     return fig
 
 

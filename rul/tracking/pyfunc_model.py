@@ -1,8 +1,9 @@
 """Log the shipped model (rul.serving.pyfunc_model.RULModel) to the active MLflow run.
 
 What is stored: the fitted Preprocessor (pickle), the weights (state dict), a small JSON
-inference spec (rul.serving.predictor.InferenceSpec, not the whole training config), the rul
-package as code, and requirements a public index can satisfy.
+inference spec (rul.serving.predictor.InferenceSpec, not the whole training config; it holds
+the calibrated prediction interval when the outcome has one), the rul package as code, and
+requirements a public index can satisfy.
 """
 
 import pickle
@@ -14,7 +15,11 @@ import mlflow
 import torch
 
 from rul.serving.predictor import InferenceSpec
-from rul.serving.pyfunc_model import SIGNATURE, RULModel  # RULModel: older pickles name it here
+from rul.serving.pyfunc_model import (  # RULModel: older pickles name it here
+    SIGNATURE,
+    RULModel,
+    signature,
+)
 
 __all__ = ["SIGNATURE", "RULModel", "log_pyfunc", "requirements"]
 
@@ -31,7 +36,8 @@ def log_pyfunc(outcome, workdir: Path) -> str:
     weights_path = workdir / "model.pt"
     torch.save({k: v.cpu() for k, v in outcome.model.state_dict().items()}, weights_path)
     spec_path = workdir / "inference_spec.json"
-    InferenceSpec.from_config(outcome.config, preprocessor.n_features).write(spec_path)
+    interval = getattr(outcome, "interval", None)  # calibrated in run_training, or None
+    InferenceSpec.from_config(outcome.config, preprocessor.n_features, interval).write(spec_path)
     example = outcome.data.subset.test[outcome.data.subset.test["unit"].isin([1, 2])]
     with warnings.catch_warnings():
         # unit and cycle are integers that are never missing: MLflow's hint about NaN in
@@ -41,7 +47,8 @@ def log_pyfunc(outcome, workdir: Path) -> str:
             name="model", python_model=RULModel(),
             artifacts={"preprocessor": str(preprocessor_path), "weights": str(weights_path),
                        "inference_spec": str(spec_path)},
-            signature=SIGNATURE, input_example=example.reset_index(drop=True),
+            signature=signature(intervals=interval is not None),
+            input_example=example.reset_index(drop=True),
             code_paths=[str(Path(__file__).resolve().parents[1])],  # the rul package
             pip_requirements=requirements(),
         )

@@ -39,7 +39,7 @@ from rul.workflow import prepare_data, run_training
 
 # Keys that do not change what is trained (so they are not part of the run's identity).
 NON_TRAINING_KEYS = {"data_dir", "tracking_uri", "experiment", "register", "run_name",
-                     "checkpoint_dir", "device"}
+                     "checkpoint_dir", "device", "interval_coverage"}
 # Architecture keys each model uses; the others are not logged as its params.
 MODEL_KEYS = {"cnn": {"filters", "kernel_size", "num_layers", "hidden_size", "dropout"},
               "lstm": {"hidden_size", "num_layers", "dropout"},
