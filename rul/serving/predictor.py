@@ -4,9 +4,13 @@ The inference spec is a small JSON document stored with the model instead of the
 training config: the model kind, its architecture arguments, window, rul_cap, n_features and
 a format version. Loading ignores keys it does not know and fills missing optional ones with
 their defaults, so a model registered today still loads after config keys are added or renamed.
+
+An ensemble model holds `members` networks of one architecture; its prediction is their mean
+(`average_members`), and the members' spread comes out as the column `rul_std`.
 """
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -31,13 +35,14 @@ class InferenceSpec:
     n_features: int
     architecture: dict = field(default_factory=dict)  # build_network's keyword arguments
     format_version: int = FORMAT_VERSION
+    members: int = 1  # networks averaged (an ensemble); their weights are a list
 
     @classmethod
-    def from_config(cls, config, n_features: int) -> "InferenceSpec":
+    def from_config(cls, config, n_features: int, members: int = 1) -> "InferenceSpec":
         from rul.models import architecture_of
 
         return cls(config.model, config.window, config.rul_cap, n_features,
-                   architecture_of(config))
+                   architecture_of(config), members=members)
 
     @classmethod
     def from_dict(cls, values: dict, defaults: dict | None = None) -> "InferenceSpec":
@@ -53,24 +58,49 @@ class InferenceSpec:
             raise ValueError(f"inference spec lacks {missing}")
         if values["model"] not in ARCHITECTURE_ARGS:
             raise ValueError(f"inference spec: unknown model {values['model']!r}")
+        members = int(values.get("members", 1))
+        if members < 1:
+            raise ValueError(f"inference spec: members must be >= 1, got {members}")
         return cls(str(values["model"]), int(values["window"]), float(values["rul_cap"]),
-                   int(values["n_features"]), dict(values.get("architecture") or {}), version)
+                   int(values["n_features"]), dict(values.get("architecture") or {}), version,
+                   members)
 
     @classmethod
     def read(cls, path: str | Path, defaults: dict | None = None) -> "InferenceSpec":
         return cls.from_dict(json.loads(Path(path).read_text()), defaults)
 
     def write(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=1))
+        """`members` only for an ensemble: a single model's spec keeps its form."""
+        values = asdict(self)
+        if self.members == 1:
+            del values["members"]
+        Path(path).write_text(json.dumps(values, indent=1))
 
     def build_network(self) -> torch.nn.Module:
         return build_network(self.model, self.n_features, self.window, self.rul_cap,
                              **self.architecture)
 
 
+def member_predictions(networks: Sequence[torch.nn.Module], windows) -> np.ndarray:
+    """RUL of each window by each network: shape (members, windows), float64."""
+    x = torch.as_tensor(windows, dtype=torch.float32)
+    with torch.inference_mode():
+        return np.stack([net(x).numpy().astype(np.float64) for net in networks])
+
+
+def average_members(predictions) -> tuple[np.ndarray, np.ndarray]:
+    """An ensemble's prediction per window, the mean over members (axis 0), and the members'
+    spread, their population standard deviation (0 for a single network)."""
+    predictions = np.asarray(predictions, dtype=np.float64)
+    return predictions.mean(axis=0), predictions.std(axis=0)
+
+
 def predict_frame(preprocessor, model, rows: pd.DataFrame, source="input",
                   short_history: str = "pad") -> pd.DataFrame:
     """RUL at the last cycle of each unit in `rows`: columns unit, rul, padded.
+
+    `model` is a network, or a list of networks (an ensemble): then `rul` is their mean and
+    the column `rul_std` their spread per unit (see `average_members`).
 
     `rows` are raw C-MAPSS rows (integer or float columns), checked by validate_rows: each
     unit's rows contiguous with strictly increasing cycles. Give each unit's whole history,
@@ -89,7 +119,9 @@ def predict_frame(preprocessor, model, rows: pd.DataFrame, source="input",
         raise DataError(source, f"history shorter than the window ({preprocessor.window} "
                                 f"cycles): {listed}")
     units, windows = preprocessor.last_windows(rows)
-    with torch.inference_mode():
-        rul = model(torch.as_tensor(windows, dtype=torch.float32)).numpy()
-    return pd.DataFrame({"unit": units.astype(np.int64), "rul": rul.astype(np.float64),
-                         "padded": padded})
+    networks = list(model) if isinstance(model, (list, tuple)) else [model]
+    rul, spread = average_members(member_predictions(networks, windows))
+    frame = pd.DataFrame({"unit": units.astype(np.int64), "rul": rul, "padded": padded})
+    if len(networks) > 1:
+        frame["rul_std"] = spread
+    return frame
