@@ -5,8 +5,10 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 CONFIG  ?= experiments/fd001.yaml
 TUNE_CONFIG ?= experiments/tune_fd001.yaml
-# Extra arguments for train/tune/test, e.g. make train ARGS="epochs=5 model=lstm"
+# Extra arguments for train/evaluate/tune/test, e.g. make train ARGS="epochs=5 model=lstm"
 ARGS    ?=
+# `make evaluate`: trainings of CONFIG, seeds seed, seed+1, ... (README: Honest evaluation)
+SEEDS   ?= 5
 # `make server`: an MLflow tracking server for workers on other machines (README: Scaling out).
 # HOST=0.0.0.0 to serve the network; SERVER_BACKEND may be a postgresql:// URL.
 HOST    ?= 127.0.0.1
@@ -27,7 +29,7 @@ ifdef CMAPSS_DIR
 export CMAPSS_DIR
 endif
 
-.PHONY: install train tune test test-fast ui server bench lint clean
+.PHONY: install train evaluate tune test test-fast ui server bench lint clean
 
 install: $(STAMP)
 
@@ -44,6 +46,9 @@ ifeq ($(NPROC),1)
 else
 	$(BIN)/torchrun --nproc-per-node $(NPROC) --standalone -m rul train $(CONFIG) $(ARGS)
 endif
+
+evaluate: $(STAMP)
+	$(BIN)/rul evaluate $(CONFIG) $(ARGS) --seeds $(SEEDS)
 
 tune: $(STAMP)
 	$(BIN)/rul tune $(TUNE_CONFIG) $(ARGS)

@@ -1,4 +1,4 @@
-"""Command line: `rul train`, `rul predict`, `rul tune`."""
+"""Command line: `rul train`, `rul evaluate`, `rul predict`, `rul tune`."""
 
 import os
 import sys
@@ -60,6 +60,14 @@ def train(config_path, overrides, data_dir, resume, no_progress):
     world = World.from_env()
     try:
         config = _load_config(config_path, overrides, data_dir)
+        if config.ensemble > 1:
+            if world.distributed:
+                raise UserError(f"ensemble={config.ensemble}: train an ensemble in one process "
+                                "(not under torchrun)")
+            if resume:
+                raise UserError(f"--resume: an ensemble (ensemble={config.ensemble}) is not "
+                                "resumable; run the command again to train it anew")
+            return _train_ensemble(config, progress=not no_progress)
         with interrupts_as_exceptions(), process_group(world, resolve_device(config.device)):
             if not world.is_main:  # trains its share; writes nothing, tracks nothing
                 run_training(config, progress=False)
@@ -85,6 +93,58 @@ def train(config_path, overrides, data_dir, resume, no_progress):
         f"run {run_id} in experiment {config.experiment_name!r}\n"
         f"browse: {browse_hint(uri, ensure_experiment(config.experiment_name))}"
     )
+
+
+def _train_ensemble(config, progress: bool) -> None:
+    from rul.tracking.ensemble_run import train_ensemble
+    from rul.tracking.store import configure, ensure_experiment
+
+    try:
+        with interrupts_as_exceptions():
+            outcome, run_id = train_ensemble(config, progress=progress)
+    except _user_errors() as error:
+        raise UserError(str(error)) from None
+    except KeyboardInterrupt as interruption:
+        click.echo(f"\n{_signal_name(interruption)}: the ensemble's runs are marked KILLED; run "
+                   "the command again to train it anew", err=True)
+        sys.exit(exit_code(interruption))
+    m = outcome.metrics
+    members = "  ".join(f"{o.metrics['test_rmse']:.2f}" for o in outcome.members)
+    uri = configure(config.tracking_uri)
+    click.echo(
+        f"\nensemble of {config.ensemble}: test RMSE {m['test_rmse']:.2f} (members {members}; "
+        f"mean {m['member_test_rmse_mean']:.2f})  MAE {m['test_mae']:.2f}  "
+        f"score {m['test_score']:.1f}  val RMSE {m['val_rmse']:.2f}\n"
+        f"run {run_id} in experiment {config.experiment_name!r}\n"
+        f"browse: {browse_hint(uri, ensure_experiment(config.experiment_name))}"
+    )
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("config_path", required=False, metavar="[CONFIG]")
+@click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
+@click.option("--seeds", "n_seeds", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Trainings of the config, seeds seed, seed+1, ... (x ensemble).")
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Local C-MAPSS folder.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def evaluate(config_path, overrides, n_seeds, data_dir, no_progress):
+    """Train a config with N seeds and report test metrics as mean ± std (and each seed).
+
+    Nothing is selected on the test set; one parent MLflow run holds the aggregates, one child
+    run per seed; nothing is registered."""
+    from rul.tracking.seed_evaluation import evaluate_seeds, summary_table
+
+    try:
+        config = _load_config(config_path, overrides, data_dir)
+        with interrupts_as_exceptions():
+            evaluation = evaluate_seeds(config, n_seeds, progress=not no_progress)
+    except _user_errors() as error:
+        raise UserError(str(error)) from None
+    except KeyboardInterrupt as interruption:
+        click.echo(f"\n{_signal_name(interruption)}: the evaluation's runs are marked KILLED; "
+                   "run the command again to start it over", err=True)
+        sys.exit(exit_code(interruption))
+    click.echo("\n" + summary_table(evaluation))
 
 
 def _signal_name(interruption: KeyboardInterrupt) -> str:

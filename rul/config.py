@@ -157,6 +157,9 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
                        ge=0, lt=1) = 0.99  # evaluate a moving average of the weights
     precision: _one_of("auto", "fp32", "fp16", "bf16") = "auto"
     seed: NonNegativeInt = 42
+    # members of an ensemble model: seeds seed .. seed+N-1 (init and batch order), one shared
+    # validation split (that of `seed`); their predictions are averaged (README: Ensembles)
+    ensemble: PositiveInt = 1
     deterministic: Flag = False
     patience: PositiveInt = 20
     device: _one_of("auto", "cpu", "cuda") = "auto"
@@ -233,13 +236,16 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
 
     def to_dict(self) -> dict[str, Any]:
         """The keys a YAML file would hold; B only when it is not micro x K, the memory
-        budget only when set (so configs without them keep their form and digest)."""
+        budget only when set, ensemble only above 1 (so configs without them keep their form
+        and digest)."""
         values = self.model_dump()
         if self.micro_batch_size != "auto" and (
                 self.effective_batch_size == self.micro_batch_size * self.accumulation_steps):
             del values["effective_batch_size"]
         if self.memory_budget is None:
             del values["memory_budget"]
+        if self.ensemble == 1:
+            del values["ensemble"]
         return values
 
     def replace(self, **changes) -> "TrainConfig":
@@ -255,7 +261,8 @@ Config = TrainConfig
 
 # Training keys a study may not vary: where data and results live, not what is trained.
 NOT_TUNABLE = ("subset", "data_dir", "tracking_uri", "experiment", "register", "run_name",
-               "checkpoint_dir", "device", "interval_coverage")
+               "checkpoint_dir", "device", "interval_coverage",
+               "ensemble")  # trials train single models
 SPLIT_IN_SPACE = (
     "search_space lists {}: with exact accumulation micro_batch_size x accumulation_steps only "
     "splits the effective batch, which alone decides the model, so the sampler spends trials on "
@@ -320,6 +327,13 @@ class TuningConfig(_Strict):
     heartbeat_grace_period: Annotated[PositiveInt | None, Field(
         description="a positive integer or null")] = None
     retry_dead_trials: NonNegativeInt = 0
+
+    @model_validator(mode="after")
+    def _trials_are_single_models(self) -> "TuningConfig":
+        if self.train.ensemble != 1:
+            raise rule_error(f"ensemble={self.train.ensemble}", "a study's trials train single "
+                             "models: tune with ensemble=1, then train the best as an ensemble")
+        return self
 
     @model_validator(mode="after")
     def _space_fits_the_training_config(self) -> "TuningConfig":

@@ -127,24 +127,28 @@ def run_training(config: Config, data: PreparedData | None = None,
                                 "true_rul_capped": data.test.targets, "predicted_rul": predicted})
     interval = None
     if config.interval_coverage is not None:
-        interval = calibrate_interval(model, precision, data, config.interval_coverage, device)
-        lower, upper = interval.bounds(predicted, high=config.rul_cap)
-        predictions["predicted_rul_lower"], predictions["predicted_rul_upper"] = lower, upper
-        test = interval_scores(lower, upper, data.test.targets)  # reported, never selected on
-        metrics.update(interval_coverage_target=interval.coverage,
-                       interval_half_width=interval.half_width,
-                       test_interval_coverage=test["coverage"], test_interval_width=test["width"])
+        validation = predict_windows(model, precision, WindowBatches(data.val, device))
+        interval = add_interval(validation, data, config, predictions, metrics)
     return TrainingOutcome(config, model, data, state, seeds, precision, metrics, predictions,
                            interval=interval)
 
 
-def calibrate_interval(model, precision, data: PreparedData, coverage: float,
-                       device) -> Interval:
-    """Split conformal on the final model's residuals over every validation window.
+def add_interval(validation_predicted, data: PreparedData, config: Config,
+                 predictions: pd.DataFrame, metrics: dict) -> Interval:
+    """Calibrate the split conformal interval on the validation windows' residuals, add its
+    bounds to the test `predictions` and its figures to `metrics`; return it.
 
     A served prediction reads the last window of a unit's history, truncated anywhere; the
     validation units run to failure, so each of their windows is one such truncation point,
-    its target the capped RUL the model was trained on. The test units are never used.
+    its target the capped RUL the model was trained on. The test units are never used to
+    calibrate: their coverage and mean width are reported only.
     """
-    predicted = predict_windows(model, precision, WindowBatches(data.val, device))
-    return fit_conformal(predicted.astype(np.float64) - data.val.targets, coverage)
+    residuals = np.asarray(validation_predicted, dtype=np.float64) - data.val.targets
+    interval = fit_conformal(residuals, config.interval_coverage)
+    lower, upper = interval.bounds(predictions["predicted_rul"].to_numpy(), high=config.rul_cap)
+    predictions["predicted_rul_lower"], predictions["predicted_rul_upper"] = lower, upper
+    test = interval_scores(lower, upper, data.test.targets)
+    metrics.update(interval_coverage_target=interval.coverage,
+                   interval_half_width=interval.half_width,
+                   test_interval_coverage=test["coverage"], test_interval_width=test["width"])
+    return interval

@@ -2,13 +2,18 @@
 
 The inference spec is a small JSON document stored with the model instead of the whole
 training config: the model kind, its architecture arguments, window, rul_cap, n_features and
-a format version, and the calibrated prediction interval (rul.evaluation.conformal.Interval)
-when the model has one. Loading ignores keys it does not know and fills missing optional ones
-with their defaults, so a model registered today still loads after config keys are added or
-renamed; a spec without `interval` (older models, or interval_coverage: null) predicts no bounds.
+a format version, the calibrated prediction interval (rul.evaluation.conformal.Interval)
+when the model has one, and `members` for an ensemble. Loading ignores keys it does not know and
+fills missing optional ones with their defaults, so a model registered today still loads after
+config keys are added or renamed; a spec without `interval` (older models, or
+interval_coverage: null) predicts no bounds.
+
+An ensemble model holds `members` networks of one architecture; its prediction is their mean
+(`average_members`), and the members' spread comes out as the column `rul_std`.
 """
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -35,14 +40,15 @@ class InferenceSpec:
     architecture: dict = field(default_factory=dict)  # build_network's keyword arguments
     format_version: int = FORMAT_VERSION
     interval: Interval | None = None  # None: the model predicts no bounds
+    members: int = 1  # networks averaged (an ensemble); their weights are a list
 
     @classmethod
-    def from_config(cls, config, n_features: int,
-                    interval: Interval | None = None) -> "InferenceSpec":
+    def from_config(cls, config, n_features: int, interval: Interval | None = None,
+                    members: int = 1) -> "InferenceSpec":
         from rul.models import architecture_of
 
         return cls(config.model, config.window, config.rul_cap, n_features,
-                   architecture_of(config), interval=interval)
+                   architecture_of(config), interval=interval, members=members)
 
     @classmethod
     def from_dict(cls, values: dict, defaults: dict | None = None) -> "InferenceSpec":
@@ -63,19 +69,25 @@ class InferenceSpec:
             interval = None if interval is None else Interval.from_dict(interval)
         except (TypeError, ValueError) as error:
             raise ValueError(f"inference spec: {error}") from None
+        members = int(values.get("members", 1))
+        if members < 1:
+            raise ValueError(f"inference spec: members must be >= 1, got {members}")
         return cls(str(values["model"]), int(values["window"]), float(values["rul_cap"]),
                    int(values["n_features"]), dict(values.get("architecture") or {}), version,
-                   interval)
+                   interval, members)
 
     @classmethod
     def read(cls, path: str | Path, defaults: dict | None = None) -> "InferenceSpec":
         return cls.from_dict(json.loads(Path(path).read_text()), defaults)
 
     def write(self, path: str | Path) -> None:
-        """The JSON; without an interval, exactly the keys specs had before intervals."""
+        """The JSON; a single model without an interval writes exactly the keys specs had
+        before intervals and ensembles."""
         values = asdict(self)
         if self.interval is None:
             del values["interval"]
+        if self.members == 1:
+            del values["members"]
         Path(path).write_text(json.dumps(values, indent=1))
 
     def build_network(self) -> torch.nn.Module:
@@ -83,11 +95,28 @@ class InferenceSpec:
                              **self.architecture)
 
 
+def member_predictions(networks: Sequence[torch.nn.Module], windows) -> np.ndarray:
+    """RUL of each window by each network: shape (members, windows), float64."""
+    x = torch.as_tensor(windows, dtype=torch.float32)
+    with torch.inference_mode():
+        return np.stack([net(x).numpy().astype(np.float64) for net in networks])
+
+
+def average_members(predictions) -> tuple[np.ndarray, np.ndarray]:
+    """An ensemble's prediction per window, the mean over members (axis 0), and the members'
+    spread, their population standard deviation (0 for a single network)."""
+    predictions = np.asarray(predictions, dtype=np.float64)
+    return predictions.mean(axis=0), predictions.std(axis=0)
+
+
 def predict_frame(preprocessor, model, rows: pd.DataFrame, source="input",
                   short_history: str = "pad", interval: Interval | None = None) -> pd.DataFrame:
     """RUL at the last cycle of each unit in `rows`: columns unit, rul, padded; with an
     `interval`, also rul_lower and rul_upper (between rul and padded), clipped to
     [0, rul_cap] like rul.
+
+    `model` is a network, or a list of networks (an ensemble): then `rul` is their mean and
+    the column `rul_std` their spread per unit (see `average_members`).
 
     `rows` are raw C-MAPSS rows (integer or float columns), checked by validate_rows: each
     unit's rows contiguous with strictly increasing cycles. Give each unit's whole history,
@@ -106,10 +135,12 @@ def predict_frame(preprocessor, model, rows: pd.DataFrame, source="input",
         raise DataError(source, f"history shorter than the window ({preprocessor.window} "
                                 f"cycles): {listed}")
     units, windows = preprocessor.last_windows(rows)
-    with torch.inference_mode():
-        rul = model(torch.as_tensor(windows, dtype=torch.float32)).numpy()
-    result = {"unit": units.astype(np.int64), "rul": rul.astype(np.float64)}
+    networks = list(model) if isinstance(model, (list, tuple)) else [model]
+    rul, spread = average_members(member_predictions(networks, windows))
+    result = {"unit": units.astype(np.int64), "rul": rul}
     if interval is not None:
-        result["rul_lower"], result["rul_upper"] = interval.bounds(
-            result["rul"], high=preprocessor.rul_cap)
-    return pd.DataFrame({**result, "padded": padded})
+        result["rul_lower"], result["rul_upper"] = interval.bounds(rul, high=preprocessor.rul_cap)
+    frame = pd.DataFrame({**result, "padded": padded})
+    if len(networks) > 1:
+        frame["rul_std"] = spread
+    return frame

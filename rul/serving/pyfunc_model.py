@@ -1,7 +1,9 @@
 """The shipped model: raw C-MAPSS rows in, RUL of each unit at its last cycle out.
 
 Bundles the fitted Preprocessor (pickle), the network's weights and its inference spec, so
-`mlflow.pyfunc.load_model("models:/rul-fd001@champion")` needs nothing else. The signature
+`mlflow.pyfunc.load_model("models:/rul-fd001@champion")` needs nothing else. An ensemble's
+weights are a list of state dicts, one per member (spec `members`); it predicts their mean and
+adds the column `rul_std`, the members' spread. The signature
 names the 26 columns but leaves their types to `validate_rows`: MLflow's own enforcement
 would reject integer sensor columns (as read from the NASA files) and float unit/cycle.
 
@@ -31,11 +33,13 @@ INPUT_SCHEMA = Schema([ColSpec(AnyType(), c) for c in COLUMNS])
 PARAMS_SCHEMA = ParamSchema([ParamSpec("short_history", "string", "pad")])
 
 
-def signature(intervals: bool = True) -> ModelSignature:
-    """The logged model's signature; `intervals`: its output has rul_lower and rul_upper."""
+def signature(intervals: bool = True, members: int = 1) -> ModelSignature:
+    """The logged model's signature; `intervals`: its output has rul_lower and rul_upper;
+    an ensemble (members > 1) adds rul_std, the members' spread."""
     bounds = [ColSpec("double", "rul_lower"), ColSpec("double", "rul_upper")] if intervals else []
+    spread = [ColSpec("double", "rul_std")] if members > 1 else []
     outputs = Schema([ColSpec("long", "unit"), ColSpec("double", "rul"), *bounds,
-                      ColSpec("boolean", "padded")])
+                      ColSpec("boolean", "padded"), *spread])
     return ModelSignature(inputs=INPUT_SCHEMA, outputs=outputs, params=PARAMS_SCHEMA)
 
 
@@ -47,9 +51,8 @@ class RULModel(mlflow.pyfunc.PythonModel):
         with open(context.artifacts["preprocessor"], "rb") as handle:
             self.preprocessor = pickle.load(handle)
         self.spec = load_spec(context.artifacts, self.preprocessor)
-        self.model = self.spec.build_network()
-        self.model.load_state_dict(torch.load(context.artifacts["weights"], map_location="cpu"))
-        self.model.eval()
+        self.networks = load_networks(self.spec, context.artifacts["weights"])
+        self.model = self.networks[0] if len(self.networks) == 1 else self.networks
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
         """Bad rows raise an MlflowException carrying validate_rows' message (HTTP 400 when
@@ -61,6 +64,21 @@ class RULModel(mlflow.pyfunc.PythonModel):
                                  interval=getattr(self.spec, "interval", None))
         except ValueError as error:  # DataError included
             raise MlflowException(str(error), error_code=INVALID_PARAMETER_VALUE) from None
+
+
+def load_networks(spec: InferenceSpec, weights_path) -> list[torch.nn.Module]:
+    """The spec's networks in eval mode: one state dict, or a list of `spec.members`."""
+    saved = torch.load(weights_path, map_location="cpu")
+    states = saved if isinstance(saved, list) else [saved]
+    if len(states) != spec.members:
+        raise ValueError(f"{weights_path}: {len(states)} sets of weights for an inference spec "
+                         f"of {spec.members} member(s)")
+    networks = []
+    for state in states:
+        network = spec.build_network()
+        network.load_state_dict(state)
+        networks.append(network.eval())
+    return networks
 
 
 def load_spec(artifacts: dict, preprocessor) -> InferenceSpec:

@@ -3,7 +3,8 @@
 What is stored: the fitted Preprocessor (pickle), the weights (state dict), a small JSON
 inference spec (rul.serving.predictor.InferenceSpec, not the whole training config; it holds
 the calibrated prediction interval when the outcome has one), the rul package as code, and
-requirements a public index can satisfy.
+requirements a public index can satisfy. An ensemble stores one list of its members' state
+dicts (`log_ensemble_pyfunc`), with the same preprocessor and spec.
 """
 
 import pickle
@@ -21,7 +22,7 @@ from rul.serving.pyfunc_model import (  # RULModel: older pickles name it here
     signature,
 )
 
-__all__ = ["SIGNATURE", "RULModel", "log_pyfunc", "requirements"]
+__all__ = ["SIGNATURE", "RULModel", "log_ensemble_pyfunc", "log_pyfunc", "requirements"]
 
 # What inference imports; nothing from training (tqdm, click, YAML, matplotlib, optuna).
 INFERENCE_PACKAGES = ("mlflow", "torch", "numpy", "pandas", "scikit-learn", "cloudpickle")
@@ -29,16 +30,31 @@ INFERENCE_PACKAGES = ("mlflow", "torch", "numpy", "pandas", "scikit-learn", "clo
 
 def log_pyfunc(outcome, workdir: Path) -> str:
     """Log the pyfunc model (and the raw torch weights) to the active run; return its URI."""
+    return _log_model(outcome.config, outcome.data, [outcome.model], outcome.interval, workdir)
+
+
+def log_ensemble_pyfunc(outcome, workdir: Path) -> str:
+    """Log an ensemble (outcome.models, trained on outcome.data's split) as one model."""
+    return _log_model(outcome.config, outcome.data, outcome.models, outcome.interval, workdir)
+
+
+def _state(network) -> dict:
+    return {k: v.cpu() for k, v in network.state_dict().items()}
+
+
+def _log_model(config, data, networks: list, interval, workdir: Path) -> str:
+    """`interval`: the calibrated rul.evaluation.conformal.Interval, or None (no bounds)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    preprocessor = outcome.data.preprocessor
+    preprocessor = data.preprocessor
     preprocessor_path = workdir / "preprocessor.pkl"
     preprocessor_path.write_bytes(pickle.dumps(preprocessor))
-    weights_path = workdir / "model.pt"
-    torch.save({k: v.cpu() for k, v in outcome.model.state_dict().items()}, weights_path)
+    members = len(networks)
+    weights_path = workdir / ("model.pt" if members == 1 else "ensemble.pt")
+    torch.save(_state(networks[0]) if members == 1 else [_state(n) for n in networks],
+               weights_path)
     spec_path = workdir / "inference_spec.json"
-    interval = getattr(outcome, "interval", None)  # calibrated in run_training, or None
-    InferenceSpec.from_config(outcome.config, preprocessor.n_features, interval).write(spec_path)
-    example = outcome.data.subset.test[outcome.data.subset.test["unit"].isin([1, 2])]
+    InferenceSpec.from_config(config, preprocessor.n_features, interval, members).write(spec_path)
+    example = data.subset.test[data.subset.test["unit"].isin([1, 2])]
     with warnings.catch_warnings():
         # unit and cycle are integers that are never missing: MLflow's hint about NaN in
         # integer columns does not apply.
@@ -47,7 +63,7 @@ def log_pyfunc(outcome, workdir: Path) -> str:
             name="model", python_model=RULModel(),
             artifacts={"preprocessor": str(preprocessor_path), "weights": str(weights_path),
                        "inference_spec": str(spec_path)},
-            signature=signature(intervals=interval is not None),
+            signature=signature(intervals=interval is not None, members=members),
             input_example=example.reset_index(drop=True),
             code_paths=[str(Path(__file__).resolve().parents[1])],  # the rul package
             pip_requirements=requirements(),

@@ -65,7 +65,7 @@ def train_tracked(config: Config, resume: bool | str = False, progress: bool = T
                   parent_run_id: str | None = None, run_name: str | None = None,
                   extra_tags: dict | None = None, listener: TrainingListener | None = None,
                   register: bool | None = None, resumable: bool = True, on_run_created=None,
-                  stop_exceptions: tuple[type[BaseException], ...] = ()):
+                  stop_exceptions: tuple[type[BaseException], ...] = (), data=None):
     """Train `config` inside an MLflow run; return (outcome, run_id).
 
     `resume`: True continues the newest unfinished run of this config, a run id that run.
@@ -73,10 +73,12 @@ def train_tracked(config: Config, resume: bool | str = False, progress: bool = T
     `on_run_created(run_id)` is called once the MLflow run exists.
     On any exception the run ends FAILED or KILLED with the error recorded and nothing is
     registered; `stop_exceptions` (a pruned trial) end it FINISHED. See lifecycle.py.
+    `data`: already prepared (and checked) data, e.g. an ensemble's shared validation split.
     """
     configure(config.tracking_uri)
     precision = resolve_precision(config.precision, resolve_device(config.device))
-    data = prepare_data(config)  # data errors, and a window too long for the units, end here
+    if data is None:  # data errors, and a window too long for the units, end here
+        data = prepare_data(config)
     experiment_id = ensure_experiment(config.experiment_name)
     client = MlflowClient()
     checkpoints = RunCheckpoints(config.checkpoint_dir)

@@ -1,0 +1,220 @@
+"""Ensembles: N members on one validation split, logged and registered as one averaged model.
+
+Module store on the real FD001 data: a poor single model is registered first (champion), then
+a tiny 2-member ensemble (which beats it and takes the alias), then a poor ensemble (which
+does not). The registered ensemble is loaded by alias and compared with its members' own
+logged models.
+"""
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from mlflow.tracking import MlflowClient
+
+from rul import config as cfg
+from rul.cli import main
+from rul.serving.predictor import average_members, predict_frame
+from rul.tracking import ensemble_run
+from rul.tracking.ensemble_run import MEMBER_TAG, combine, train_ensemble
+from rul.tracking.multi_seed import KIND_TAG
+from rul.tracking.registry import CHAMPION
+from rul.tracking.tracked_run import train_tracked
+from rul.training.listener import TrainingListener
+from rul.training.seeding import derive_seeds
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_PATH = ROOT / "experiments" / "fd001.yaml"
+TINY = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
+        "micro_batch_size": 1024, "accumulation_steps": 1, "patience": 5}
+POOR = {"epochs": 1, "lr": 1e-6}  # barely trained: a high validation RMSE
+MODEL = "rul-fd001"
+PARENT = "mlflow.parentRunId"
+
+
+def make_config(store, **changes):
+    return cfg.load(CONFIG_PATH, {**TINY, "tracking_uri": store.uri,
+                                  "checkpoint_dir": str(store.root / "ckpt"),
+                                  "data_dir": str(store.data_dir), **changes})
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, real_data_dir, mlflow_store_at):
+    with mlflow_store_at(tmp_path_factory.mktemp("ensemble")) as fresh:
+        yield SimpleNamespace(root=fresh.root, uri=fresh.uri, data_dir=Path(real_data_dir))
+
+
+@pytest.fixture(scope="module")
+def client(store):
+    return MlflowClient(tracking_uri=store.uri)
+
+
+def champion(client) -> str:
+    return str(client.get_model_version_by_alias(MODEL, CHAMPION).version)
+
+
+@pytest.fixture(scope="module")
+def poor_single(store):
+    outcome, run_id = train_tracked(make_config(store, **POOR), progress=False)
+    return SimpleNamespace(outcome=outcome, run_id=run_id)
+
+
+@pytest.fixture(scope="module")
+def ensemble(store, client, poor_single):
+    config = make_config(store, ensemble=2, seed=42)
+    outcome, run_id = train_ensemble(config, progress=False)
+    parent = client.get_run(run_id)
+    members = client.search_runs([parent.info.experiment_id], f"tags.`{PARENT}` = '{run_id}'")
+    members = sorted(members, key=lambda r: int(r.data.tags[MEMBER_TAG]))
+    return SimpleNamespace(config=config, outcome=outcome, run_id=run_id, parent=parent,
+                           members=members, champion_after=champion(client))
+
+
+def test_parent_with_a_finished_child_run_per_member(ensemble):
+    parent = ensemble.parent
+    assert parent.info.status == "FINISHED" and parent.data.tags[KIND_TAG] == "ensemble"
+    assert parent.info.run_name == "ensemble-cnn-b1024-k1-s42-x2"
+    assert [m.info.status for m in ensemble.members] == ["FINISHED", "FINISHED"]
+    assert [m.data.params["seed"] for m in ensemble.members] == ["42", "43"]
+    assert parent.data.params["ensemble"] == "2" and parent.data.params["seed"] == "42"
+    for member in ensemble.members:  # members are not registered on their own
+        assert "registered_version" not in member.data.tags
+
+
+def test_members_share_the_validation_split_and_preprocessor(ensemble):
+    split = str(derive_seeds(42).split)
+    assert [m.data.tags["seed.split"] for m in ensemble.members] == [split, split]
+    assert [m.data.tags["seed.torch"] for m in ensemble.members] == [
+        str(derive_seeds(42).torch), str(derive_seeds(43).torch)]
+    first, second = ensemble.outcome.members
+    assert first.data is second.data is ensemble.outcome.data
+    np.testing.assert_array_equal(first.data.val_units, second.data.val_units)
+
+
+def test_parent_metrics_are_those_of_the_averaged_prediction(ensemble):
+    metrics, outcome = ensemble.parent.data.metrics, ensemble.outcome
+    assert metrics["val_rmse"] == pytest.approx(outcome.metrics["val_rmse"], rel=1e-12)
+    predicted = outcome.predictions["predicted_rul"].to_numpy()
+    members = np.array([m.predictions["predicted_rul"] for m in outcome.members])
+    np.testing.assert_allclose(predicted, members.mean(axis=0), rtol=1e-6)
+    capped = outcome.predictions["true_rul_capped"].to_numpy()
+    assert metrics["test_rmse"] == pytest.approx(np.sqrt(np.mean((predicted - capped) ** 2)))
+    assert metrics["member_test_rmse_mean"] == pytest.approx(
+        np.mean([m.data.metrics["test_rmse"] for m in ensemble.members]))
+
+
+def test_one_member_ensemble_scores_like_the_single_run(ensemble):
+    """The ensemble's val_rmse is the same measure as a single run's best_val_rmse."""
+    member = ensemble.outcome.members[0]
+    alone = combine(ensemble.config, member.data, [member])
+    assert alone.metrics["val_rmse"] == pytest.approx(member.state.best_val_rmse, rel=1e-6)
+
+
+def test_ensemble_is_registered_and_becomes_champion_when_better(ensemble, client, poor_single):
+    tags = ensemble.parent.data.tags
+    version = client.get_model_version(MODEL, tags["registered_version"])
+    assert version.run_id == ensemble.run_id
+    poor = client.get_run(poor_single.run_id).data.metrics["best_val_rmse"]
+    assert ensemble.outcome.metrics["val_rmse"] < poor
+    assert ensemble.champion_after == tags["registered_version"]
+    assert tags["champion_promoted"] == "true"
+    assert float(version.tags["val_rmse"]) == pytest.approx(ensemble.outcome.metrics["val_rmse"])
+
+
+@pytest.mark.slow
+def test_a_worse_ensemble_does_not_take_the_champion(store, client, ensemble):
+    outcome, run_id = train_ensemble(make_config(store, ensemble=2, seed=7, **POOR),
+                                     progress=False)
+    tags = client.get_run(run_id).data.tags
+    assert outcome.metrics["val_rmse"] > ensemble.outcome.metrics["val_rmse"]
+    assert tags["champion_promoted"] == "false"
+    assert champion(client) == ensemble.champion_after != tags["registered_version"]
+
+
+def test_model_by_alias_averages_the_members_on_raw_rows(ensemble, client, fd001):
+    """Raw test rows in; `rul` is the mean of the members' own logged models, `rul_std`
+    their spread."""
+    version = ensemble.parent.data.tags["registered_version"]
+    model = mlflow.pyfunc.load_model(f"models:/{MODEL}/{version}")
+    by_alias = mlflow.pyfunc.load_model(f"models:/{MODEL}@{CHAMPION}")
+    rows = fd001.test
+    result = by_alias.predict(rows)
+    pd.testing.assert_frame_equal(result, model.predict(rows))
+    assert list(result.columns) == ["unit", "rul", "padded", "rul_std"]
+    members = [mlflow.pyfunc.load_model(f"runs:/{m.info.run_id}/model").predict(rows)
+               for m in ensemble.members]
+    stacked = np.array([m["rul"].to_numpy() for m in members])
+    np.testing.assert_allclose(result["rul"], stacked.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(result["rul_std"], stacked.std(axis=0), rtol=1e-9, atol=1e-12)
+    assert (result["rul_std"] > 0).mean() > 0.5  # two different networks (equal at the cap)
+    # the same numbers as the training side's averaged test prediction
+    np.testing.assert_allclose(result["rul"], ensemble.outcome.predictions["predicted_rul"],
+                               rtol=1e-5)
+
+
+def test_single_model_output_is_unchanged(poor_single, fd001):
+    single = predict_frame(poor_single.outcome.data.preprocessor, poor_single.outcome.model,
+                           fd001.test)
+    assert list(single.columns) == ["unit", "rul", "padded"]
+
+
+def test_average_members_mean_and_spread():
+    mean, spread = average_members([[1.0, 10.0], [3.0, 10.0], [5.0, 10.0]])
+    np.testing.assert_allclose(mean, [3.0, 10.0])
+    np.testing.assert_allclose(spread, [math.sqrt(8 / 3), 0.0])
+
+
+# ---------------------------------------------------------------- bad input, interruptions
+
+
+def test_ensemble_key_errors():
+    for value, said in ((0, "ensemble=0: must be a positive integer"),
+                        (1.5, "ensemble=1.5: must be a positive integer")):
+        with pytest.raises(cfg.ConfigError, match=said):
+            cfg.load(None, {"ensemble": value})
+    with pytest.raises(cfg.ConfigError, match="ensemble=2: a study's trials train single"):
+        cfg.load_tuning(None, {"ensemble": 2})
+    assert "ensemble" not in cfg.load().to_dict()  # single configs keep their digest
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["ensemble=0"], "ensemble=0: must be a positive integer"),
+    (["ensemble=2", "--resume"], "--resume: an ensemble (ensemble=2) is not resumable"),
+])
+def test_train_refuses_bad_ensembles_with_exit_2_and_no_run(mlflow_store, real_data_dir, args,
+                                                            said):
+    result = CliRunner().invoke(main, ["train", str(CONFIG_PATH), *args,
+                                       f"data_dir={real_data_dir}", "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert said in result.output and "Traceback" not in result.output
+    assert not (mlflow_store.root / "mlflow.db").exists()
+
+
+class InterruptSecondMember(TrainingListener):
+    def on_epoch(self, epoch, step, metrics):
+        raise KeyboardInterrupt
+
+
+@pytest.mark.slow
+def test_an_interruption_kills_parent_and_member_and_registers_nothing(store, client, ensemble,
+                                                                       monkeypatch):
+    real = ensemble_run.train_tracked
+
+    def interrupted(config, **kwargs):
+        listener = InterruptSecondMember() if config.seed == 101 else None
+        return real(config, listener=listener, **kwargs)
+
+    monkeypatch.setattr(ensemble_run, "train_tracked", interrupted)
+    versions = len(client.search_model_versions(f"name='{MODEL}'"))
+    with pytest.raises(KeyboardInterrupt):
+        train_ensemble(make_config(store, ensemble=3, seed=100, experiment="stopped"),
+                       progress=False)
+    runs = client.search_runs([client.get_experiment_by_name("stopped").experiment_id])
+    status = {r.data.tags.get(MEMBER_TAG, "parent"): r.info.status for r in runs}
+    assert status == {"parent": "KILLED", "0": "FINISHED", "1": "KILLED"}
+    assert len(client.search_model_versions(f"name='{MODEL}'")) == versions
