@@ -36,16 +36,35 @@ def log_figures(study: optuna.Study, objectives) -> None:
         figures.append(("pareto_front.png", vis.plot_pareto_front,
                         {"target_names": list(objectives)}))
     for name, plot, options in figures:
+        problem = _importance_problem(study) if plot is vis.plot_param_importances else None
+        if problem:
+            _skip(name, problem)
+            continue
         try:
             with warnings.catch_warnings():  # matplotlib plots are marked experimental
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 axes = plot(study, **options)
             mlflow.log_figure(axes.figure, f"figures/{name}")
             plt.close(axes.figure)
-        except Exception as error:  # e.g. too few completed trials: a figure never fails it
+        except Exception as error:  # a figure never fails the study
             plt.close("all")
-            mlflow.set_tag(f"figure_skipped.{name}", str(error)[:500])
-            print(f"figure {name} skipped: {error}", file=sys.stderr)
+            _skip(name, str(error))
+
+
+def _importance_problem(study: optuna.Study) -> str | None:
+    """Why parameter importances would mean nothing (Optuna would draw equal bars)."""
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if len(done) < 2:
+        return f"parameter importances need at least 2 completed trials (have {len(done)})"
+    names = {name for trial in done for name in trial.params}
+    if not any(len({repr(t.params.get(name)) for t in done}) > 1 for name in names):
+        return "parameter importances need a parameter that varies across completed trials"
+    return None
+
+
+def _skip(name: str, reason: str) -> None:
+    mlflow.set_tag(f"figure_skipped.{name}", reason[:500])
+    print(f"figure {name} skipped: {reason}", file=sys.stderr)
 
 
 def pareto_table(study: optuna.Study, objectives) -> pd.DataFrame:
