@@ -327,6 +327,18 @@ class TuningConfig(_Strict):
     heartbeat_grace_period: Annotated[PositiveInt | None, Field(
         description="a positive integer or null")] = None
     retry_dead_trials: NonNegativeInt = 0
+    # What the study optimises (rul.tuning.objectives): val_rmse alone, or with samples_per_s
+    # and/or peak_memory_mb (multi-objective: a Pareto front, no pruning).
+    objectives: Annotated[list[str], Field(description=(
+        "a non-empty list of objective names: val_rmse, samples_per_s, peak_memory_mb"))] = [
+        "val_rmse"]
+
+    @field_validator("objectives")
+    @classmethod
+    def _known_objectives(cls, value: list[str]) -> list[str]:
+        from rul.tuning.objectives import check_objectives
+
+        return check_objectives(value)  # ValueError names the problem
 
     @model_validator(mode="after")
     def _trials_are_single_models(self) -> "TuningConfig":

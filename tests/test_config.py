@@ -92,7 +92,7 @@ def test_tuning_keys_are_the_tuning_models_own_fields():
     assert cfg.TUNING_KEYS == ("search_space", "max_effective_batch", "scale_lr_with_batch",
                                "n_trials", "pruner", "pruner_warmup_epochs", "study_name",
                                "heartbeat_interval", "heartbeat_grace_period",
-                               "retry_dead_trials")
+                               "retry_dead_trials", "objectives")
     assert not set(cfg.TUNING_KEYS) & set(cfg.TrainConfig.model_fields)
 
 

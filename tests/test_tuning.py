@@ -192,8 +192,8 @@ def test_parent_run_records_the_best_trial(tuned):
     assert "trials.csv" in artifacts
     figures = {a.path for a in tuned.client.list_artifacts(tuned.parent_run_id, "figures")}
     assert "figures/optimization_history.png" in figures
-    assert ("figures/param_importances.png" in figures
-            or "figure_skipped.param_importances.png" in tags)
+    assert "figures/param_importances.png" in figures  # 3 completed trials, lr varies
+    assert not [k for k in tags if k.startswith("figure_skipped.")]
 
 
 def test_trials_csv_lists_every_trial(tuned, tmp_path):

@@ -20,13 +20,15 @@ import numpy as np
 import optuna
 from mlflow.tracking import MlflowClient
 
-from rul.config import TuningConfig
+from rul.config import ConfigError, TuningConfig
 from rul.interrupts import deferred, exit_code, immediate, interrupts_as_exceptions
 from rul.tracking.lifecycle import run_ends_cleanly
 from rul.tracking.registry import register_and_promote, registered_model_name
 from rul.tracking.store import configure, ensure_experiment
 from rul.tracking.tracked_run import train_tracked
 from rul.training.listener import TrainingListener
+from rul.tuning import objectives as objs
+from rul.tuning.report import format_pareto_table, log_figures, log_pareto_table, pareto_table
 from rul.tuning.space import suggest, trial_overrides
 from rul.tuning.storage import (  # noqa: F401 (DEFAULT_*: re-exported)
     DEFAULT_JOURNAL,
@@ -40,6 +42,7 @@ from rul.tuning.storage import (  # noqa: F401 (DEFAULT_*: re-exported)
 STARTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
            optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING)
 TARGET_ATTR, TARGET_SET_AT_ATTR = "n_trials_target", "n_trials_target_set_at"
+OBJECTIVES_ATTR = "objectives"  # stored by multi-objective studies (Optuna keeps directions)
 
 
 def open_study_storage(config: TuningConfig, url: str | None, workers: int):
@@ -83,6 +86,9 @@ def _study_target(study: optuna.Study, n_trials: int, join_within: float | None)
 
 
 def make_pruner(config: TuningConfig):
+    """Optuna cannot prune a multi-objective study (no `trial.report`): no pruner then."""
+    if objs.is_multi(config.objectives):
+        return optuna.pruners.NopPruner()
     if config.pruner == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=2,
                                            n_warmup_steps=config.pruner_warmup_epochs)
@@ -96,14 +102,38 @@ def load_study(config: TuningConfig, storage, study_name: str, worker: int = 0) 
     """Create or load the study. Sampler and pruner are not stored, so they are passed again;
     the sampler's seed also depends on the trials already there, so a resumed study does not
     replay the draws of its first invocation (and each worker draws differently)."""
-    study = optuna.create_study(
-        storage=storage, study_name=study_name, direction="minimize", load_if_exists=True,
-        pruner=make_pruner(config),
-    )
+    if objs.is_multi(config.objectives):
+        study = optuna.create_study(
+            storage=storage, study_name=study_name, load_if_exists=True,
+            directions=objs.directions(config.objectives), pruner=make_pruner(config),
+        )
+    else:
+        study = optuna.create_study(
+            storage=storage, study_name=study_name, direction="minimize", load_if_exists=True,
+            pruner=make_pruner(config),
+        )
+    _check_objectives(study, config.objectives)
     entropy = [config.train.seed, worker, len(study.trials)]
     seed = int(np.random.SeedSequence(entropy).generate_state(1)[0])
     study.sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
     return study
+
+
+def _check_objectives(study: optuna.Study, objectives: list[str]) -> None:
+    """A study keeps the objectives it was created with: Optuna loads an existing study with
+    its stored directions whatever is asked, so a different list is an error here."""
+    stored = study.user_attrs.get(OBJECTIVES_ATTR)
+    wanted = [optuna.study.StudyDirection[d.upper()] for d in objs.directions(objectives)]
+    if stored is None and objs.is_multi(objectives) and study.directions == wanted \
+            and not study.trials:  # a new multi-objective study
+        study.set_user_attr(OBJECTIVES_ATTR, list(objectives))
+        return
+    if stored is None:  # single-objective studies store nothing: theirs is val_rmse
+        stored = list(objs.DEFAULT) if len(study.directions) == 1 else "unknown"
+    if stored != list(objectives):
+        raise ConfigError(
+            f"study {study.study_name!r}: objectives={list(objectives)}: the study was created "
+            f"with objectives {stored}; tune it with those, or name a new study (--study-name)")
 
 
 class PruningListener(TrainingListener):
@@ -122,7 +152,9 @@ class PruningListener(TrainingListener):
 
 
 def objective_for(base: TuningConfig, parent_run_id: str):
-    def objective(trial: optuna.Trial) -> float:
+    multi = objs.is_multi(base.objectives)
+
+    def objective(trial: optuna.Trial) -> float | list[float]:
         values = suggest(trial, base.search_space)
         changes, reason = trial_overrides(base, values)
         if reason:
@@ -131,12 +163,14 @@ def objective_for(base: TuningConfig, parent_run_id: str):
         config = base.train.replace(**changes, register=False,
                                     checkpoint_dir=str(Path(base.train.checkpoint_dir) / "tune"))
         tags = {"optuna.trial": str(trial.number), "optuna.study": trial.study.study_name}
+        if "peak_memory_mb" in base.objectives:
+            objs.reset_peak_memory()  # not charged for the worker's previous trial
         try:
             with immediate():  # training may stop at once; its own writes defer the signal
                 outcome, _ = train_tracked(
                     config, progress=False, parent_run_id=parent_run_id,
                     run_name=f"trial-{trial.number:03d}", extra_tags=tags, register=False,
-                    resumable=False, listener=PruningListener(trial),
+                    resumable=False, listener=None if multi else PruningListener(trial),
                     on_run_created=lambda run_id: trial.set_user_attr("mlflow_run_id", run_id),
                     stop_exceptions=(optuna.TrialPruned,))
         except optuna.TrialPruned as pruned:
@@ -153,6 +187,8 @@ def objective_for(base: TuningConfig, parent_run_id: str):
             _mark(trial, "FAIL", f"interrupted ({type(interruption).__name__})")
             raise
         _mark(trial, "COMPLETE", "")
+        if multi:
+            return objs.trial_values(base.objectives, outcome.state)
         return outcome.state.best_val_rmse
 
     return objective
@@ -279,12 +315,18 @@ def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float 
             study.set_user_attr("mlflow_parent_run_id", parent_run_id)
             space = config.to_dict()["search_space"]
             client.log_param(parent_run_id, "search_space", str(space)[:6000])
+            if objs.is_multi(config.objectives):
+                client.log_param(parent_run_id, "objectives", ", ".join(config.objectives))
         else:
             client.update_run(parent_run_id, status="RUNNING")
         if not heartbeat:  # with a heartbeat, Optuna fails dead workers' trials itself
             _close_interrupted_trials(study, client)
         grace = config.heartbeat_grace_period or 2 * config.heartbeat_interval
         target = _study_target(study, n_trials, grace if heartbeat else None)
+    if objs.is_multi(config.objectives) and config.pruner != "none":
+        print(f"objectives {', '.join(config.objectives)}: a multi-objective study is not "
+              f"pruned (Optuna cannot prune several objectives); pruner={config.pruner!r} is "
+              "ignored", file=sys.stderr)
     args = (config, storage, workers, study_name, parent_run_id, target, timeout)
     with run_ends_cleanly(parent_run_id):
         if workers == 1:
@@ -298,10 +340,13 @@ def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float 
 
 
 def _record_study(study: optuna.Study, parent_run_id: str, config: TuningConfig) -> str:
-    import matplotlib.pyplot as plt
+    """Counts, trials table, figures and the registered best trial, on the parent run.
+    Several objectives: the best trial is the Pareto trial with the lowest val_rmse, and the
+    Pareto front is printed and logged (pareto_front.csv, figures/pareto_front.png)."""
     from optuna.trial import TrialState
 
     client = MlflowClient()
+    objectives, multi = config.objectives, objs.is_multi(config.objectives)
     states = {s: len(study.get_trials(deepcopy=False, states=(s,))) for s in TrialState}
     counts = {f"trials_{s.name.lower()}": n for s, n in states.items() if n}
     lines = [f"study {study.study_name}: {len(study.trials)} trials "
@@ -314,31 +359,28 @@ def _record_study(study: optuna.Study, parent_run_id: str, config: TuningConfig)
             mlflow.log_artifact(str(table))
         if states[TrialState.COMPLETE] == 0:
             return "\n".join([*lines, "no trial completed: nothing to register"])
-        best = study.best_trial
-        mlflow.log_metric("best_val_rmse", best.value, step=len(study.trials))
+        best = objs.best_accuracy_trial(study, objectives)
+        best_value = objs.accuracy_of(best, objectives)
+        mlflow.log_metric("best_val_rmse", best_value, step=len(study.trials))
         mlflow.set_tags({"best_trial": str(best.number),
                          **{f"best.{k}": str(v) for k, v in best.params.items()}})
-        from optuna.visualization import matplotlib as vis
-
-        for name, plot in (("optimization_history.png", vis.plot_optimization_history),
-                           ("param_importances.png", vis.plot_param_importances)):
-            try:
-                with warnings.catch_warnings():  # matplotlib plots are marked experimental
-                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    axes = plot(study)
-                mlflow.log_figure(axes.figure, f"figures/{name}")
-                plt.close(axes.figure)
-            except (ValueError, RuntimeError) as error:  # e.g. too few completed trials
-                mlflow.set_tag(f"figure_skipped.{name}", str(error)[:500])
+        if multi:
+            front = pareto_table(study, objectives)
+            log_pareto_table(front)
+            mlflow.log_metric("pareto_trials", float(len(front)), step=len(study.trials))
+            lines += [f"Pareto front ({', '.join(objectives)}): {len(front)} trials",
+                      format_pareto_table(front, objectives)]
+        log_figures(study, objectives)
     best_run = best.user_attrs.get("mlflow_run_id")
-    lines.append(f"best trial {best.number}: val_rmse {best.value:.3f} with {best.params}")
+    chosen = "best trial" if not multi else "best val_rmse on the Pareto front: trial"
+    lines.append(f"{chosen} {best.number}: val_rmse {best_value:.3f} with {best.params}")
     name = registered_model_name(config.train.subset)
     if best_run and config.train.register and client.search_model_versions(
         f"name='{name}' and run_id='{best_run}'"
     ):
         lines.append(f"best trial's model is already registered as {name}")
     elif best_run and config.train.register:  # reuse the best trial's logged model
-        record = register_and_promote(f"runs:/{best_run}/model", name, best_run, best.value)
+        record = register_and_promote(f"runs:/{best_run}/model", name, best_run, best_value)
         for key, value in record.items():
             client.set_tag(parent_run_id, key, value)
         lines.append(f"registered {record['registered_model']} v{record['registered_version']}"
