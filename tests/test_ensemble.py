@@ -145,7 +145,16 @@ def test_model_by_alias_averages_the_members_on_raw_rows(ensemble, client, fd001
     rows = fd001.test
     result = by_alias.predict(rows)
     pd.testing.assert_frame_equal(result, model.predict(rows))
-    assert list(result.columns) == ["unit", "rul", "padded", "rul_std"]
+    assert list(result.columns) == ["unit", "rul", "rul_lower", "rul_upper", "padded", "rul_std"]
+    # the ensemble's own interval: calibrated on its averaged validation predictions
+    interval = ensemble.outcome.interval
+    assert interval.half_width != pytest.approx(ensemble.outcome.members[0].interval.half_width)
+    assert ensemble.parent.data.metrics["interval_half_width"] == pytest.approx(
+        interval.half_width)
+    np.testing.assert_allclose(result["rul_lower"], np.clip(result["rul"] - interval.half_width,
+                                                            0, ensemble.outcome.config.rul_cap))
+    np.testing.assert_allclose(result["rul_upper"], np.clip(result["rul"] + interval.half_width,
+                                                            0, ensemble.outcome.config.rul_cap))
     members = [mlflow.pyfunc.load_model(f"runs:/{m.info.run_id}/model").predict(rows)
                for m in ensemble.members]
     stacked = np.array([m["rul"].to_numpy() for m in members])

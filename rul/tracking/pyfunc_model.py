@@ -30,7 +30,8 @@ INFERENCE_PACKAGES = ("mlflow", "torch", "numpy", "pandas", "scikit-learn", "clo
 
 def log_pyfunc(outcome, workdir: Path) -> str:
     """Log the pyfunc model (and the raw torch weights) to the active run; return its URI."""
-    return _log_model(outcome.config, outcome.data, [outcome.model], outcome.interval, workdir)
+    interval = getattr(outcome, "interval", None)  # None: no bounds (or an older outcome)
+    return _log_model(outcome.config, outcome.data, [outcome.model], interval, workdir)
 
 
 def log_ensemble_pyfunc(outcome, workdir: Path) -> str:
