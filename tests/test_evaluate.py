@@ -22,7 +22,12 @@ from rul import config as cfg
 from rul.cli import main
 from rul.tracking import seed_evaluation
 from rul.tracking.multi_seed import INDEX_TAG, KIND_TAG
-from rul.tracking.seed_evaluation import REPORTED, evaluate_seeds, summary_table
+from rul.tracking.seed_evaluation import (
+    INTERVAL_REPORTED,
+    REPORTED,
+    evaluate_seeds,
+    summary_table,
+)
 from rul.training.listener import TrainingListener
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,7 +81,7 @@ def test_one_parent_and_a_finished_child_per_seed(evaluated):
 
 def test_aggregates_are_mean_and_std_of_the_children(evaluated):
     metrics, children = evaluated.parent.data.metrics, evaluated.children
-    for key in REPORTED:
+    for key in (*REPORTED, *INTERVAL_REPORTED):  # intervals are on by default
         child_key = "best_val_rmse" if key == "val_rmse" else key
         values = np.array([c.data.metrics[child_key] for c in children])
         assert metrics[f"{key}_mean"] == pytest.approx(values.mean(), rel=1e-12), key

@@ -28,6 +28,7 @@ from rul.tracking.multi_seed import (
 from rul.tracking.tracked_run import default_run_name, train_tracked
 
 REPORTED = ("val_rmse", "test_rmse", "test_mae", "test_score", "test_rmse_uncapped")
+INTERVAL_REPORTED = ("test_interval_coverage", "test_interval_width")  # with interval_coverage
 
 
 @dataclass
@@ -48,12 +49,18 @@ def reported_metrics(outcome) -> dict[str, float]:
     averaged prediction's."""
     m = outcome.metrics
     return {"val_rmse": m["val_rmse"] if "val_rmse" in m else m["best_val_rmse"],
-            **{k: m[k] for k in REPORTED[1:]}}
+            **{k: m[k] for k in REPORTED[1:]},
+            **{k: m[k] for k in INTERVAL_REPORTED if k in m}}
 
 
-def aggregate(rows: list[dict], keys=REPORTED) -> dict[str, float]:
+def reported_keys(rows: list[dict]) -> list[str]:
+    """REPORTED, and the interval's test coverage and width when every seed has them."""
+    return [*REPORTED, *(k for k in INTERVAL_REPORTED if all(k in row for row in rows))]
+
+
+def aggregate(rows: list[dict], keys=None) -> dict[str, float]:
     found = {}
-    for key in keys:
+    for key in keys or reported_keys(rows):
         values = np.array([row[key] for row in rows], dtype=np.float64)
         found[f"{key}_mean"] = float(values.mean())
         if len(values) > 1:
@@ -93,15 +100,16 @@ def evaluate_seeds(config: Config, n_seeds: int, progress: bool = True) -> Evalu
 
 def summary_table(evaluation: Evaluation) -> str:
     """Each seed, then mean ± std, then the wall time."""
-    header = f"{'seed':>6}  " + "  ".join(f"{k:>18}" for k in REPORTED) + f"  {'time':>7}"
+    keys = reported_keys(evaluation.rows)
+    header = f"{'seed':>6}  " + "  ".join(f"{k:>18}" for k in keys) + f"  {'time':>7}"
     lines = [f"{evaluation.name}: {len(evaluation.rows)} seed(s), nothing selected on the "
              "test set", header]
     for row in evaluation.rows:
-        lines.append(f"{row['seed']:>6}  " + "  ".join(f"{row[k]:>18.2f}" for k in REPORTED)
+        lines.append(f"{row['seed']:>6}  " + "  ".join(f"{row[k]:>18.2f}" for k in keys)
                      + f"  {row['seconds']:>6.0f}s")
     a = evaluation.aggregates
     cells = []
-    for key in REPORTED:
+    for key in keys:
         std = a.get(f"{key}_std", math.nan)
         cells.append(f"{a[f'{key}_mean']:>9.2f} ± {std:<6.2f}" if not math.isnan(std)
                      else f"{a[f'{key}_mean']:>18.2f}")
