@@ -251,7 +251,12 @@ def test_two_processes_registering_at_once_leave_the_alias_on_the_best(store, na
             if champion_before is not None and val_of_version[champion_before] == best:
                 assert alias == champion_before, f"round {number}: a tie moved the champion"
             for version, promoted in records.values():
-                assert promoted == str(version == alias).lower(), f"round {number}"
+                # the round's champion was promoted; the other version may have been too, when
+                # it registered first and beat the champion before the round (timing decides)
+                could_lead = champion_before is None or (
+                    val_of_version[version] < val_of_version[champion_before])
+                assert promoted == "true" if version == alias else (
+                    promoted == "false" or could_lead), f"round {number}: {version} {promoted}"
             champion_before = alias
         tags = {v.version: v.tags["val_rmse"] for v in
                 store.client.search_model_versions(f"name='{name}'")}

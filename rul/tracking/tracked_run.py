@@ -87,7 +87,7 @@ def train_tracked(config: Config, resume: bool | str = False, progress: bool = T
                                        precision)  # nothing fits: an error and no run
     with deferred():  # the run and its identity are written whole, or not at all
         run_id = _open_run(config, digest, client, experiment_id, checkpoints, resume,
-                           parent_run_id, run_name)
+                           parent_run_id, run_name, extra_tags)
         if on_run_created is not None:
             on_run_created(run_id)
     try:
@@ -103,14 +103,16 @@ def train_tracked(config: Config, resume: bool | str = False, progress: bool = T
 
 
 def _open_run(config, digest, client, experiment_id, checkpoints, resume, parent_run_id,
-              run_name):
-    """The run to train in: a new one, or the one `resume` continues (marked RUNNING)."""
+              run_name, extra_tags=None):
+    """The run to train in: a new one, or the one `resume` continues (marked RUNNING).
+    A new run is created with its identity tags, the caller's `extra_tags` (e.g. its study and
+    trial) included, so a process killed right after creating it leaves no untagged run."""
     if resume:
         run_id = checkpoints.resumable_run(client, experiment_id, digest,
                                            None if resume is True else resume)
         client.update_run(run_id, status="RUNNING")
         return run_id
-    tags = {**_source_tags(), CONFIG_DIGEST_TAG: digest}
+    tags = {**_source_tags(), **(extra_tags or {}), CONFIG_DIGEST_TAG: digest}
     if parent_run_id:
         tags[mlflow_tags.MLFLOW_PARENT_RUN_ID] = parent_run_id
     name = run_name or config.run_name or default_run_name(config)
