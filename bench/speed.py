@@ -2,11 +2,15 @@
 effective batch 512 = 256 x 2, AdamW, clipping: rul.training.step.optimizer_step) on each
 candidate path, measured in interleaved rounds on this machine; the median of each, as a ratio
 to the plain fp32 eager path of the same device. The last line is `speed ratio: R`: the path
-`precision: auto` picks here (rul.training.hardware) over fp32 eager.
+`precision: auto` picks here (rul.training.hardware) over the reference: on CPU the plain fp32
+eager DCNN as it was before the speed work, on CUDA fp32 eager.
 
 Paths (CPU; and CUDA fp32, fp16 + GradScaler, bf16 when a GPU is present):
-  fp32 eager            today's DCNN: channels_last (k, 1) convolutions (oneDNN's fast path)
-  fp32 eager, NCHW      the textbook layout, for reference
+  fp32 eager            today's DCNN: channels_last (k, 1) convolutions (oneDNN's fast path),
+                        each even-kernel layer's trim fused into its tanh (models/cnn.py)
+  fp32 eager, before    the reference: the DCNN as it was (slice, then nn.Tanh: autograd's
+                        copies around the slice), the same numbers bit for bit
+  fp32 eager, NCHW      the textbook layout (and slice + nn.Tanh), for comparison
   bf16 autocast         slow without native bf16 (AVX512-BF16/AMX), which this bench reports
   fp32 torch.compile    only with --compile (~10-30 s of compilation, shown as setup_s)
 
@@ -22,7 +26,7 @@ from torch import nn
 
 from bench.memory import DEFAULT_MODEL, N_FEATURES, BenchPrecision
 from rul.models import build_model
-from rul.models.cnn import TimeConv
+from rul.models.cnn import TimeConv, TrimmedTanh
 from rul.training.hardware import auto_precision, cpu_has_native_bf16
 from rul.training.step import optimizer_step
 
@@ -37,14 +41,20 @@ class NCHWTimeConv(TimeConv):
 
 
 def default_model(kind: str) -> nn.Module:
+    """The default DCNN (kind "default"), or with its layers as they were before the speed
+    work ("before": TimeConv trims, then nn.Tanh) and also NCHW ("nchw"); same weights."""
     torch.manual_seed(0)
     model = build_model(DEFAULT_MODEL, N_FEATURES)
     features = model.backbone.features
-    for i, layer in enumerate(features):
-        if isinstance(layer, TimeConv) and kind == "nchw":
-            nchw = NCHWTimeConv(layer.in_channels, layer.out_channels, layer.kernel_size[0])
-            nchw.load_state_dict(layer.state_dict())
-            features[i] = nchw
+    if kind in ("before", "nchw"):
+        conv_class = NCHWTimeConv if kind == "nchw" else TimeConv
+        for i, layer in enumerate(features):
+            if isinstance(layer, TimeConv):
+                sliced = conv_class(layer.in_channels, layer.out_channels, layer.kernel_size[0])
+                sliced.load_state_dict(layer.state_dict())
+                features[i] = sliced
+            elif isinstance(layer, TrimmedTanh):
+                features[i] = nn.Tanh()
     memory_format = torch.contiguous_format if kind == "nchw" else torch.channels_last
     features.to(memory_format=memory_format)
     return model
@@ -90,9 +100,10 @@ class Path:
 
 
 def paths(compile_too: bool) -> tuple[list[Path], Path, Path, str]:
-    """(every path, the fp32 eager reference, auto's path, auto's reason) on the fastest
+    """(every path, the reference, auto's path, auto's reason) on the fastest
     device here (CUDA when present: ratios compare paths on one device)."""
-    every = [Path("cpu fp32 eager", "default", "cpu", "fp32"),
+    every = [Path("cpu fp32 eager, before", "before", "cpu", "fp32"),
+             Path("cpu fp32 eager", "default", "cpu", "fp32"),
              Path("cpu fp32 eager, NCHW", "nchw", "cpu", "fp32"),
              Path("cpu bf16 autocast", "default", "cpu", "bf16")]
     if compile_too:
@@ -102,7 +113,8 @@ def paths(compile_too: bool) -> tuple[list[Path], Path, Path, str]:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     chosen, reason = auto_precision(device)
     by_label = {path.label: path for path in every}
-    return every, by_label[label(device, "fp32")], by_label[label(device, chosen)], reason
+    reference = "cuda fp32" if device.type == "cuda" else "cpu fp32 eager, before"
+    return every, by_label[reference], by_label[label(device, chosen)], reason
 
 
 def label(device: torch.device, precision: str) -> str:

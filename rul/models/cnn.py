@@ -19,14 +19,58 @@ class TimeConv(nn.Conv2d):
     and nn.Conv2d's parameters (state dicts are unchanged).
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int,
+                 trim: bool = True):
         super().__init__(in_channels, out_channels, (kernel_size, 1),
                          padding=(kernel_size // 2, 0))
-        self.trim = 1 - kernel_size % 2  # an even kernel gives one extra leading step
+        self.trim = (1 - kernel_size % 2) if trim else 0  # an even kernel: one extra step
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = super().forward(x)
         return out[:, :, self.trim:] if self.trim else out
+
+
+class _TrimmedTanh(torch.autograd.Function):
+    """tanh(x[:, :, trim:]) without the copies autograd makes around a slice.
+
+    Slicing then tanh costs, per layer and step, a zero-fill and a copy in the slice's backward
+    and a layout copy before the next convolution (tanh of a strided slice comes out NCHW). Here
+    tanh writes straight into a tensor of the input's layout and the backward writes
+    tanh's gradient straight into the slice of the input's gradient: the same kernels on the
+    same numbers (bitwise equal), ~20 % less time per training step on CPU (README: Speed).
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, trim: int) -> torch.Tensor:
+        layout = (torch.channels_last if x.is_contiguous(memory_format=torch.channels_last)
+                  else torch.contiguous_format)
+        kept = x[:, :, trim:]
+        out = torch.empty(kept.shape, dtype=x.dtype, device=x.device, memory_format=layout)
+        torch.tanh(kept, out=out)
+        ctx.save_for_backward(out)
+        ctx.trim, ctx.layout = trim, layout
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        (out,) = ctx.saved_tensors
+        n, c, length, width = out.shape
+        grad = torch.empty((n, c, length + ctx.trim, width), dtype=grad_out.dtype,
+                           device=grad_out.device, memory_format=ctx.layout)
+        grad[:, :, :ctx.trim].zero_()
+        torch.ops.aten.tanh_backward.grad_input(grad_out, out, grad_input=grad[:, :, ctx.trim:])
+        return grad, None
+
+
+class TrimmedTanh(nn.Module):
+    """tanh of a TimeConv(trim=False)'s output less its extra leading step (even kernels)."""
+
+    def __init__(self, kernel_size: int):
+        super().__init__()
+        self.trim = 1 - kernel_size % 2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _TrimmedTanh.apply(x, self.trim) if self.trim else torch.tanh(x)
 
 
 class DCNN(nn.Module):
@@ -35,7 +79,8 @@ class DCNN(nn.Module):
         super().__init__()
         layers, channels = [], 1
         for _ in range(num_layers):
-            layers += [TimeConv(channels, filters, kernel_size), nn.Tanh()]
+            layers += [TimeConv(channels, filters, kernel_size, trim=False),
+                       TrimmedTanh(kernel_size)]
             channels = filters
         layers += [TimeConv(channels, 1, 3), nn.Tanh()]
         self.features = nn.Sequential(*layers)
