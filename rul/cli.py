@@ -2,6 +2,7 @@
 
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -23,14 +24,33 @@ def _user_errors():
 
 
 def _load_config(config_path, overrides, data_dir=None, loader=cfg.load):
-    """`loader` is cfg.load (`rul train`) or cfg.load_tuning (`rul tune`)."""
+    """`loader` is cfg.load (`rul train`) or cfg.load_tuning (`rul tune`); a bad file or key
+    ends the command with its one-line error."""
     overrides = list(overrides)
     if config_path and "=" in config_path and not Path(config_path).exists():
         overrides.insert(0, config_path)  # `rul train key=value` without a config file
         config_path = None
     if data_dir:
         overrides.append(f"data_dir={data_dir}")
-    return loader(config_path, overrides)
+    try:
+        return loader(config_path, overrides)
+    except _user_errors() as error:
+        raise UserError(str(error)) from None
+
+
+@contextmanager
+def _ends_cleanly(after_interrupt: str, on_first_signal=None):
+    """The block's bad inputs end the command with their one-line error (exit 2); SIGINT or
+    SIGTERM end it with the signal's name and `after_interrupt` (exit 130 or 143), once the
+    block has cleaned up (runs marked KILLED): never a traceback."""
+    try:
+        with interrupts_as_exceptions(on_first_signal=on_first_signal):
+            yield
+    except _user_errors() as error:
+        raise UserError(str(error)) from None
+    except KeyboardInterrupt as interruption:
+        click.echo(f"\n{_signal_name(interruption)}: {after_interrupt}", err=True)
+        sys.exit(exit_code(interruption))
 
 
 @click.group()
@@ -58,32 +78,28 @@ def train(config_path, overrides, data_dir, resume, no_progress):
     from rul.workflow import run_training
 
     world = World.from_env()
-    try:
-        config = _load_config(config_path, overrides, data_dir)
-        if config.ensemble > 1:
-            if world.distributed:
-                raise UserError(f"ensemble={config.ensemble}: train an ensemble in one process "
-                                "(not under torchrun)")
-            if resume:
-                raise UserError(f"--resume: an ensemble (ensemble={config.ensemble}) is not "
-                                "resumable; run the command again to train it anew")
-            return _train_ensemble(config, progress=not no_progress)
-        with interrupts_as_exceptions(), process_group(world, resolve_device(config.device)):
-            if not world.is_main:  # trains its share; writes nothing, tracks nothing
-                run_training(config, progress=False)
-                return
-            outcome, run_id = train_tracked(config, resume=True if resume == "newest"
-                                            else resume or False, progress=not no_progress)
-    except _user_errors() as error:
-        raise UserError(str(error)) from None
-    except PeerLost as error:
-        click.echo(f"error: {error}; the run is marked FAILED" if world.is_main
-                   else f"error: {error}", err=True)
-        sys.exit(1)
-    except KeyboardInterrupt as interruption:
-        click.echo(f"\n{_signal_name(interruption)}: the run is marked KILLED and its checkpoint "
-                   "kept; continue it with: rul train ... --resume", err=True)
-        sys.exit(exit_code(interruption))
+    config = _load_config(config_path, overrides, data_dir)
+    if config.ensemble > 1:
+        if world.distributed:
+            raise UserError(f"ensemble={config.ensemble}: train an ensemble in one process "
+                            "(not under torchrun)")
+        if resume:
+            raise UserError(f"--resume: an ensemble (ensemble={config.ensemble}) is not "
+                            "resumable; run the command again to train it anew")
+        return _train_ensemble(config, progress=not no_progress)
+    with _ends_cleanly("the run is marked KILLED and its checkpoint kept; continue it with: "
+                       "rul train ... --resume"):
+        try:
+            with process_group(world, resolve_device(config.device)):
+                if not world.is_main:  # trains its share; writes nothing, tracks nothing
+                    run_training(config, progress=False)
+                    return
+                outcome, run_id = train_tracked(config, resume=True if resume == "newest"
+                                                else resume or False, progress=not no_progress)
+        except PeerLost as error:
+            click.echo(f"error: {error}; the run is marked FAILED" if world.is_main
+                       else f"error: {error}", err=True)
+            sys.exit(1)
     m = outcome.metrics
     uri = configure(config.tracking_uri)
     click.echo(
@@ -99,15 +115,9 @@ def _train_ensemble(config, progress: bool) -> None:
     from rul.tracking.ensemble_run import train_ensemble
     from rul.tracking.store import configure, ensure_experiment
 
-    try:
-        with interrupts_as_exceptions():
-            outcome, run_id = train_ensemble(config, progress=progress)
-    except _user_errors() as error:
-        raise UserError(str(error)) from None
-    except KeyboardInterrupt as interruption:
-        click.echo(f"\n{_signal_name(interruption)}: the ensemble's runs are marked KILLED; run "
-                   "the command again to train it anew", err=True)
-        sys.exit(exit_code(interruption))
+    with _ends_cleanly("the ensemble's runs are marked KILLED; run the command again to "
+                       "train it anew"):
+        outcome, run_id = train_ensemble(config, progress=progress)
     m = outcome.metrics
     members = "  ".join(f"{o.metrics['test_rmse']:.2f}" for o in outcome.members)
     uri = configure(config.tracking_uri)
@@ -134,16 +144,10 @@ def evaluate(config_path, overrides, n_seeds, data_dir, no_progress):
     run per seed; nothing is registered."""
     from rul.tracking.seed_evaluation import evaluate_seeds, summary_table
 
-    try:
-        config = _load_config(config_path, overrides, data_dir)
-        with interrupts_as_exceptions():
-            evaluation = evaluate_seeds(config, n_seeds, progress=not no_progress)
-    except _user_errors() as error:
-        raise UserError(str(error)) from None
-    except KeyboardInterrupt as interruption:
-        click.echo(f"\n{_signal_name(interruption)}: the evaluation's runs are marked KILLED; "
-                   "run the command again to start it over", err=True)
-        sys.exit(exit_code(interruption))
+    config = _load_config(config_path, overrides, data_dir)
+    with _ends_cleanly("the evaluation's runs are marked KILLED; run the command again to "
+                       "start it over"):
+        evaluation = evaluate_seeds(config, n_seeds, progress=not no_progress)
     click.echo("\n" + summary_table(evaluation))
 
 
@@ -208,17 +212,11 @@ def tune(config_path, overrides, n_trials, timeout, workers, storage, study_name
     """Search micro-batch size, accumulation steps and more with Optuna."""
     from rul.tuning.study import quiet_optuna, run_study
 
-    try:
-        config = _load_config(config_path, overrides, data_dir, loader=cfg.load_tuning)
-        with interrupts_as_exceptions(on_first_signal=quiet_optuna):
-            summary = run_study(config, n_trials=n_trials, timeout=timeout, workers=workers,
-                                storage=storage, study_name=study_name)
-    except _user_errors() as error:
-        raise UserError(str(error)) from None
-    except KeyboardInterrupt as interruption:
-        click.echo(f"\n{_signal_name(interruption)}: the study's runs are marked KILLED and the "
-                   "study is kept; run the same command again to continue it", err=True)
-        sys.exit(exit_code(interruption))
+    config = _load_config(config_path, overrides, data_dir, loader=cfg.load_tuning)
+    with _ends_cleanly("the study's runs are marked KILLED and the study is kept; run the same "
+                       "command again to continue it", on_first_signal=quiet_optuna):
+        summary = run_study(config, n_trials=n_trials, timeout=timeout, workers=workers,
+                            storage=storage, study_name=study_name)
     click.echo(summary)
 
 
