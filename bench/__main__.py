@@ -44,10 +44,16 @@ def bench_data():
 
 def minimal_loop(model, train, config, epochs):
     """What a person would write by hand: same batches, accumulation, clipping, AdamW and,
-    when the config asks for it, torch's stock EMA of the weights."""
+    when the config asks for them, torch's learning-rate schedule and stock EMA of the
+    weights."""
     from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    steps = epochs * -(-len(train) // (config.micro_batch_size * config.accumulation_steps))
+    schedule = {"cosine": lambda: torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps),
+                "onecycle": lambda: torch.optim.lr_scheduler.OneCycleLR(optimizer, config.lr,
+                                                                        total_steps=steps),
+                "none": lambda: None}[config.scheduler]()
     ema = (AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema_decay),
                          use_buffers=True) if config.ema_decay else None)
     seen, start = 0, time.perf_counter()
@@ -65,6 +71,8 @@ def minimal_loop(model, train, config, epochs):
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            if schedule is not None:
+                schedule.step()
             if ema is not None:
                 ema.update_parameters(model)
             seen += total

@@ -148,9 +148,11 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         description="a positive integer or null")] = None  # null: micro x K
     memory_budget: MemorySize = None
     epochs: PositiveInt = 100
-    lr: _number("a number > 0", gt=0) = 1e-3
+    # cosine decay from 2e-3 to 0 over all epochs' steps: on validation units it beat the
+    # constant 1e-3 at the same cost (README: Honest evaluation, "The recipe")
+    lr: _number("a number > 0", gt=0) = 2e-3
     weight_decay: _number("a number >= 0", ge=0) = 0.0
-    scheduler: _one_of("none", "cosine", "onecycle") = "none"
+    scheduler: _one_of("none", "cosine", "onecycle") = "cosine"
     max_grad_norm: Annotated[_number("a number > 0", gt=0) | None, Field(
         description="a number > 0, or null to disable clipping")] = 1.0
     ema_decay: _number("a number in [0, 1) (0 turns the weight average off)",

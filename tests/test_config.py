@@ -22,8 +22,8 @@ OLD_FD001 = {
     "normalization": "minmax", "condition_scaling": "auto", "smoothing_alpha": 0.1,
     "val_fraction": 0.2, "model": "cnn", "hidden_size": 100, "num_layers": 4, "dropout": 0.5,
     "kernel_size": 10, "filters": 10, "num_heads": 4, "micro_batch_size": 256,
-    "accumulation_steps": 2, "epochs": 100, "lr": 0.001, "weight_decay": 0.0,
-    "scheduler": "none", "max_grad_norm": 1.0, "ema_decay": 0.99, "precision": "auto",
+    "accumulation_steps": 2, "epochs": 100, "lr": 0.002, "weight_decay": 0.0,
+    "scheduler": "cosine", "max_grad_norm": 1.0, "ema_decay": 0.99, "precision": "auto",
     "seed": 42, "deterministic": False, "patience": 20, "device": "auto", "tracking_uri": None,
     "experiment": None, "register": True, "run_name": None,
     "checkpoint_dir": "mlruns/checkpoints",
@@ -312,7 +312,7 @@ def test_replace_returns_a_revalidated_copy():
     base = cfg.load(TRAIN_PATH)
     changed = base.replace(lr="5e-4", epochs=3)
     assert (changed.lr, changed.epochs) == (5e-4, 3)
-    assert (base.lr, base.epochs) == (1e-3, 100)  # the original is untouched
+    assert (base.lr, base.epochs) == (2e-3, 100)  # the original is untouched
     with pytest.raises(cfg.ConfigError, match=r"^config: epochs=0: must be a positive integer$"):
         base.replace(epochs=0)
     with pytest.raises(cfg.ConfigError, match="hidden_size=50: must be divisible by num_heads=4"):

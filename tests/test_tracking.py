@@ -131,10 +131,21 @@ def test_metric_histories_have_one_entry_per_step_and_epoch(client, trained):
 
 
 def test_no_chart_for_what_means_nothing_here(client, trained):
-    """fp32 on CPU: no GradScaler, so no amp_scale/skipped_steps; a constant lr is a param."""
+    """fp32 on CPU: no GradScaler, so no amp_scale/skipped_steps (a constant lr, too, is only a
+    param: tests/test_mlflow_listener.py)."""
     metrics = client.get_run(trained.run_id).data.metrics
     assert trained.outcome.precision.name == "fp32"
-    assert not {"amp_scale", "skipped_steps", "lr"} & set(metrics)
+    assert not {"amp_scale", "skipped_steps"} & set(metrics)
+
+
+def test_the_default_cosine_lr_is_charted_per_step_down_to_zero(client, trained):
+    assert trained.config.scheduler == "cosine"
+    history = sorted(client.get_metric_history(trained.run_id, "lr"), key=lambda m: m.step)
+    steps = n_optimizer_steps(trained.outcome, trained.config.epochs)
+    assert [m.step for m in history] == list(range(1, steps + 1))
+    total = steps  # the schedule spans every epoch's steps; step k used lr(k - 1)
+    expected = [trained.config.lr * (1 + math.cos(math.pi * k / total)) / 2 for k in range(steps)]
+    assert [m.value for m in history] == pytest.approx(expected, rel=1e-9)
 
 
 def test_params_hold_no_none_and_no_keys_the_model_does_not_use(client, trained):

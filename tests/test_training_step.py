@@ -221,7 +221,7 @@ def test_inf_gradient_skips_step_and_halves_scale():
 def test_fit_counts_skipped_steps_and_does_not_advance_scheduler(fd001_windows):
     train, val = fd001_windows
     config = cfg.load(None, {"model": "cnn", "filters": 4, "num_layers": 2, "hidden_size": 16,
-                             "dropout": 0.0, "epochs": 1, "scheduler": "cosine",
+                             "dropout": 0.0, "epochs": 1, "scheduler": "cosine", "lr": 1e-3,
                              "micro_batch_size": 1024, "accumulation_steps": 2,
                              "precision": "fp16", "device": "cpu"})
     torch.manual_seed(0)
