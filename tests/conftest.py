@@ -4,8 +4,9 @@ Synthetic files follow the real format: one row per cycle, 26 space-separated co
 (`unit cycle setting_1..3 s_1..s_21`), rows of a unit contiguous with strictly increasing cycles.
 They are built from a seeded numpy RNG, so every run writes the same bytes.
 
-MLflow tests get a fresh store in a temporary folder: `mlflow_store` (per test) or the
-`mlflow_store_at` context manager (for module fixtures and blocks inside a test).
+MLflow tests get a fresh store in a temporary folder: `mlflow_store` (per test), the
+`mlflow_store_at` context manager (for module fixtures and blocks inside a test), or
+`fd001_store` (per module, on the real FD001 data, with the tiny training's config builder).
 """
 
 import contextlib
@@ -201,3 +202,36 @@ def mlflow_store(tmp_path) -> Iterator[SimpleNamespace]:
     """A fresh MLflow store in `tmp_path`, the working directory for the test."""
     with fresh_mlflow_store(tmp_path) as store:
         yield store
+
+
+# ------------------------------------------------------------------ tiny trainings on FD001
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "fd001.yaml"
+# The default config shrunk to a few seconds of training on the real FD001 data.
+TINY_TRAINING = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
+                 "micro_batch_size": 1024, "accumulation_steps": 1, "patience": 5}
+
+
+@pytest.fixture(scope="module")
+def fd001_store(request, tmp_path_factory, real_data_dir) -> Iterator[SimpleNamespace]:
+    """One test module's fresh MLflow store on the real FD001 data: `.config(**changes)` is the
+    default config made tiny (TINY_TRAINING), tracked and checkpointed in it."""
+    from rul import config as cfg
+
+    folder = tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2])
+    with fresh_mlflow_store(folder) as fresh:
+        def config(**changes):
+            return cfg.load(DEFAULT_CONFIG, {**TINY_TRAINING, "tracking_uri": fresh.uri,
+                                             "checkpoint_dir": str(fresh.root / "ckpt"),
+                                             "data_dir": str(real_data_dir), **changes})
+
+        yield SimpleNamespace(root=fresh.root, uri=fresh.uri, data_dir=Path(real_data_dir),
+                              config=config)
+
+
+@pytest.fixture(scope="module")
+def fd001_client(fd001_store):
+    """An MlflowClient on `fd001_store`."""
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=fd001_store.uri)

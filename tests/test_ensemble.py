@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from mlflow.tracking import MlflowClient
 
 from rul import config as cfg
 from rul.cli import main
@@ -30,28 +29,9 @@ from rul.training.seeding import derive_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_PATH = ROOT / "experiments" / "fd001.yaml"
-TINY = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
-        "micro_batch_size": 1024, "accumulation_steps": 1, "patience": 5}
 POOR = {"epochs": 1, "lr": 1e-6}  # barely trained: a high validation RMSE
 MODEL = "rul-fd001"
 PARENT = "mlflow.parentRunId"
-
-
-def make_config(store, **changes):
-    return cfg.load(CONFIG_PATH, {**TINY, "tracking_uri": store.uri,
-                                  "checkpoint_dir": str(store.root / "ckpt"),
-                                  "data_dir": str(store.data_dir), **changes})
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory, real_data_dir, mlflow_store_at):
-    with mlflow_store_at(tmp_path_factory.mktemp("ensemble")) as fresh:
-        yield SimpleNamespace(root=fresh.root, uri=fresh.uri, data_dir=Path(real_data_dir))
-
-
-@pytest.fixture(scope="module")
-def client(store):
-    return MlflowClient(tracking_uri=store.uri)
 
 
 def champion(client) -> str:
@@ -59,20 +39,21 @@ def champion(client) -> str:
 
 
 @pytest.fixture(scope="module")
-def poor_single(store):
-    outcome, run_id = train_tracked(make_config(store, **POOR), progress=False)
+def poor_single(fd001_store):
+    outcome, run_id = train_tracked(fd001_store.config(**POOR), progress=False)
     return SimpleNamespace(outcome=outcome, run_id=run_id)
 
 
 @pytest.fixture(scope="module")
-def ensemble(store, client, poor_single):
-    config = make_config(store, ensemble=2, seed=42)
+def ensemble(fd001_store, fd001_client, poor_single):
+    config = fd001_store.config(ensemble=2, seed=42)
     outcome, run_id = train_ensemble(config, progress=False)
-    parent = client.get_run(run_id)
-    members = client.search_runs([parent.info.experiment_id], f"tags.`{PARENT}` = '{run_id}'")
+    parent = fd001_client.get_run(run_id)
+    members = fd001_client.search_runs([parent.info.experiment_id],
+                                       f"tags.`{PARENT}` = '{run_id}'")
     members = sorted(members, key=lambda r: int(r.data.tags[MEMBER_TAG]))
     return SimpleNamespace(config=config, outcome=outcome, run_id=run_id, parent=parent,
-                           members=members, champion_after=champion(client))
+                           members=members, champion_after=champion(fd001_client))
 
 
 def test_parent_with_a_finished_child_run_per_member(ensemble):
@@ -115,11 +96,12 @@ def test_one_member_ensemble_scores_like_the_single_run(ensemble):
     assert alone.metrics["val_rmse"] == pytest.approx(member.state.best_val_rmse, rel=1e-6)
 
 
-def test_ensemble_is_registered_and_becomes_champion_when_better(ensemble, client, poor_single):
+def test_ensemble_is_registered_and_becomes_champion_when_better(ensemble, fd001_client,
+                                                                 poor_single):
     tags = ensemble.parent.data.tags
-    version = client.get_model_version(MODEL, tags["registered_version"])
+    version = fd001_client.get_model_version(MODEL, tags["registered_version"])
     assert version.run_id == ensemble.run_id
-    poor = client.get_run(poor_single.run_id).data.metrics["best_val_rmse"]
+    poor = fd001_client.get_run(poor_single.run_id).data.metrics["best_val_rmse"]
     assert ensemble.outcome.metrics["val_rmse"] < poor
     assert ensemble.champion_after == tags["registered_version"]
     assert tags["champion_promoted"] == "true"
@@ -127,16 +109,16 @@ def test_ensemble_is_registered_and_becomes_champion_when_better(ensemble, clien
 
 
 @pytest.mark.slow
-def test_a_worse_ensemble_does_not_take_the_champion(store, client, ensemble):
-    outcome, run_id = train_ensemble(make_config(store, ensemble=2, seed=7, **POOR),
+def test_a_worse_ensemble_does_not_take_the_champion(fd001_store, fd001_client, ensemble):
+    outcome, run_id = train_ensemble(fd001_store.config(ensemble=2, seed=7, **POOR),
                                      progress=False)
-    tags = client.get_run(run_id).data.tags
+    tags = fd001_client.get_run(run_id).data.tags
     assert outcome.metrics["val_rmse"] > ensemble.outcome.metrics["val_rmse"]
     assert tags["champion_promoted"] == "false"
-    assert champion(client) == ensemble.champion_after != tags["registered_version"]
+    assert champion(fd001_client) == ensemble.champion_after != tags["registered_version"]
 
 
-def test_model_by_alias_averages_the_members_on_raw_rows(ensemble, client, fd001):
+def test_model_by_alias_averages_the_members_on_raw_rows(ensemble, fd001_client, fd001):
     """Raw test rows in; `rul` is the mean of the members' own logged models, `rul_std`
     their spread."""
     version = ensemble.parent.data.tags["registered_version"]
@@ -210,8 +192,8 @@ class InterruptSecondMember(TrainingListener):
 
 
 @pytest.mark.slow
-def test_an_interruption_kills_parent_and_member_and_registers_nothing(store, client, ensemble,
-                                                                       monkeypatch):
+def test_an_interruption_kills_parent_and_member_and_registers_nothing(fd001_store, fd001_client,
+                                                                       ensemble, monkeypatch):
     real = ensemble_run.train_tracked
 
     def interrupted(config, **kwargs):
@@ -219,11 +201,12 @@ def test_an_interruption_kills_parent_and_member_and_registers_nothing(store, cl
         return real(config, listener=listener, **kwargs)
 
     monkeypatch.setattr(ensemble_run, "train_tracked", interrupted)
-    versions = len(client.search_model_versions(f"name='{MODEL}'"))
+    versions = len(fd001_client.search_model_versions(f"name='{MODEL}'"))
     with pytest.raises(KeyboardInterrupt):
-        train_ensemble(make_config(store, ensemble=3, seed=100, experiment="stopped"),
+        train_ensemble(fd001_store.config(ensemble=3, seed=100, experiment="stopped"),
                        progress=False)
-    runs = client.search_runs([client.get_experiment_by_name("stopped").experiment_id])
+    stopped = fd001_client.get_experiment_by_name("stopped").experiment_id
+    runs = fd001_client.search_runs([stopped])
     status = {r.data.tags.get(MEMBER_TAG, "parent"): r.info.status for r in runs}
     assert status == {"parent": "KILLED", "0": "FINISHED", "1": "KILLED"}
-    assert len(client.search_model_versions(f"name='{MODEL}'")) == versions
+    assert len(fd001_client.search_model_versions(f"name='{MODEL}'")) == versions

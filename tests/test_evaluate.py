@@ -32,34 +32,15 @@ from rul.training.listener import TrainingListener
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_PATH = ROOT / "experiments" / "fd001.yaml"
-TINY = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
-        "micro_batch_size": 1024, "accumulation_steps": 1, "patience": 5}
 PARENT = "mlflow.parentRunId"
 
 
-def make_config(store, **changes):
-    return cfg.load(CONFIG_PATH, {**TINY, "tracking_uri": store.uri,
-                                  "checkpoint_dir": str(store.root / "ckpt"),
-                                  "data_dir": str(store.data_dir), **changes})
-
-
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, real_data_dir, mlflow_store_at):
-    with mlflow_store_at(tmp_path_factory.mktemp("evaluate")) as fresh:
-        yield SimpleNamespace(root=fresh.root, uri=fresh.uri, data_dir=Path(real_data_dir))
-
-
-@pytest.fixture(scope="module")
-def client(store):
-    return MlflowClient(tracking_uri=store.uri)
-
-
-@pytest.fixture(scope="module")
-def evaluated(store, client):
-    config = make_config(store, seed=42)
+def evaluated(fd001_store, fd001_client):
+    config = fd001_store.config(seed=42)
     evaluation = evaluate_seeds(config, 2, progress=False)
-    parent = client.get_run(evaluation.parent_run_id)
-    children = client.search_runs([parent.info.experiment_id],
+    parent = fd001_client.get_run(evaluation.parent_run_id)
+    children = fd001_client.search_runs([parent.info.experiment_id],
                                   f"tags.`{PARENT}` = '{parent.info.run_id}'")
     children = sorted(children, key=lambda r: int(r.data.params["seed"]))
     return SimpleNamespace(config=config, evaluation=evaluation, parent=parent,
@@ -89,8 +70,9 @@ def test_aggregates_are_mean_and_std_of_the_children(evaluated):
     assert metrics["wall_time_s"] > 0
 
 
-def test_per_seed_table_lists_each_child(evaluated, client, tmp_path):
-    path = client.download_artifacts(evaluated.parent.info.run_id, "seeds.json", str(tmp_path))
+def test_per_seed_table_lists_each_child(evaluated, fd001_client, tmp_path):
+    path = fd001_client.download_artifacts(evaluated.parent.info.run_id, "seeds.json",
+                                           str(tmp_path))
     table = json.loads(Path(path).read_text())
     rows = [dict(zip(table["columns"], row)) for row in table["data"]]
     assert [r["run_id"] for r in rows] == [c.info.run_id for c in evaluated.children]
@@ -98,8 +80,8 @@ def test_per_seed_table_lists_each_child(evaluated, client, tmp_path):
         [c.data.metrics["test_rmse"] for c in evaluated.children])
 
 
-def test_nothing_is_registered(evaluated, client):
-    assert client.search_registered_models() == []
+def test_nothing_is_registered(evaluated, fd001_client):
+    assert fd001_client.search_registered_models() == []
     for run in (evaluated.parent, *evaluated.children):
         assert "registered_version" not in run.data.tags
 
@@ -153,20 +135,21 @@ class InterruptSecondSeed(TrainingListener):
             raise KeyboardInterrupt
 
 
-def test_an_interruption_ends_parent_and_child_killed(store, client, monkeypatch):
+def test_an_interruption_ends_parent_and_child_killed(fd001_store, fd001_client, monkeypatch):
     real = seed_evaluation.train_tracked
 
     def interrupted(config, **kwargs):
         return real(config, listener=InterruptSecondSeed(config.seed), **kwargs)
 
     monkeypatch.setattr(seed_evaluation, "train_tracked", interrupted)
-    config = make_config(store, seed=42, experiment="interrupted")
+    config = fd001_store.config(seed=42, experiment="interrupted")
     with pytest.raises(KeyboardInterrupt):
         evaluate_seeds(config, 3, progress=False)
-    runs = client.search_runs([client.get_experiment_by_name("interrupted").experiment_id])
+    stopped = fd001_client.get_experiment_by_name("interrupted").experiment_id
+    runs = fd001_client.search_runs([stopped])
     status = {r.data.tags.get(INDEX_TAG, "parent"): r.info.status for r in runs}
     assert status == {"parent": "KILLED", "0": "FINISHED", "1": "KILLED"}  # seed 3 never ran
-    assert not list((store.root / "ckpt").rglob("*.pt"))  # seeded runs are not resumable
+    assert not list((fd001_store.root / "ckpt").rglob("*.pt"))  # seeded runs are not resumable
 
 
 @pytest.mark.slow

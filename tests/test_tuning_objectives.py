@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
+from test_tuning import MODEL_NAME, TUNE_PATH, make_config  # the tiny tuning config
 
 from rul import config as cfg
 from rul.cli import main
@@ -29,24 +30,8 @@ from rul.tuning import objectives as objs
 from rul.tuning.report import PARETO_FILE, format_pareto_table, log_figures
 from rul.tuning.study import load_study, make_pruner, run_study
 
-TUNE_PATH = Path(__file__).resolve().parents[1] / "experiments" / "tune_fd001.yaml"
-MODEL_NAME = "rul-fd001"
-TINY = {"epochs": 2, "patience": 5, "filters": 4, "num_layers": 2, "hidden_size": 16}
-SPACE = {
-    "micro_batch_size": {"type": "categorical", "choices": [1024, 2048]},
-    "accumulation_steps": {"type": "categorical", "choices": [1, 2]},
-    "lr": {"type": "float", "low": 1e-4, "high": 3e-3, "log": True},
-}
 TWO = ["val_rmse", "samples_per_s"]
 STUDY = "tune-pareto"
-
-
-def make_config(root: Path, data_dir: Path, **changes) -> cfg.TuningConfig:
-    return cfg.load_tuning(TUNE_PATH, {
-        **TINY, "data_dir": str(data_dir), "tracking_uri": f"sqlite:///{root}/mlflow.db",
-        "checkpoint_dir": str(root / "ckpt"), "search_space": SPACE,
-        "max_effective_batch": None, **changes,
-    })
 
 
 def download(run_id: str, path: str, tracking_uri: str, dst: Path) -> Path:
