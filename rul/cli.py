@@ -25,17 +25,15 @@ def _user_errors():
 
 def _load_config(config_path, overrides, data_dir=None, loader=cfg.load):
     """`loader` is cfg.load (`rul train`) or cfg.load_tuning (`rul tune`); a bad file or key
-    ends the command with its one-line error."""
+    ends the command with its one-line error, an interrupt with the signal's exit code."""
     overrides = list(overrides)
     if config_path and "=" in config_path and not Path(config_path).exists():
         overrides.insert(0, config_path)  # `rul train key=value` without a config file
         config_path = None
     if data_dir:
         overrides.append(f"data_dir={data_dir}")
-    try:
+    with _ends_cleanly("nothing was started"):
         return loader(config_path, overrides)
-    except _user_errors() as error:
-        raise UserError(str(error)) from None
 
 
 @contextmanager

@@ -81,7 +81,7 @@ def test_run_identity_ignores_tracking_keys():
     tracked = base.replace(tracking_uri="sqlite:///elsewhere.db", run_name="mine",
                            register=False, checkpoint_dir="elsewhere")
     assert config_digest(base) == config_digest(tracked)
-    assert config_digest(base) != config_digest(base.replace(lr=0.002))
+    assert config_digest(base) != config_digest(base.replace(lr=0.003))
 
 
 def test_the_cap_rule_lives_in_one_place():

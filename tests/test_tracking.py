@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from mlflow.tracking import MlflowClient
 
 from rul import config as cfg
 from rul.data import DataError
@@ -28,9 +27,6 @@ from rul.tracking.tracked_run import train_tracked
 from rul.training.listener import TrainingListener
 from rul.training.seeding import derive_seeds
 
-CONFIG_PATH = Path(__file__).resolve().parents[1] / "experiments" / "fd001.yaml"
-TINY = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
-        "micro_batch_size": 1024, "accumulation_steps": 1, "patience": 5}
 MODEL_NAME = "rul-fd001"
 STEP_METRICS = ("train_loss", "grad_norm", "clipped")  # + lr with a schedule, AMP with fp16
 EPOCH_METRICS = ("train_loss_epoch", "val_rmse", "samples_per_s", "peak_memory_mb", "epoch",
@@ -39,27 +35,9 @@ FINAL_METRICS = ("test_rmse", "test_rmse_uncapped", "test_mae", "test_score", "b
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, real_data_dir, mlflow_store_at):
-    """A fresh MLflow store (sqlite + ./mlruns) with the working directory inside it."""
-    with mlflow_store_at(tmp_path_factory.mktemp("tracking")) as fresh:
-        yield SimpleNamespace(root=fresh.root, uri=fresh.uri, data_dir=Path(real_data_dir))
-
-
-def make_config(store, **changes):
-    return cfg.load(CONFIG_PATH, {**TINY, "tracking_uri": store.uri,
-                                  "checkpoint_dir": str(store.root / "ckpt"),
-                                  "data_dir": str(store.data_dir), **changes})
-
-
-@pytest.fixture(scope="module")
-def client(store):
-    return MlflowClient(tracking_uri=store.uri)
-
-
-@pytest.fixture(scope="module")
-def trained(store):
+def trained(fd001_store):
     """The shared tracked training: (config, outcome, run_id)."""
-    config = make_config(store)
+    config = fd001_store.config()
     outcome, run_id = train_tracked(config, progress=False)
     return SimpleNamespace(config=config, outcome=outcome, run_id=run_id)
 
@@ -79,22 +57,22 @@ def n_optimizer_steps(outcome, epochs):
 # ---------------------------------------------------------------- params, tags, metrics
 
 
-def test_params_record_the_batch_contract(client, trained):
-    params = client.get_run(trained.run_id).data.params
+def test_params_record_the_batch_contract(fd001_client, trained):
+    params = fd001_client.get_run(trained.run_id).data.params
     c = trained.config
     assert params["micro_batch_size"] == "1024"
     assert params["accumulation_steps"] == "1"
     assert params["effective_batch_size"] == str(c.micro_batch_size * c.accumulation_steps)
     assert params["precision"] == str(c.precision)
-    tags = client.get_run(trained.run_id).data.tags
+    tags = fd001_client.get_run(trained.run_id).data.tags
     assert tags["precision.resolved"] == trained.outcome.precision.name == "fp32"
     assert "CPU" in tags["precision.reason"]
     assert params["max_grad_norm"] == str(c.max_grad_norm)
     assert params["seed"] == str(c.seed)
 
 
-def test_tags_record_seeds_code_data_and_environment(client, trained, real_data_dir):
-    tags = client.get_run(trained.run_id).data.tags
+def test_tags_record_seeds_code_data_and_environment(fd001_client, trained, real_data_dir):
+    tags = fd001_client.get_run(trained.run_id).data.tags
     seeds = derive_seeds(trained.config.seed)
     for key in ("split", "shuffle", "torch", "numpy"):
         assert tags[f"seed.{key}"] == str(getattr(seeds, key))
@@ -107,7 +85,7 @@ def test_tags_record_seeds_code_data_and_environment(client, trained, real_data_
     assert tags["device_name"]
 
 
-def test_metric_histories_have_one_entry_per_step_and_epoch(client, trained):
+def test_metric_histories_have_one_entry_per_step_and_epoch(fd001_client, trained):
     """Every metric is logged against the global optimizer step: epoch metrics at the step
     where their epoch ended, so the curves line up; `epoch` says which epoch that was."""
     outcome, run_id = trained.outcome, trained.run_id
@@ -116,31 +94,32 @@ def test_metric_histories_have_one_entry_per_step_and_epoch(client, trained):
     n_steps = n_optimizer_steps(outcome, epochs)
     per_epoch = n_steps // epochs
     for key in STEP_METRICS:
-        assert steps_of(client, run_id, key) == list(range(1, n_steps + 1)), key
+        assert steps_of(fd001_client, run_id, key) == list(range(1, n_steps + 1)), key
     for key in EPOCH_METRICS:
-        assert steps_of(client, run_id, key) == [per_epoch * e for e in range(1, epochs + 1)], key
-    epoch = sorted(client.get_metric_history(run_id, "epoch"), key=lambda m: m.step)
+        ends = [per_epoch * e for e in range(1, epochs + 1)]
+        assert steps_of(fd001_client, run_id, key) == ends, key
+    epoch = sorted(fd001_client.get_metric_history(run_id, "epoch"), key=lambda m: m.step)
     assert [m.value for m in epoch] == list(range(1, epochs + 1))
-    batch = client.get_metric_history(run_id, "effective_batch_size")
+    batch = fd001_client.get_metric_history(run_id, "effective_batch_size")
     assert {m.value for m in batch} == {trained.config.effective_batch_size}
-    val = sorted(client.get_metric_history(run_id, "val_rmse"), key=lambda m: m.step)
+    val = sorted(fd001_client.get_metric_history(run_id, "val_rmse"), key=lambda m: m.step)
     assert [m.value for m in val] == pytest.approx([h["val_rmse"] for h in outcome.state.history])
-    final = client.get_run(run_id).data.metrics
+    final = fd001_client.get_run(run_id).data.metrics
     for key in FINAL_METRICS:
         assert final[key] == pytest.approx(outcome.metrics[key], rel=1e-12), key
 
 
-def test_no_chart_for_what_means_nothing_here(client, trained):
+def test_no_chart_for_what_means_nothing_here(fd001_client, trained):
     """fp32 on CPU: no GradScaler, so no amp_scale/skipped_steps (a constant lr, too, is only a
     param: tests/test_mlflow_listener.py)."""
-    metrics = client.get_run(trained.run_id).data.metrics
+    metrics = fd001_client.get_run(trained.run_id).data.metrics
     assert trained.outcome.precision.name == "fp32"
     assert not {"amp_scale", "skipped_steps"} & set(metrics)
 
 
-def test_the_default_cosine_lr_is_charted_per_step_down_to_zero(client, trained):
+def test_the_default_cosine_lr_is_charted_per_step_down_to_zero(fd001_client, trained):
     assert trained.config.scheduler == "cosine"
-    history = sorted(client.get_metric_history(trained.run_id, "lr"), key=lambda m: m.step)
+    history = sorted(fd001_client.get_metric_history(trained.run_id, "lr"), key=lambda m: m.step)
     steps = n_optimizer_steps(trained.outcome, trained.config.epochs)
     assert [m.step for m in history] == list(range(1, steps + 1))
     total = steps  # the schedule spans every epoch's steps; step k used lr(k - 1)
@@ -148,15 +127,15 @@ def test_the_default_cosine_lr_is_charted_per_step_down_to_zero(client, trained)
     assert [m.value for m in history] == pytest.approx(expected, rel=1e-9)
 
 
-def test_params_hold_no_none_and_no_keys_the_model_does_not_use(client, trained):
-    params = client.get_run(trained.run_id).data.params
+def test_params_hold_no_none_and_no_keys_the_model_does_not_use(fd001_client, trained):
+    params = fd001_client.get_run(trained.run_id).data.params
     assert "None" not in params.values()
     assert "num_heads" not in params  # a transformer key; this is the CNN
     assert {"filters", "kernel_size", "hidden_size", "num_layers", "dropout"} <= set(params)
 
 
-def test_run_name_and_standard_tags_say_what_ran(client, trained):
-    run = client.get_run(trained.run_id)
+def test_run_name_and_standard_tags_say_what_ran(fd001_client, trained):
+    run = fd001_client.get_run(trained.run_id)
     c = trained.config
     assert run.info.run_name == f"cnn-b{c.effective_batch_size}-k{c.accumulation_steps}-s{c.seed}"
     tags = run.data.tags
@@ -167,8 +146,8 @@ def test_run_name_and_standard_tags_say_what_ran(client, trained):
         assert tags["mlflow.source.git.commit"] == tags["git_commit"]
 
 
-def test_run_finished_with_three_dataset_inputs(client, trained):
-    run = client.get_run(trained.run_id)
+def test_run_finished_with_three_dataset_inputs(fd001_client, trained):
+    run = fd001_client.get_run(trained.run_id)
     assert run.info.status == "FINISHED"
     inputs = run.inputs.dataset_inputs
     assert len(inputs) == 3
@@ -178,39 +157,40 @@ def test_run_finished_with_three_dataset_inputs(client, trained):
     assert contexts == ["testing", "training", "validation"]
 
 
-def test_figures_and_weights_are_logged(client, trained):
-    figures = {a.path for a in client.list_artifacts(trained.run_id, "figures")}
+def test_figures_and_weights_are_logged(fd001_client, trained):
+    figures = {a.path for a in fd001_client.list_artifacts(trained.run_id, "figures")}
     assert figures >= {"figures/learning_curves.png", "figures/predicted_vs_true.png",
                        "figures/error_histogram.png", "figures/grad_norm.png"}
-    weights = {a.path for a in client.list_artifacts(trained.run_id, "weights")}
+    weights = {a.path for a in fd001_client.list_artifacts(trained.run_id, "weights")}
     assert "weights/model.pt" in weights
 
 
 # ---------------------------------------------------------------- registry
 
 
-def test_model_registered_and_champion_alias_set(client, trained):
-    tags = client.get_run(trained.run_id).data.tags
+def test_model_registered_and_champion_alias_set(fd001_client, trained):
+    tags = fd001_client.get_run(trained.run_id).data.tags
     version = tags["registered_version"]
     assert tags["registered_model"] == MODEL_NAME
-    registered = client.get_model_version(MODEL_NAME, version)
+    registered = fd001_client.get_model_version(MODEL_NAME, version)
     assert registered.run_id == trained.run_id
-    assert champion_version(client) == version
+    assert champion_version(fd001_client) == version
     assert tags["champion_promoted"] == "true"
 
 
-def test_champion_loads_in_a_fresh_process(store, trained, real_data_dir):
+def test_champion_loads_in_a_fresh_process(fd001_store, trained, real_data_dir):
     test_file = Path(real_data_dir) / "test_FD001.txt"
-    output = store.root / "subprocess_predictions.csv"
+    output = fd001_store.root / "subprocess_predictions.csv"
     script = (
         "import sys, mlflow\n"
         "from rul.data.reader import read_trajectories\n"
         "model = mlflow.pyfunc.load_model('models:/rul-fd001@champion')\n"
         "model.predict(read_trajectories(sys.argv[1])).to_csv(sys.argv[2], index=False)\n"
     )
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store.uri}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": fd001_store.uri}
     done = subprocess.run([sys.executable, "-c", script, str(test_file), str(output)],
-                          cwd=store.root, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=fd001_store.root, env=env, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     result = pd.read_csv(output)
     expected = trained.outcome.predictions
@@ -222,18 +202,18 @@ def test_champion_loads_in_a_fresh_process(store, trained, real_data_dir):
                                    rtol=0)
 
 
-def test_champion_moves_only_on_improvement(store, client, trained):
-    champion = champion_version(client)
-    worse_outcome, worse_id = train_tracked(make_config(store, epochs=1, lr=1e-5),
+def test_champion_moves_only_on_improvement(fd001_store, fd001_client, trained):
+    champion = champion_version(fd001_client)
+    worse_outcome, worse_id = train_tracked(fd001_store.config(epochs=1, lr=1e-5),
                                             progress=False)
     assert worse_outcome.state.best_val_rmse > trained.outcome.state.best_val_rmse
-    tags = client.get_run(worse_id).data.tags
+    tags = fd001_client.get_run(worse_id).data.tags
     worse_version = tags["registered_version"]
     assert int(worse_version) > int(champion)
-    assert client.get_model_version(MODEL_NAME, worse_version).run_id == worse_id
+    assert fd001_client.get_model_version(MODEL_NAME, worse_version).run_id == worse_id
     assert tags["champion_promoted"] == "false"
     assert tags["champion_previous_version"] == champion
-    assert champion_version(client) == champion
+    assert champion_version(fd001_client) == champion
 
     try:  # a (faked) better validation RMSE moves the alias
         record = register_and_promote(f"runs:/{worse_id}/model", MODEL_NAME, worse_id, 1e-3)
@@ -241,10 +221,10 @@ def test_champion_moves_only_on_improvement(store, client, trained):
         assert str(record["champion_previous_version"]) == champion
         new = str(record["registered_version"])
         assert int(new) > int(worse_version)
-        assert champion_version(client) == new
-        assert client.get_model_version(MODEL_NAME, new).tags["champion_promoted"] == "true"
+        assert champion_version(fd001_client) == new
+        assert fd001_client.get_model_version(MODEL_NAME, new).tags["champion_promoted"] == "true"
     finally:  # later tests serve the shared run's model as champion
-        client.set_registered_model_alias(MODEL_NAME, CHAMPION, champion)
+        fd001_client.set_registered_model_alias(MODEL_NAME, CHAMPION, champion)
 
 
 # ---------------------------------------------------------------- failures
@@ -266,8 +246,8 @@ def _versions(client):
     return {str(v.version) for v in client.search_model_versions(f"name='{MODEL_NAME}'")}
 
 
-def test_bad_data_creates_no_run_and_registers_nothing(store, client, real_data_dir):
-    bad = store.root / "bad_data"
+def test_bad_data_creates_no_run_and_registers_nothing(fd001_store, fd001_client, real_data_dir):
+    bad = fd001_store.root / "bad_data"
     shutil.copytree(real_data_dir, bad)
     train_file = bad / "train_FD001.txt"
     lines = train_file.read_text().splitlines()
@@ -275,23 +255,25 @@ def test_bad_data_creates_no_run_and_registers_nothing(store, client, real_data_
     tokens[5] = "x1"  # s_1 of line 5
     lines[4] = " ".join(tokens)
     train_file.write_text("\n".join(lines) + "\n")
-    config = make_config(store, data_dir=str(bad))
-    versions_before, runs_before = _versions(client), _run_ids(client, config.experiment_name)
+    config = fd001_store.config(data_dir=str(bad))
+    versions_before = _versions(fd001_client)
+    runs_before = _run_ids(fd001_client, config.experiment_name)
 
     with pytest.raises(DataError, match="line 5"):
         train_tracked(config, progress=False)
 
-    assert _run_ids(client, config.experiment_name) == runs_before  # checked before the run
-    assert _versions(client) == versions_before
+    assert _run_ids(fd001_client, config.experiment_name) == runs_before  # checked before the run
+    assert _versions(fd001_client) == versions_before
 
 
-def test_a_window_longer_than_every_unit_is_a_config_error_before_any_run(store, client):
-    config = make_config(store, window=400)
-    runs_before = _run_ids(client, config.experiment_name)
+def test_a_window_longer_than_every_unit_is_a_config_error_before_any_run(fd001_store,
+                                                                          fd001_client):
+    config = fd001_store.config(window=400)
+    runs_before = _run_ids(fd001_client, config.experiment_name)
     with pytest.raises(cfg.ConfigError, match=r"window=400: longer than every training unit "
                                               r"of FD001 \(the longest has 362 cycles\)"):
         train_tracked(config, progress=False)
-    assert _run_ids(client, config.experiment_name) == runs_before
+    assert _run_ids(fd001_client, config.experiment_name) == runs_before
 
 
 class InterruptAfterFirstEpoch(TrainingListener):
@@ -300,43 +282,45 @@ class InterruptAfterFirstEpoch(TrainingListener):
             raise KeyboardInterrupt
 
 
-def test_ctrl_c_kills_the_run_and_resume_finishes_the_same_run(store, client):
-    config = make_config(store, seed=7, register=False)
+def test_ctrl_c_kills_the_run_and_resume_finishes_the_same_run(fd001_store, fd001_client):
+    config = fd001_store.config(seed=7, register=False)
     checkpoints = RunCheckpoints(config.checkpoint_dir)
-    runs_before = _run_ids(client, config.experiment_name)
+    runs_before = _run_ids(fd001_client, config.experiment_name)
     with pytest.raises(KeyboardInterrupt):
         train_tracked(config, progress=False, listener=InterruptAfterFirstEpoch())
-    killed = _new_run(client, config.experiment_name, runs_before)
+    killed = _new_run(fd001_client, config.experiment_name, runs_before)
     assert killed.info.status == "KILLED"
     assert killed.data.tags["error"].startswith("KeyboardInterrupt")
     assert checkpoints.path(killed.info.run_id).is_file()  # the checkpoint belongs to the run
 
     outcome, run_id = train_tracked(config, resume=True, progress=False)
     assert run_id == killed.info.run_id
-    run = client.get_run(run_id)
+    run = fd001_client.get_run(run_id)
     assert run.info.status == "FINISHED"
     assert outcome.state.epoch == config.epochs
     assert not checkpoints.path(run_id).exists()
     # the histories continue where they stopped: no step lost, none logged twice
     n_steps = n_optimizer_steps(outcome, config.epochs)
-    assert steps_of(client, run_id, "train_loss") == list(range(1, n_steps + 1))
-    assert steps_of(client, run_id, "epoch") == [n_steps // 2, n_steps]
+    assert steps_of(fd001_client, run_id, "train_loss") == list(range(1, n_steps + 1))
+    assert steps_of(fd001_client, run_id, "epoch") == [n_steps // 2, n_steps]
     assert run.data.params["seed"] == "7"
 
 
-def test_two_runs_of_one_config_never_share_a_checkpoint(store, client):
+def test_two_runs_of_one_config_never_share_a_checkpoint(fd001_store, fd001_client):
     """Each run checkpoints to its own file; --resume takes the newest unfinished one, or
     the one it is given by id."""
-    config = make_config(store, seed=11, register=False)
+    config = fd001_store.config(seed=11, register=False)
     checkpoints = RunCheckpoints(config.checkpoint_dir)
     killed = []
     for _ in range(2):
-        before = _run_ids(client, config.experiment_name)
+        before = _run_ids(fd001_client, config.experiment_name)
         with pytest.raises(KeyboardInterrupt):
             train_tracked(config, progress=False, listener=InterruptAfterFirstEpoch())
-        killed.append(_new_run(client, config.experiment_name, before).info.run_id)
+        killed.append(_new_run(fd001_client, config.experiment_name, before).info.run_id)
     paths = [checkpoints.path(run_id) for run_id in killed]
     assert paths[0] != paths[1] and all(p.is_file() for p in paths)
+    with pytest.raises(FileNotFoundError, match=f"--resume {killed[0]}: that run trained another"):
+        train_tracked(config.replace(scheduler="none"), resume=killed[0], progress=False)
     _, resumed = train_tracked(config, resume=killed[0], progress=False)
     assert resumed == killed[0] and not paths[0].exists() and paths[1].is_file()
     _, newest = train_tracked(config, resume=True, progress=False)

@@ -52,8 +52,14 @@ class RunCheckpoints:
         if run_id is not None:
             if not self.path(run_id).is_file():
                 raise FileNotFoundError(f"--resume {run_id}: no checkpoint at {self.path(run_id)}")
-            if client.get_run(run_id).info.status == "FINISHED":
+            run = client.get_run(run_id)
+            if run.info.status == "FINISHED":
                 raise FileNotFoundError(f"--resume {run_id}: that run already FINISHED")
+            if run.data.tags.get("rul.config_digest", digest) != digest:
+                raise FileNotFoundError(
+                    f"--resume {run_id}: that run trained another config (its "
+                    "rul.config_digest differs: other keys or defaults); resume it with the "
+                    "config and version it started with")
             return run_id
         runs = client.search_runs(
             [experiment_id], order_by=["attributes.start_time DESC"],
