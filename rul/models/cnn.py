@@ -38,7 +38,8 @@ class _TrimmedTanh(torch.autograd.Function):
     and one more copy of the activation. Here tanh writes straight into a tensor of the input's
     layout and the backward writes tanh's gradient straight into the slice of the input's
     gradient: the same kernels on the same numbers (bitwise equal on CPU, tests/test_dcnn.py),
-    1.09x the samples/s of a CPU training step (README: Speed). Not twice differentiable.
+    1.09x the samples/s of an isolated CPU training step, within noise in a whole run (README:
+    Speed). Not twice differentiable.
     """
 
     @staticmethod
