@@ -48,12 +48,11 @@ def minimal_loop(model, train, config, epochs):
     weights."""
     from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
+    from rul.training.optim import make_scheduler, steps_per_epoch
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
-    steps = epochs * -(-len(train) // (config.micro_batch_size * config.accumulation_steps))
-    schedule = {"cosine": lambda: torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps),
-                "onecycle": lambda: torch.optim.lr_scheduler.OneCycleLR(optimizer, config.lr,
-                                                                        total_steps=steps),
-                "none": lambda: None}[config.scheduler]()
+    schedule = make_scheduler(optimizer, config,  # torch's, as the engine builds it
+                              epochs * steps_per_epoch(len(train), config.effective_batch_size))
     ema = (AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema_decay),
                          use_buffers=True) if config.ema_decay else None)
     seen, start = 0, time.perf_counter()
