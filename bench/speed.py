@@ -40,21 +40,27 @@ class NCHWTimeConv(TimeConv):
         return super().forward(x.contiguous())
 
 
+def as_before(features: nn.Sequential, conv_class=TimeConv) -> nn.Sequential:
+    """A DCNN's layers as they were before the speed work, same weights, in place: each
+    TimeConv trims its own output, then nn.Tanh (instead of TrimmedTanh)."""
+    for i, layer in enumerate(features):
+        if isinstance(layer, TimeConv):
+            sliced = conv_class(layer.in_channels, layer.out_channels, layer.kernel_size[0])
+            sliced.load_state_dict(layer.state_dict())
+            features[i] = sliced
+        elif isinstance(layer, TrimmedTanh):
+            features[i] = nn.Tanh()
+    return features
+
+
 def default_model(kind: str) -> nn.Module:
-    """The default DCNN (kind "default"), or with its layers as they were before the speed
-    work ("before": TimeConv trims, then nn.Tanh) and also NCHW ("nchw"); same weights."""
+    """The default DCNN (kind "default"), as it was before the speed work ("before") or that
+    and NCHW ("nchw"); same weights."""
     torch.manual_seed(0)
     model = build_model(DEFAULT_MODEL, N_FEATURES)
     features = model.backbone.features
     if kind in ("before", "nchw"):
-        conv_class = NCHWTimeConv if kind == "nchw" else TimeConv
-        for i, layer in enumerate(features):
-            if isinstance(layer, TimeConv):
-                sliced = conv_class(layer.in_channels, layer.out_channels, layer.kernel_size[0])
-                sliced.load_state_dict(layer.state_dict())
-                features[i] = sliced
-            elif isinstance(layer, TrimmedTanh):
-                features[i] = nn.Tanh()
+        as_before(features, NCHWTimeConv if kind == "nchw" else TimeConv)
     memory_format = torch.contiguous_format if kind == "nchw" else torch.channels_last
     features.to(memory_format=memory_format)
     return model
