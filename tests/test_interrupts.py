@@ -149,3 +149,27 @@ def test_a_signal_inside_a_deferred_block_is_raised_when_the_block_ends():
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # on its way out
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate", "tune"])
+def test_ctrl_c_while_the_config_loads_exits_130_with_nothing_started(command, monkeypatch,
+                                                                         tmp_path):
+    """Before any run exists: one line, the signal's exit code, no traceback, no store."""
+    from click.testing import CliRunner
+
+    from rul import config as cfg
+    from rul.cli import main
+
+    def interrupted_while_reading(text):  # SIGINT: without rul's handler, click's "Aborted!"
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler raises here
+        raise AssertionError("the signal was not raised")
+
+    monkeypatch.setattr(cfg.yaml, "safe_load", interrupted_while_reading)
+    monkeypatch.chdir(tmp_path)
+    path = Path(__file__).resolve().parents[1] / "experiments" / (
+        "tune_fd001.yaml" if command == "tune" else "fd001.yaml")
+    result = CliRunner().invoke(main, [command, str(path)])
+    assert result.exit_code == 130, result.output
+    assert "interrupted: nothing was started" in result.output
+    assert "Traceback" not in result.output and list(tmp_path.iterdir()) == []
