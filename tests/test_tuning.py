@@ -280,6 +280,65 @@ def test_resume_does_not_register_the_same_best_run_twice(tuned, resumed):
 # ---------------------------------------------------------------- pruning
 
 
+def test_resuming_with_another_base_config_is_a_one_line_error(main_store, tuned, resumed):
+    """Trials of two base configs under one best would compare apples with pears."""
+    config = main_store.config.replace(epochs=3, scheduler="none")
+    with pytest.raises(cfg.ConfigError) as error:
+        run_study(config, n_trials=1, storage=main_store.storage, study_name=STUDY)
+    assert str(error.value) == (
+        f"study {STUDY!r}: its trials were trained with epochs=2, scheduler='cosine'; this "
+        "config has epochs=3, scheduler='none': tune it with the study's values, or name a new "
+        "study (--study-name)")
+    study = optuna.load_study(study_name=STUDY, storage=main_store.storage)
+    assert len(study.trials) == len(resumed.trials)  # nothing ran, no run was created
+    assert len(study_runs(tuned.client, STUDY)) == len(resumed.runs)
+
+
+def base_study(**changes):
+    """A study created by load_study in memory (no training) and a config to resume it."""
+    config = cfg.load_tuning(TUNE_PATH, {"search_space": SPACE, **changes})
+    storage = optuna.storages.InMemoryStorage()
+    load_study(config, storage, "s")
+    return config, storage
+
+
+@pytest.mark.parametrize("change", [
+    {"data_dir": "/elsewhere"}, {"tracking_uri": "sqlite:///other.db"}, {"device": "cpu"},
+    {"micro_batch_size": "auto", "effective_batch_size": 512}, {"memory_budget": "2GiB"},
+    {"precision": "fp32"},
+    {"checkpoint_dir": "ckpt"}, {"n_trials": 50}, {"pruner": "none"},
+    {"lr": 0.1},  # drawn by the search space: the base value is never trained
+    {"search_space": {**SPACE, "dropout": {"type": "float", "low": 0.0, "high": 0.5}},
+     "dropout": 0.3},  # the space may change; a newly drawn key is not compared
+])
+def test_where_and_how_fast_may_differ_when_a_study_resumes(change):
+    config, storage = base_study()
+    load_study(config.replace(**change), storage, "s")
+
+
+@pytest.mark.parametrize("change,had", [
+    ({"seed": 7}, "seed=42"),  # another validation split
+    ({"window": 40}, "window=30"),
+    ({"rul_cap": 130}, "rul_cap=125"),
+    ({"scale_lr_with_batch": True}, "scale_lr_with_batch=False"),
+])
+def test_what_trials_train_may_not_differ_when_a_study_resumes(change, had):
+    config, storage = base_study()
+    key = next(iter(change))
+    with pytest.raises(cfg.ConfigError, match=f"its trials were trained with {had}; this config "
+                                              f"has {key}="):
+        load_study(config.replace(**change), storage, "s")
+
+
+def test_a_study_from_before_the_check_adopts_the_config_it_resumes_with():
+    config = cfg.load_tuning(TUNE_PATH, {"search_space": SPACE})
+    storage = optuna.storages.InMemoryStorage()
+    optuna.create_study(storage=storage, study_name="s")  # no base config stored
+    load_study(config.replace(epochs=7), storage, "s")
+    with pytest.raises(cfg.ConfigError, match="trained with epochs=7; this config has epochs=12"):
+        load_study(config, storage, "s")
+
+
 @pytest.fixture(scope="module")
 def pruning(tmp_path_factory, real_data_dir, mlflow_store_at):
     """Median pruning from epoch 1, made deterministic by enqueued trials: two good ones (so the

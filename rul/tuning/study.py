@@ -43,6 +43,12 @@ STARTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
            optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING)
 TARGET_ATTR, TARGET_SET_AT_ATTR = "n_trials_target", "n_trials_target_set_at"
 OBJECTIVES_ATTR = "objectives"  # stored by multi-objective studies (Optuna keeps directions)
+BASE_ATTR = "base_config"  # the training keys every trial shares (what the trials mean)
+# Where data and results live and how fast a trial runs, not what it trains: these may differ
+# between the machines or invocations of one study.
+NOT_COMPARED = ("data_dir", "tracking_uri", "experiment", "register", "run_name",
+                "checkpoint_dir", "device", "precision", "deterministic", "micro_batch_size",
+                "accumulation_steps", "memory_budget", "interval_coverage")
 
 
 def open_study_storage(config: TuningConfig, url: str | None, workers: int):
@@ -113,6 +119,7 @@ def load_study(config: TuningConfig, storage, study_name: str, worker: int = 0) 
             pruner=make_pruner(config),
         )
     _check_objectives(study, config.objectives)
+    _check_base_config(study, config)
     entropy = [config.train.seed, worker, len(study.trials)]
     seed = int(np.random.SeedSequence(entropy).generate_state(1)[0])
     study.sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
@@ -134,6 +141,36 @@ def _check_objectives(study: optuna.Study, objectives: list[str]) -> None:
         raise ConfigError(
             f"study {study.study_name!r}: objectives={list(objectives)}: the study was created "
             f"with objectives {stored}; tune it with those, or name a new study (--study-name)")
+
+
+def base_config(config: TuningConfig) -> dict:
+    """The training keys a trial does not draw, as JSON values: with the search space's draws
+    they say what a trial trained (B, not its split: exact accumulation)."""
+    values = config.train.model_dump(mode="json")
+    base = {key: value for key, value in values.items()
+            if key not in NOT_COMPARED and key not in config.search_space}
+    base["scale_lr_with_batch"] = config.scale_lr_with_batch
+    return base
+
+
+def _check_base_config(study: optuna.Study, config: TuningConfig) -> None:
+    """A study's trials are comparable only if they share what they do not draw: resuming it
+    with another epochs, schedule, seed (another validation split) or a changed default would
+    mix trials of two base configs under one best. Keys drawn by either search space are
+    not compared (the space itself may change). A study from before this check adopts the
+    config it is resumed with."""
+    wanted = base_config(config)
+    stored = study.user_attrs.get(BASE_ATTR)
+    if stored is None:
+        study.set_user_attr(BASE_ATTR, wanted)
+        return
+    differ = sorted(key for key in stored.keys() & wanted.keys() if stored[key] != wanted[key])
+    if differ:
+        had = ", ".join(f"{key}={stored[key]!r}" for key in differ)
+        has = ", ".join(f"{key}={wanted[key]!r}" for key in differ)
+        raise ConfigError(
+            f"study {study.study_name!r}: its trials were trained with {had}; this config has "
+            f"{has}: tune it with the study's values, or name a new study (--study-name)")
 
 
 class PruningListener(TrainingListener):
