@@ -7,7 +7,9 @@ eager DCNN as it was before the speed work, on CUDA fp32 eager.
 
 Paths (CPU; and CUDA fp32, fp16 + GradScaler, bf16 when a GPU is present):
   fp32 eager            today's DCNN: channels_last (k, 1) convolutions (oneDNN's fast path),
-                        each even-kernel layer's trim fused into its tanh (models/cnn.py)
+                        each even-kernel layer's trim fused into its tanh, on CPU tanh computed
+                        as 2 sigmoid(2x) - 1 (models/cnn.py)
+  fp32 eager, exact tanh  the same with torch.tanh (the fusion alone: bit for bit `before`)
   fp32 eager, before    the reference: the DCNN as it was (slice, then nn.Tanh: autograd's
                         copies around the slice), the same numbers bit for bit
   fp32 eager, NCHW      the textbook layout (and slice + nn.Tanh), for comparison
@@ -54,11 +56,14 @@ def as_before(features: nn.Sequential, conv_class=TimeConv) -> nn.Sequential:
 
 
 def default_model(kind: str) -> nn.Module:
-    """The default DCNN (kind "default"), as it was before the speed work ("before") or that
-    and NCHW ("nchw"); same weights."""
+    """The default DCNN (kind "default"), with torch.tanh in its fused layers ("exact"), as it
+    was before the speed work ("before") or that and NCHW ("nchw"); same weights."""
     torch.manual_seed(0)
     model = build_model(DEFAULT_MODEL, N_FEATURES)
     features = model.backbone.features
+    for layer in features:
+        if isinstance(layer, TrimmedTanh):
+            layer.exact = kind == "exact"
     if kind in ("before", "nchw"):
         as_before(features, NCHWTimeConv if kind == "nchw" else TimeConv)
     memory_format = torch.contiguous_format if kind == "nchw" else torch.channels_last
@@ -109,6 +114,7 @@ def paths(compile_too: bool) -> tuple[list[Path], Path, Path, str]:
     """(every path, the reference, auto's path, auto's reason) on the fastest
     device here (CUDA when present: ratios compare paths on one device)."""
     every = [Path("cpu fp32 eager, before", "before", "cpu", "fp32"),
+             Path("cpu fp32 eager, exact tanh", "exact", "cpu", "fp32"),
              Path("cpu fp32 eager", "default", "cpu", "fp32"),
              Path("cpu fp32 eager, NCHW", "nchw", "cpu", "fp32"),
              Path("cpu bf16 autocast", "default", "cpu", "bf16")]
@@ -139,9 +145,9 @@ def bench_speed(quick: bool = False, compile_too: bool = False) -> None:
     for _ in range(rounds):
         for path in every:
             path.time_steps(steps)
-    print(f"{'path':26} {'samples/s':>10} {'min':>8} {'max':>8} {'ratio':>6} {'setup_s':>8}")
+    print(f"{'path':28} {'samples/s':>10} {'min':>8} {'max':>8} {'ratio':>6} {'setup_s':>8}")
     for path in every:
-        print(f"{path.label:26} {path.median:10.0f} {min(path.rates):8.0f} "
+        print(f"{path.label:28} {path.median:10.0f} {min(path.rates):8.0f} "
               f"{max(path.rates):8.0f} {path.median / reference.median:6.2f} "
               f"{path.setup_seconds:8.1f}")
     print(f"precision: auto here = {default.label} ({reason}); native bf16 CPU: "

@@ -276,3 +276,19 @@ def test_memory_bench_runs_without_mlflow_optuna_and_pydantic():
         assert float(r[4]) > 0 and float(r[5]) > 0
         if int(r[2]) == 512:
             assert (float(r[6]), float(r[7])) == (1.0, 1.0)  # ratios to (512, 1)
+
+
+@pytest.mark.slow  # ~20-60 s on 2 shared cores: bf16 on CPU is slow
+def test_speed_bench_runs_without_mlflow_optuna_and_pydantic():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    code = BLOCKED.replace("'memory', '--quick'", "'speed', '--quick'")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    rows = {line[:28].strip(): line[28:].split() for line in lines if line.startswith("cpu ")}
+    assert list(rows) == ["cpu fp32 eager, before", "cpu fp32 eager, exact tanh",
+                          "cpu fp32 eager", "cpu fp32 eager, NCHW", "cpu bf16 autocast"]
+    assert rows["cpu fp32 eager, before"][3] == "1.00"  # the reference
+    # auto is fp32 on a CPU: the last line is the default path's ratio to the reference
+    assert lines[-1] == f"speed ratio: {rows['cpu fp32 eager'][3]}"

@@ -31,19 +31,28 @@ class TimeConv(nn.Conv2d):
         return out[:, :, self.trim:] if self.trim else out
 
 
+def tanh_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """out = tanh(x). On CPU as 2 sigmoid(2x) - 1: PyTorch's vectorised CPU tanh (Sleef, 1-ULP)
+    is ~3x slower than its sigmoid, and the three passes together still take half tanh's time
+    (README: Speed). Within 2e-7 of tanh, not bit for bit. On other devices torch.tanh."""
+    if not x.is_cpu:
+        return torch.tanh(x, out=out)
+    torch.mul(x, 2, out=out)
+    torch.sigmoid(out, out=out)
+    return out.mul_(2).sub_(1)
+
+
 class _TrimmedTanh(torch.autograd.Function):
     """tanh(x[:, :, trim:]) without the copies autograd makes around a slice.
 
     Slicing then tanh costs, per layer and step, a zero-fill and a copy in the slice's backward
     and one more copy of the activation. Here tanh writes straight into a tensor of the input's
-    layout and the backward writes tanh's gradient straight into the slice of the input's
-    gradient: the same kernels on the same numbers (bitwise equal on CPU, tests/test_dcnn.py),
-    1.09x the samples/s of an isolated CPU training step, within noise in a whole run (README:
-    Speed). Not twice differentiable.
+    layout (through tanh_into) and the backward writes tanh's gradient straight into the slice
+    of the input's gradient (README: Speed; tests/test_dcnn.py). Not twice differentiable.
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, trim: int) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, trim: int, exact: bool) -> torch.Tensor:
         if x.dim() != 4:
             raise ValueError(f"TrimmedTanh expects (batch, channels, time, features), got "
                              f"shape {tuple(x.shape)}")
@@ -51,7 +60,10 @@ class _TrimmedTanh(torch.autograd.Function):
                   else torch.contiguous_format)
         kept = x[:, :, trim:]
         out = torch.empty(kept.shape, dtype=x.dtype, device=x.device, memory_format=layout)
-        torch.tanh(kept, out=out)
+        if exact:
+            torch.tanh(kept, out=out)
+        else:
+            tanh_into(kept, out)
         ctx.save_for_backward(out)
         ctx.trim, ctx.layout = trim, layout
         return out
@@ -65,18 +77,20 @@ class _TrimmedTanh(torch.autograd.Function):
                            device=grad_out.device, memory_format=ctx.layout)
         grad[:, :, :ctx.trim].zero_()
         torch.ops.aten.tanh_backward.grad_input(grad_out, out, grad_input=grad[:, :, ctx.trim:])
-        return grad, None
+        return grad, None, None
 
 
 class TrimmedTanh(nn.Module):
-    """tanh of a TimeConv(trim=False)'s output less its extra leading step (even kernels)."""
+    """tanh of a TimeConv(trim=False)'s output less its extra leading step (even kernels; odd
+    kernels keep every step). `exact`: torch.tanh on every device, bit for bit the numbers of
+    slicing then nn.Tanh (bench speed's middle row; not a config key)."""
 
-    def __init__(self, kernel_size: int):
+    def __init__(self, kernel_size: int, exact: bool = False):
         super().__init__()
-        self.trim = 1 - kernel_size % 2
+        self.trim, self.exact = 1 - kernel_size % 2, exact
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _TrimmedTanh.apply(x, self.trim) if self.trim else torch.tanh(x)
+        return _TrimmedTanh.apply(x, self.trim, self.exact)
 
 
 class DCNN(nn.Module):
