@@ -294,18 +294,21 @@ def test_resuming_with_another_base_config_is_a_one_line_error(main_store, tuned
     assert len(study_runs(tuned.client, STUDY)) == len(resumed.runs)
 
 
-def base_study(**changes):
-    """A study created by load_study in memory (no training) and a config to resume it."""
-    config = cfg.load_tuning(TUNE_PATH, {"search_space": SPACE, **changes})
+def base_study(space=SPACE, trained=True, **changes):
+    """A study created by load_study in memory, with a trial running unless not `trained`
+    (nothing is trained for real), and a config to resume it."""
+    config = cfg.load_tuning(TUNE_PATH, {"search_space": space, **changes})
     storage = optuna.storages.InMemoryStorage()
     load_study(config, storage, "s")
+    if trained:
+        optuna.load_study(study_name="s", storage=storage).ask()
     return config, storage
 
 
 @pytest.mark.parametrize("change", [
     {"data_dir": "/elsewhere"}, {"tracking_uri": "sqlite:///other.db"}, {"device": "cpu"},
     {"micro_batch_size": "auto", "effective_batch_size": 512}, {"memory_budget": "2GiB"},
-    {"precision": "fp32"},
+    {"precision": "fp32"}, {"accumulation_steps": 8},  # B = micro x K, both drawn
     {"checkpoint_dir": "ckpt"}, {"n_trials": 50}, {"pruner": "none"},
     {"lr": 0.1},  # drawn by the search space: the base value is never trained
     {"search_space": {**SPACE, "dropout": {"type": "float", "low": 0.0, "high": 0.5}},
@@ -330,13 +333,46 @@ def test_what_trials_train_may_not_differ_when_a_study_resumes(change, had):
         load_study(config.replace(**change), storage, "s")
 
 
-def test_a_study_from_before_the_check_adopts_the_config_it_resumes_with():
+@pytest.mark.parametrize("space,change,key", [
+    ({"effective_batch_size": {"type": "categorical", "choices": [256, 512]}},
+     {"micro_batch_size": 128, "accumulation_steps": 8}, None),  # a split of a drawn B
+    ({"lr": {"type": "float", "low": 1e-4, "high": 1e-2}},
+     {"micro_batch_size": 128, "accumulation_steps": 4}, None),  # another split of the same B
+    ({"lr": {"type": "float", "low": 1e-4, "high": 1e-2}},
+     {"micro_batch_size": 128, "accumulation_steps": 2}, "effective_batch_size"),  # 512 -> 256
+    ({"micro_batch_size": {"type": "categorical", "choices": [128, 256]}},
+     {"accumulation_steps": 4}, "accumulation_steps"),  # B = drawn micro x base K
+    ({"accumulation_steps": {"type": "categorical", "choices": [1, 2]}},
+     {"micro_batch_size": 512}, "micro_batch_size"),  # B = base micro x drawn K
+])
+def test_the_batch_keys_compared_are_those_that_decide_the_trials_batch(space, change, key):
+    config, storage = base_study(space)
+    if key is None:
+        load_study(config.replace(**change), storage, "s")
+    else:
+        with pytest.raises(cfg.ConfigError, match=f"trained with {key}="):
+            load_study(config.replace(**change), storage, "s")
+
+
+def test_a_study_from_before_the_check_adopts_the_config_it_resumes_with(capsys):
     config = cfg.load_tuning(TUNE_PATH, {"search_space": SPACE})
     storage = optuna.storages.InMemoryStorage()
-    optuna.create_study(storage=storage, study_name="s")  # no base config stored
+    optuna.create_study(storage=storage, study_name="s").ask()  # a trial, no base config
     load_study(config.replace(epochs=7), storage, "s")
+    assert "study 's' has no stored base config (made by an older rul)" in capsys.readouterr().err
     with pytest.raises(cfg.ConfigError, match="trained with epochs=7; this config has epochs=12"):
         load_study(config, storage, "s")
+
+
+def test_a_study_whose_trials_all_failed_takes_the_corrected_config():
+    """epochs=1000 by mistake, every trial failed or was stopped: the rerun is not refused."""
+    config, storage = base_study(trained=False, epochs=1000)
+    study = optuna.load_study(study_name="s", storage=storage)
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)
+    load_study(config.replace(epochs=12), storage, "s")
+    study.ask()  # a trial running with epochs=12: now the study keeps that
+    with pytest.raises(cfg.ConfigError, match="trained with epochs=12; this config has epochs=9"):
+        load_study(config.replace(epochs=9), storage, "s")
 
 
 @pytest.fixture(scope="module")

@@ -44,11 +44,15 @@ STARTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
 TARGET_ATTR, TARGET_SET_AT_ATTR = "n_trials_target", "n_trials_target_set_at"
 OBJECTIVES_ATTR = "objectives"  # stored by multi-objective studies (Optuna keeps directions)
 BASE_ATTR = "base_config"  # the training keys every trial shares (what the trials mean)
-# Where data and results live and how fast a trial runs, not what it trains: these may differ
-# between the machines or invocations of one study.
+# Where data and results live, how fast a trial runs and on what hardware (precision: fp16 AMP
+# on a GPU, fp32 on a CPU), not what it trains: these may differ between the machines or
+# invocations of one study. The batch keys are compared as far as they decide a trial's B.
 NOT_COMPARED = ("data_dir", "tracking_uri", "experiment", "register", "run_name",
-                "checkpoint_dir", "device", "precision", "deterministic", "micro_batch_size",
-                "accumulation_steps", "memory_budget", "interval_coverage")
+                "checkpoint_dir", "device", "precision", "deterministic", "memory_budget",
+                "interval_coverage")
+BATCH_KEYS = ("micro_batch_size", "accumulation_steps", "effective_batch_size")
+TRAINED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
+           optuna.trial.TrialState.RUNNING)
 
 
 def open_study_storage(config: TuningConfig, url: str | None, workers: int):
@@ -143,12 +147,27 @@ def _check_objectives(study: optuna.Study, objectives: list[str]) -> None:
             f"with objectives {stored}; tune it with those, or name a new study (--study-name)")
 
 
+def _batch_keys_of_base(config: TuningConfig) -> set[str]:
+    """The batch keys whose base values decide a trial's effective batch B (rul.tuning.space):
+    B itself unless drawn; with the (deprecated) split in the space, micro x K, the undrawn one
+    of the two. Never the split of a base B: exact accumulation trains the same model."""
+    drawn = set(config.search_space)
+    if "effective_batch_size" in drawn:
+        return set()
+    if not drawn & {"micro_batch_size", "accumulation_steps"} or (
+            "micro_batch_size" not in drawn and config.train.micro_batch_size == "auto"):
+        return {"effective_batch_size"}
+    return {"micro_batch_size", "accumulation_steps"} - drawn
+
+
 def base_config(config: TuningConfig) -> dict:
     """The training keys a trial does not draw, as JSON values: with the search space's draws
-    they say what a trial trained (B, not its split: exact accumulation)."""
+    they say what a trial trained."""
     values = config.train.model_dump(mode="json")
+    batch = _batch_keys_of_base(config)
     base = {key: value for key, value in values.items()
-            if key not in NOT_COMPARED and key not in config.search_space}
+            if key not in NOT_COMPARED and key not in config.search_space
+            and (key not in BATCH_KEYS or key in batch)}
     base["scale_lr_with_batch"] = config.scale_lr_with_batch
     return base
 
@@ -157,12 +176,17 @@ def _check_base_config(study: optuna.Study, config: TuningConfig) -> None:
     """A study's trials are comparable only if they share what they do not draw: resuming it
     with another epochs, schedule, seed (another validation split) or a changed default would
     mix trials of two base configs under one best. Keys drawn by either search space are
-    not compared (the space itself may change). A study from before this check adopts the
-    config it is resumed with."""
+    not compared (the space itself may change). A study without a trial that trained (only
+    failed ones, or none) takes the config it is run with; so does a study from before this
+    check, saying so."""
     wanted = base_config(config)
     stored = study.user_attrs.get(BASE_ATTR)
-    if stored is None:
-        study.set_user_attr(BASE_ATTR, wanted)
+    if stored is None or not study.get_trials(deepcopy=False, states=TRAINED):
+        if stored is None and study.trials:
+            print(f"study {study.study_name!r} has no stored base config (made by an older "
+                  "rul): its trials are taken to share this config's", file=sys.stderr)
+        if stored != wanted:
+            study.set_user_attr(BASE_ATTR, wanted)
         return
     differ = sorted(key for key in stored.keys() & wanted.keys() if stored[key] != wanted[key])
     if differ:
