@@ -76,6 +76,14 @@ def test_tanh_values_and_gradient(trim):
     torch.testing.assert_close(x.grad[:, :, trim:], 1 - out.detach() ** 2, rtol=0, atol=1e-7)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_keeps_torch_tanh(dtype):
+    """2 sigmoid(2x) - 1 in bf16 would turn tanh(0.001) into 0: half types keep torch.tanh."""
+    x = torch.full((2, 3, 11, 4), 1e-3, dtype=dtype)
+    out = TrimmedTanh(kernel_size=10)(x)
+    assert out.dtype == dtype and torch.equal(out, torch.tanh(x[:, :, 1:]))
+
+
 def test_cpu_tanh_is_computed_through_sigmoid():
     """The point of tanh_into on CPU: no aten::tanh on the 10-channel activations (2-3x
     slower than sigmoid there)."""

@@ -280,7 +280,8 @@ def test_memory_bench_runs_without_mlflow_optuna_and_pydantic():
 
 @pytest.mark.slow  # ~20-60 s on 2 shared cores: bf16 on CPU is slow
 def test_speed_bench_runs_without_mlflow_optuna_and_pydantic():
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # CPU rows only: with a GPU the reference and auto's pick are CUDA paths
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
     code = BLOCKED.replace("'memory', '--quick'", "'speed', '--quick'")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)

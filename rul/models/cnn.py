@@ -32,10 +32,12 @@ class TimeConv(nn.Conv2d):
 
 
 def tanh_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """out = tanh(x). On CPU as 2 sigmoid(2x) - 1: PyTorch's vectorised CPU tanh (Sleef, 1-ULP)
-    is ~3x slower than its sigmoid, and the three passes together still take half tanh's time
-    (README: Speed). Within 2e-7 of tanh, not bit for bit. On other devices torch.tanh."""
-    if not x.is_cpu:
+    """out = tanh(x). For float32 on CPU as 2 sigmoid(2x) - 1: PyTorch's vectorised CPU tanh
+    (Sleef, 1-ULP) is ~3x slower than its sigmoid, and the three passes together still take
+    half tanh's time (README: Speed). Within 2e-7 of tanh, not bit for bit. Elsewhere
+    torch.tanh: fast on GPUs, and in bf16/fp16 the formula would round small tanh values
+    (about x) to 0 or +-2^-7."""
+    if not x.is_cpu or x.dtype != torch.float32:
         return torch.tanh(x, out=out)
     torch.mul(x, 2, out=out)
     torch.sigmoid(out, out=out)
@@ -91,6 +93,9 @@ class TrimmedTanh(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _TrimmedTanh.apply(x, self.trim, self.exact)
+
+    def extra_repr(self) -> str:
+        return f"trim={self.trim}, exact={self.exact}"
 
 
 class DCNN(nn.Module):
