@@ -76,6 +76,15 @@ def test_yaml_files_only_override_defaults():
         assert same == [], f"{path.name} repeats tuning defaults {same}"
 
 
+def test_the_batch_256_recipe_changes_only_the_effective_batch():
+    recipe = cfg.load(ROOT / "experiments" / "fd001_b256.yaml")
+    assert (recipe.effective_batch_size, recipe.micro_batch_size, recipe.accumulation_steps) == (
+        256, 256, 1)
+    # B = micro x K is not stated twice in to_dict: K alone differs from the default
+    assert {k: v for k, v in recipe.to_dict().items() if OLD_FD001.get(k) != v} == {
+        "accumulation_steps": 1}
+
+
 def test_tuning_file_keeps_the_old_study():
     tuning = cfg.load_tuning(TUNE_PATH)
     assert tuning.train.to_dict() == {**OLD_FD001, "epochs": 12, "patience": 5}
