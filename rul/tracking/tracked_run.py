@@ -96,7 +96,7 @@ def train_tracked(config: Config, resume: bool | str = False, progress: bool = T
                                  effective_batch_size=_global_batch_size(config))
         return _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_run_id,
                              extra_tags, Listeners(tracker, listener), register, stop_exceptions,
-                             split)
+                             split, precision)
     finally:
         if not resumable:
             checkpoints.remove(run_id)
@@ -120,7 +120,7 @@ def _open_run(config, digest, client, experiment_id, checkpoints, resume, parent
 
 
 def _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_run_id,
-                  extra_tags, listener, register, stop_exceptions, split=None):
+                  extra_tags, listener, register, stop_exceptions, split, precision):
     with run_ends_cleanly(run_id, stop_exceptions), checkpoints.held(run_id) as checkpointer, \
             mlflow.start_run(run_id=run_id, nested=parent_run_id is not None):
         resume_from = checkpointer.load(resolve_device(config.device)) if resume else None
@@ -129,7 +129,7 @@ def _train_in_run(config, data, run_id, checkpoints, resume, progress, parent_ru
                   file=sys.stderr)
         if resume_from is None:
             with deferred():
-                _log_params_and_tags(config, data, extra_tags)
+                _log_params_and_tags(config, data, extra_tags, precision)
                 _log_split(split)
         outcome = run_training(config, data, listener=listener,
                                checkpointer=checkpointer, resume_from=resume_from,
@@ -153,12 +153,11 @@ def _log_split(split) -> None:
     mlflow.log_table({k: [row[k] for row in rows] for k in rows[0]}, "memory_probe.json")
 
 
-def _log_params_and_tags(config: Config, data, extra_tags: dict | None) -> None:
+def _log_params_and_tags(config: Config, data, extra_tags: dict | None, precision) -> None:
     unused = ARCHITECTURE_KEYS - MODEL_KEYS[config.model]
     params = {k: v for k, v in config.to_dict().items()
               if v is not None and k not in unused}
     world, seeds = current_world(), derive_seeds(config.seed)
-    precision = resolve_precision(config.precision, resolve_device(config.device))
     params.update(effective_batch_size=_global_batch_size(config), world_size=world.size)
     mlflow.log_params({k: str(v)[:6000] for k, v in params.items()})
     # units shorter than the window give no training window (a ShortUnitWarning said which)
@@ -183,8 +182,7 @@ def _global_batch_size(config: Config) -> int:
 
 
 def _log_results(outcome) -> None:
-    mlflow.set_tags({"precision_resolved": outcome.precision.name,
-                     "device": str(outcome.precision.device)})
+    mlflow.set_tag("device", str(outcome.precision.device))
     mlflow.log_metrics(outcome.metrics, step=outcome.state.step)
     _log_inputs(outcome)
     _log_figures(outcome)
