@@ -85,6 +85,15 @@ def test_the_batch_256_recipe_changes_only_the_effective_batch():
         "accumulation_steps": 1}
 
 
+def test_the_150_epoch_recipe_is_the_batch_256_recipe_trained_longer():
+    recipe = cfg.load(ROOT / "experiments" / "fd001_b256_e150.yaml")
+    batch_256 = cfg.load(ROOT / "experiments" / "fd001_b256.yaml")
+    assert {k: v for k, v in recipe.to_dict().items() if batch_256.to_dict()[k] != v} == {
+        "epochs": 150}
+    assert (recipe.effective_batch_size, recipe.scheduler, recipe.patience) == (
+        256, "cosine", 20)
+
+
 def test_tuning_file_keeps_the_old_study():
     tuning = cfg.load_tuning(TUNE_PATH)
     assert tuning.train.to_dict() == {**OLD_FD001, "epochs": 12, "patience": 5}
