@@ -126,6 +126,17 @@ def _lines(page) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+def _lines_once(page, ready) -> list[str]:
+    """The page's lines once `ready(lines)` holds (a table's cells arrive by separate REST
+    calls), or as they are after PAGE_S seconds: the caller's assertions say what is missing."""
+    deadline = time.monotonic() + PAGE_S
+    lines = _lines(page)
+    while not ready(lines) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        lines = _lines(page)
+    return lines
+
+
 def _value_after(lines: list[str], label: str) -> str:
     return lines[lines.index(label) + 1]
 
@@ -163,7 +174,8 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
             page.get_by_text(run_name, exact=True).first.wait_for()
             page.wait_for_url(f"**/experiments/{experiment_id}/runs**")
             assert "workflowType=machine_learning" in page.url
-            lines = _lines(page)
+            lines = _lines_once(page, lambda lines: _adjacent(lines, tracked.model_name,
+                                                               f"v{version}"))
             assert "Run Name" in lines  # the runs table's header ...
             assert run_name in lines  # ... our run and its registered version
             assert _adjacent(lines, tracked.model_name, f"v{version}")
@@ -174,7 +186,8 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
             page.goto(f"{base}/#/experiments/{experiment_id}/runs/{run_id}")
             page.get_by_text("val_rmse", exact=True).first.wait_for()
             page.get_by_text("Registered models", exact=True).first.wait_for()
-            lines = _lines(page)
+            lines = _lines_once(page, lambda lines: _adjacent(lines, tracked.model_name,
+                                                               f"v{version}"))
             assert run_name in lines
             for metric in ("train_loss", "grad_norm", "val_rmse"):
                 assert metric in lines, metric
