@@ -126,7 +126,7 @@ def _lines(page) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def _lines_once(page, ready) -> list[str]:
+def _lines_when(page, ready) -> list[str]:
     """The page's lines once `ready(lines)` holds (a table's cells arrive by separate REST
     calls), or as they are after PAGE_S seconds: the caller's assertions say what is missing."""
     deadline = time.monotonic() + PAGE_S
@@ -161,6 +161,9 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
     version = run.data.tags["registered_version"]
     assert str(client.get_model_version_by_alias(tracked.model_name, CHAMPION).version) == version
 
+    def version_shown(lines: list[str]) -> bool:  # the registered model's name, then v<version>
+        return _adjacent(lines, tracked.model_name, f"v{version}")
+
     with mlflow_ui(tracked) as base:
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
         page.set_default_timeout(PAGE_S * 1000)
@@ -174,11 +177,10 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
             page.get_by_text(run_name, exact=True).first.wait_for()
             page.wait_for_url(f"**/experiments/{experiment_id}/runs**")
             assert "workflowType=machine_learning" in page.url
-            lines = _lines_once(page, lambda lines: _adjacent(lines, tracked.model_name,
-                                                               f"v{version}"))
+            lines = _lines_when(page, version_shown)
             assert "Run Name" in lines  # the runs table's header ...
             assert run_name in lines  # ... our run and its registered version
-            assert _adjacent(lines, tracked.model_name, f"v{version}")
+            assert version_shown(lines)
             assert "Token Usage" not in lines  # not the GenAI overview
             page.screenshot(path=str(tmp_path / "experiment.png"))
 
@@ -186,14 +188,13 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
             page.goto(f"{base}/#/experiments/{experiment_id}/runs/{run_id}")
             page.get_by_text("val_rmse", exact=True).first.wait_for()
             page.get_by_text("Registered models", exact=True).first.wait_for()
-            lines = _lines_once(page, lambda lines: _adjacent(lines, tracked.model_name,
-                                                               f"v{version}"))
+            lines = _lines_when(page, version_shown)
             assert run_name in lines
             for metric in ("train_loss", "grad_norm", "val_rmse"):
                 assert metric in lines, metric
                 shown = float(_value_after(lines, metric))  # the latest value, as stored
                 assert shown == pytest.approx(run.data.metrics[metric], rel=1e-9), metric
-            assert _adjacent(lines, tracked.model_name, f"v{version}")  # registered models
+            assert version_shown(lines)  # registered models
             page.screenshot(path=str(tmp_path / "run.png"), full_page=True)
 
             # the registered model: the description and the champion alias on our version
