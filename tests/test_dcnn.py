@@ -1,5 +1,7 @@
-"""The DCNN's fused trim + tanh (models/cnn.py): slicing then nn.Tanh without the copies autograd
-makes around a slice, and on CPU tanh as 2 sigmoid(2x) - 1 (within 2e-7 of torch.tanh)."""
+"""The DCNN's convolution path (models/cnn.py; CUDA and autocast take it, and `banded = False`):
+the fused trim + tanh, slicing then nn.Tanh without the copies autograd makes around a slice,
+and on CPU tanh as 2 sigmoid(2x) - 1 (within 2e-7 of torch.tanh). The banded-product path is
+in test_banded.py."""
 
 import pytest
 import torch
@@ -10,9 +12,14 @@ from bench.speed import as_before
 from rul.models.cnn import DCNN, TrimmedTanh
 
 
+def convolutions(model: DCNN) -> DCNN:
+    model.banded = False
+    return model
+
+
 def sliced_then_tanh(model: DCNN) -> DCNN:
     """The same network as it was built before the fusion (bench speed's reference)."""
-    as_before(model.features).to(memory_format=torch.channels_last)
+    as_before(convolutions(model).features).to(memory_format=torch.channels_last)
     return model
 
 
@@ -36,10 +43,10 @@ def test_fused_trim_tanh_matches_slice_then_tanh(kernel, layout):
     """With torch.tanh (`exact`) bit for bit; with tanh as 2 sigmoid(2x) - 1 (the CPU default)
     within float32 rounding (a wrong trim or gradient is off by orders of magnitude more)."""
     torch.manual_seed(kernel)
-    fused = DCNN(14, 30, kernel_size=kernel)
+    fused = convolutions(DCNN(14, 30, kernel_size=kernel))
     reference = sliced_then_tanh(DCNN(14, 30, kernel_size=kernel))
     reference.load_state_dict(fused.state_dict())  # the same keys: old models still load
-    bitwise = exact(DCNN(14, 30, kernel_size=kernel))
+    bitwise = exact(convolutions(DCNN(14, 30, kernel_size=kernel)))
     bitwise.load_state_dict(fused.state_dict())
     if layout == "nchw":
         for model in (fused, reference, bitwise):
@@ -84,13 +91,18 @@ def test_half_precision_keeps_torch_tanh(dtype):
     assert out.dtype == dtype and torch.equal(out, torch.tanh(x[:, :, 1:]))
 
 
-def test_cpu_tanh_is_computed_through_sigmoid():
-    """The point of tanh_into on CPU: no aten::tanh on the 10-channel activations (2-3x
-    slower than sigmoid there)."""
+@pytest.mark.parametrize("banded", [True, False])
+def test_cpu_tanh_is_computed_through_sigmoid(banded):
+    """The point of tanh_into's formula on CPU, on both paths: no aten::tanh on the 10-channel
+    activations (2-3x slower than sigmoid there)."""
     x = torch.rand(64, 30, 14)
+    model = DCNN(14, 30)
+    model.banded = banded
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        DCNN(14, 30)(x)
-    names = [e.name for e in prof.events() if e.input_shapes and e.input_shapes[0][:2] == [64, 10]]
+        model(x)
+    activations = ([64 * 14, 30 * 10],) if banded else ()
+    names = [e.name for e in prof.events() if e.input_shapes and (
+        e.input_shapes[0][:2] == [64, 10] or e.input_shapes[0] in activations)]
     assert "aten::sigmoid" in names and "aten::tanh" not in names
 
 
@@ -110,5 +122,5 @@ def test_a_training_step_copies_no_activation_tensor():
     """What the fusion is for: slicing then tanh costs, per layer, a zero-filled gradient of the
     untrimmed shape, a copy into its slice and a layout copy before the next convolution."""
     torch.manual_seed(0)
-    assert full_size_copies(DCNN(14, 30)) == []
+    assert full_size_copies(convolutions(DCNN(14, 30))) == []
     assert len(full_size_copies(sliced_then_tanh(DCNN(14, 30)))) >= 8  # the check can fail
