@@ -21,6 +21,7 @@ from rul.training.checkpoint import Checkpointer
 from rul.training.distributed import World, current_world
 from rul.training.engine import TrainState, fit
 from rul.training.evaluate import predict_windows
+from rul.training.hardware import keep_freed_memory
 from rul.training.listener import TrainingListener
 from rul.training.memory import resolve_auto_split
 from rul.training.precision import Precision, resolve_device, resolve_precision
@@ -110,6 +111,8 @@ def run_training(config: Config, data: PreparedData | None = None,
     world = world or current_world()
     seeds = seed_everything(config.seed, config.deterministic)
     device = resolve_device(config.device)
+    if device.type == "cpu":
+        keep_freed_memory()  # no page faults per step (hardware.py; README: Speed)
     precision = resolve_precision(config.precision, device)
     data = data or prepare_data(config, seeds, subset)
     config, _ = resolve_auto_split(config, data.preprocessor.n_features, data.train, precision)

@@ -4,7 +4,17 @@ No rul.config import (so no pydantic): `python -m bench speed` uses it on machin
 only torch, numpy, pandas, scikit-learn, PyYAML and tqdm.
 """
 
+import ctypes
+import ctypes.util
+
 import torch
+
+# glibc mallopt parameters (malloc.h) and the values keep_freed_memory sets
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+_SETTINGS = ((_M_MMAP_THRESHOLD, 32 * 2**20),  # glibc's largest: blocks to 32 MiB from the heap
+             (_M_TRIM_THRESHOLD, 2**30),  # free heap kept up to 1 GiB, not handed back
+             (_M_TOP_PAD, 64 * 2**20))  # the heap grows 64 MiB at a time (address space only)
+_kept = None
 
 
 def cpu_has_native_bf16() -> bool:
@@ -30,3 +40,27 @@ def auto_precision(device: torch.device) -> tuple[str, str]:
         return "fp32", ("CPU with native bf16: fp32 until bf16's accuracy is measured for this "
                         "model (precision=bf16 opts in)")
     return "fp32", "CPU without native bf16 (AVX512-BF16/AMX): bf16 autocast would be ~7x slower"
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc keep freed memory for reuse (once per process; True if it did).
+
+    A training step on a CPU allocates and frees the same few-MiB activation buffers over and
+    over. By default glibc serves blocks of this size by mmap or hands freed heap back to the
+    kernel (trim), so every step page-faults its buffers in again: thousands of faults per
+    step of the default run (README: Speed). With blocks up to 32 MiB taken from the heap, up
+    to 1 GiB of free heap kept and the heap grown in large steps, the buffers are reused and
+    the faults go away. The process keeps its peak resident memory instead of shrinking after
+    it. Not glibc (macOS, musl): nothing changes, False. The memory probe's malloc_trim still
+    hands free memory back before each measurement (memory.py).
+    """
+    global _kept
+    if _kept is None:
+        _kept = False
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            mallopt = libc.mallopt
+        except (OSError, AttributeError):
+            return _kept
+        _kept = all([mallopt(parameter, value) for parameter, value in _SETTINGS])
+    return _kept
