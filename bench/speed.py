@@ -1,27 +1,34 @@
 """`python -m bench speed`: samples/s of the default training step (`make train`'s DCNN,
 effective batch 512 = 256 x 2, AdamW, clipping: rul.training.step.optimizer_step) on each
 candidate path, measured in interleaved rounds on this machine; the median of each, as a ratio
-to the plain fp32 eager path of the same device. The last line is `speed ratio: R`: the path
-`precision: auto` picks here (rul.training.hardware) over the reference: on CPU the plain fp32
-eager DCNN as it was before the speed work, on CUDA fp32 eager.
+to the reference on the same device. The last line is `speed ratio: R`: the path `rul train`
+takes here with `precision: auto` (rul.training.hardware) over the reference: on CPU the plain
+fp32 eager DCNN as it was before the speed work, on CUDA fp32 eager.
+
+Each path runs in a process of its own, started once: its heap, caches, threads and malloc
+settings do not leak into the others' (in one process, paths measured side by side moved each
+other's figures by 10-30 %). The rounds run one path at a time, the others waiting.
 
 Paths (CPU; and CUDA fp32, fp16 + GradScaler, bf16 when a GPU is present):
-  fp32 eager            today's DCNN: channels_last (k, 1) convolutions (oneDNN's fast path),
-                        each even-kernel layer's trim fused into its tanh, on CPU tanh computed
-                        as 2 sigmoid(2x) - 1 (models/cnn.py)
-  fp32 eager, exact tanh  the same with torch.tanh (the fusion alone: bit for bit `before`)
-  fp32 eager, before    the reference: the DCNN as it was (slice, then nn.Tanh: autograd's
-                        copies around the slice), the same numbers bit for bit
-  fp32 eager, NCHW      the textbook layout (and slice + nn.Tanh), for comparison
-  bf16 autocast         slow without native bf16 (AVX512-BF16/AMX), which this bench reports
-  fp32 torch.compile    only with --compile (~10-30 s of compilation, shown as setup_s)
+  fp32 eager, before    the reference: channels_last (k, 1) convolutions (oneDNN), each layer's
+                        output sliced, then nn.Tanh; glibc's default malloc settings
+  fp32 eager, conv      the convolutions with each even-kernel layer's trim fused into its tanh
+                        and tanh as 2 sigmoid(2x) - 1 (the default until the banded products)
+  fp32 banded, std malloc  the layers as banded matrix products (models/banded.py)
+  fp32 eager            what `rul train` runs on a CPU in fp32: the banded products, with
+                        malloc keeping freed memory (hardware.keep_freed_memory)
+  bf16 autocast         the convolutions under bf16 autocast; slow without native bf16
+                        (AVX512-BF16/AMX), which this bench reports
+  fp32 torch.compile    only with --compile (compilation time shown as setup_s)
 
 Imports neither mlflow, optuna nor pydantic: the model is built from plain values (as in
 bench/memory.py) and the windows are synthetic (only shapes matter for speed).
 """
 
+import multiprocessing
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -29,25 +36,19 @@ from torch import nn
 from bench.memory import DEFAULT_MODEL, N_FEATURES, BenchPrecision
 from rul.models import build_model
 from rul.models.cnn import TimeConv, TrimmedTanh
-from rul.training.hardware import auto_precision, cpu_has_native_bf16
+from rul.training.hardware import auto_precision, cpu_has_native_bf16, keep_freed_memory
 from rul.training.step import optimizer_step
 
 B, MICRO = 512, 256  # the default effective batch and its split
 
 
-class NCHWTimeConv(TimeConv):
-    """TimeConv on contiguous NCHW tensors (the layout a textbook model uses)."""
-
-    def forward(self, x):
-        return super().forward(x.contiguous())
-
-
-def as_before(features: nn.Sequential, conv_class=TimeConv) -> nn.Sequential:
+def as_before(features: nn.Sequential) -> nn.Sequential:
     """A DCNN's layers as they were before the speed work, same weights, in place: each
-    TimeConv trims its own output, then nn.Tanh (instead of TrimmedTanh)."""
+    TimeConv trims its own output, then nn.Tanh (instead of TrimmedTanh). The DCNN must also
+    take its convolutions (`banded = False`)."""
     for i, layer in enumerate(features):
         if isinstance(layer, TimeConv):
-            sliced = conv_class(layer.in_channels, layer.out_channels, layer.kernel_size[0])
+            sliced = TimeConv(layer.in_channels, layer.out_channels, layer.kernel_size[0])
             sliced.load_state_dict(layer.state_dict())
             features[i] = sliced
         elif isinstance(layer, TrimmedTanh):
@@ -56,29 +57,37 @@ def as_before(features: nn.Sequential, conv_class=TimeConv) -> nn.Sequential:
 
 
 def default_model(kind: str) -> nn.Module:
-    """The default DCNN (kind "default"), with torch.tanh in its fused layers ("exact"), as it
-    was before the speed work ("before") or that and NCHW ("nchw"); same weights."""
+    """The default DCNN: as `rul train` builds it ("default"), on its convolutions ("conv"),
+    or as it was before the speed work ("before"); same weights."""
     torch.manual_seed(0)
     model = build_model(DEFAULT_MODEL, N_FEATURES)
-    features = model.backbone.features
-    for layer in features:
-        if isinstance(layer, TrimmedTanh):
-            layer.exact = kind == "exact"
-    if kind in ("before", "nchw"):
-        as_before(features, NCHWTimeConv if kind == "nchw" else TimeConv)
-    memory_format = torch.contiguous_format if kind == "nchw" else torch.channels_last
-    features.to(memory_format=memory_format)
+    model.backbone.banded = kind == "default"
+    if kind == "before":
+        as_before(model.backbone.features).to(memory_format=torch.channels_last)
     return model
 
 
-class Path:
-    """One way to run the default step: a model, its optimizer and a precision."""
+@dataclass(frozen=True)
+class PathSpec:
+    """One way to run the default step: a model, a device, a precision, malloc's settings."""
 
-    def __init__(self, label: str, kind: str, device: str, precision: str,
-                 compiled: bool = False):
-        self.label, self.device = label, torch.device(device)
-        self.precision = BenchPrecision(self.device, precision)
-        self.model = default_model(kind).to(self.device)
+    label: str
+    kind: str  # default_model's
+    device: str
+    precision: str
+    keep_freed_memory: bool = False
+    compiled: bool = False
+
+
+class Path:
+    """A path's model, optimizer and batches, in the process that measures it."""
+
+    def __init__(self, spec: PathSpec):
+        if spec.keep_freed_memory:
+            keep_freed_memory()
+        self.device = torch.device(spec.device)
+        self.precision = BenchPrecision(self.device, spec.precision)
+        self.model = default_model(spec.kind).to(self.device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
         self.scaler = self.precision.grad_scaler()
         gen = torch.Generator().manual_seed(0)
@@ -87,11 +96,11 @@ class Path:
         self.batches = list(zip(x.to(self.device).split(MICRO), y.to(self.device).split(MICRO),
                                 strict=True))
         started = time.perf_counter()
-        if compiled:
+        if spec.compiled:
             self.model = torch.compile(self.model)
-        self.step()  # warm-up (and compilation): one-time costs are not in samples/s
+        for _ in range(2):  # warm-up (and compilation): one-time costs are not in samples/s
+            self.step()
         self.setup_seconds = time.perf_counter() - started
-        self.rates: list[float] = []
 
     def step(self) -> None:
         optimizer_step(self.model, self.optimizer, self.scaler, self.batches, self.precision,
@@ -99,57 +108,91 @@ class Path:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def time_steps(self, steps: int) -> None:
+    def samples_per_second(self, steps: int) -> float:
         started = time.perf_counter()
         for _ in range(steps):
             self.step()
-        self.rates.append(B * steps / (time.perf_counter() - started))
+        return B * steps / (time.perf_counter() - started)
+
+
+def _serve(spec: PathSpec, conn) -> None:
+    """A path's process: build it, then time `steps` steps per request until told to stop."""
+    path = Path(spec)
+    conn.send(path.setup_seconds)
+    while (steps := conn.recv()) is not None:
+        conn.send(path.samples_per_second(steps))
+
+
+class PathProcess:
+    """A path in its own process (spawned: nothing inherited from this one)."""
+
+    def __init__(self, spec: PathSpec, context):
+        self.spec, self.rates = spec, []
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(spec, child), daemon=True)
+        self.process.start()
+        child.close()
+        self.setup_seconds = self.conn.recv()
+
+    def time_steps(self, steps: int) -> None:
+        self.conn.send(steps)
+        self.rates.append(self.conn.recv())
+
+    def close(self) -> None:
+        self.conn.send(None)
+        self.process.join()
 
     @property
     def median(self) -> float:
         return statistics.median(self.rates)
 
 
-def paths(compile_too: bool) -> tuple[list[Path], Path, Path, str]:
-    """(every path, the reference, auto's path, auto's reason) on the fastest
-    device here (CUDA when present: ratios compare paths on one device)."""
-    every = [Path("cpu fp32 eager, before", "before", "cpu", "fp32"),
-             Path("cpu fp32 eager, exact tanh", "exact", "cpu", "fp32"),
-             Path("cpu fp32 eager", "default", "cpu", "fp32"),
-             Path("cpu fp32 eager, NCHW", "nchw", "cpu", "fp32"),
-             Path("cpu bf16 autocast", "default", "cpu", "bf16")]
+def path_specs(compile_too: bool) -> list[PathSpec]:
+    specs = [PathSpec("cpu fp32 eager, before", "before", "cpu", "fp32"),
+             PathSpec("cpu fp32 eager, conv", "conv", "cpu", "fp32"),
+             PathSpec("cpu fp32 banded, std malloc", "default", "cpu", "fp32"),
+             PathSpec("cpu fp32 eager", "default", "cpu", "fp32", keep_freed_memory=True),
+             PathSpec("cpu bf16 autocast", "default", "cpu", "bf16", keep_freed_memory=True)]
     if compile_too:
-        every.append(Path("cpu fp32 torch.compile", "default", "cpu", "fp32", compiled=True))
+        specs.append(PathSpec("cpu fp32 torch.compile", "default", "cpu", "fp32",
+                              keep_freed_memory=True, compiled=True))
     if torch.cuda.is_available():
-        every += [Path(f"cuda {p}", "default", "cuda", p) for p in ("fp32", "fp16", "bf16")]
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    chosen, reason = auto_precision(device)
-    by_label = {path.label: path for path in every}
-    reference = "cuda fp32" if device.type == "cuda" else "cpu fp32 eager, before"
-    return every, by_label[reference], by_label[label(device, chosen)], reason
+        specs += [PathSpec(f"cuda {p}", "default", "cuda", p) for p in ("fp32", "fp16", "bf16")]
+    return specs
 
 
 def label(device: torch.device, precision: str) -> str:
+    """The path `rul train` takes with `precision` on `device`."""
     if device.type == "cuda":
         return f"cuda {precision}"
     return "cpu fp32 eager" if precision == "fp32" else "cpu bf16 autocast"
 
 
 def bench_speed(quick: bool = False, compile_too: bool = False) -> None:
-    rounds, steps = (3, 2) if quick else (7, 4)
-    every, reference, default, reason = paths(compile_too)
+    rounds, steps = (3, 2) if quick else (9, 4)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    chosen, reason = auto_precision(device)
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     print(f"speed: default DCNN step, B={B} as {MICRO}x{B // MICRO}, {rounds} interleaved "
-          f"rounds of {steps} steps; {torch.get_num_threads()} CPU threads, {gpu}, "
-          f"torch {torch.__version__}")
-    for _ in range(rounds):
+          f"rounds of {steps} steps, one process per path; {torch.get_num_threads()} CPU "
+          f"threads, {gpu}, torch {torch.__version__}")
+    context = multiprocessing.get_context("spawn")
+    every = [PathProcess(spec, context) for spec in path_specs(compile_too)]
+    try:
+        for _ in range(rounds):
+            for path in every:
+                path.time_steps(steps)
+    finally:
         for path in every:
-            path.time_steps(steps)
+            path.close()
+    by_label = {path.spec.label: path for path in every}
+    reference = by_label["cuda fp32" if device.type == "cuda" else "cpu fp32 eager, before"]
     print(f"{'path':28} {'samples/s':>10} {'min':>8} {'max':>8} {'ratio':>6} {'setup_s':>8}")
     for path in every:
-        print(f"{path.label:28} {path.median:10.0f} {min(path.rates):8.0f} "
+        print(f"{path.spec.label:28} {path.median:10.0f} {min(path.rates):8.0f} "
               f"{max(path.rates):8.0f} {path.median / reference.median:6.2f} "
               f"{path.setup_seconds:8.1f}")
-    print(f"precision: auto here = {default.label} ({reason}); native bf16 CPU: "
+    default = by_label[label(device, chosen)]
+    print(f"precision: auto here = {default.spec.label} ({reason}); native bf16 CPU: "
           f"{cpu_has_native_bf16()}")
     print(f"speed ratio: {default.median / reference.median:.2f}")

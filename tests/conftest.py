@@ -21,6 +21,17 @@ import pytest
 
 from rul.data.schema import COLUMNS, INFORMATIVE_SENSORS, SENSOR_COLUMNS, SETTING_COLUMNS
 
+
+@pytest.fixture(autouse=True)
+def _deterministic_mode_ends_with_its_test():
+    """A run with `deterministic: true` switches torch's deterministic algorithms on for the
+    whole process; later tests must not inherit it (it fills every new tensor, for one)."""
+    import torch
+
+    enabled = torch.are_deterministic_algorithms_enabled()
+    yield
+    torch.use_deterministic_algorithms(enabled)
+
 # Default synthetic layout: train units run to failure, test units are cut off earlier
 # (unit 3 of the test file is shorter than the usual 30-cycle window on purpose).
 TRAIN_LENGTHS = (52, 60, 35, 47, 41)

@@ -288,8 +288,8 @@ def test_speed_bench_runs_without_mlflow_optuna_and_pydantic():
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     rows = {line[:28].strip(): line[28:].split() for line in lines if line.startswith("cpu ")}
-    assert list(rows) == ["cpu fp32 eager, before", "cpu fp32 eager, exact tanh",
-                          "cpu fp32 eager", "cpu fp32 eager, NCHW", "cpu bf16 autocast"]
+    assert list(rows) == ["cpu fp32 eager, before", "cpu fp32 eager, conv",
+                          "cpu fp32 banded, std malloc", "cpu fp32 eager", "cpu bf16 autocast"]
     assert rows["cpu fp32 eager, before"][3] == "1.00"  # the reference
     # auto is fp32 on a CPU: the last line is the default path's ratio to the reference
     assert lines[-1] == f"speed ratio: {rows['cpu fp32 eager'][3]}"
