@@ -13,7 +13,7 @@ from torch import nn
 
 import rul.models.cnn as cnn
 from rul.models.banded import band_plan, offset
-from rul.models.cnn import DCNN, CPUDropout, TimeConv
+from rul.models.cnn import DCNN, TimeConv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,21 +148,6 @@ def test_the_default_layer_does_at_most_1_4_times_the_convolutions_work():
     multiply_adds = sum(rows * cols for *_, (rows, cols) in plan.forward)
     assert multiply_adds / (30 * 10 * 10 * 10) <= 1.4
     assert offset(10) == -4 and offset(3) == -1  # TimeConv's "same": pad k // 2, trim even k
-
-
-def test_cpu_dropout_keeps_and_scales_like_nn_dropout():
-    torch.manual_seed(0)
-    x = torch.ones(200, 500, requires_grad=True)
-    dropout = CPUDropout(0.3)
-    out = dropout(x)
-    kept = out != 0
-    assert abs(kept.float().mean().item() - 0.7) < 0.01
-    assert torch.allclose(out[kept], torch.full_like(out[kept], 1 / 0.7))
-    out.sum().backward()
-    assert torch.equal(x.grad, out.detach())  # d(x * mask / keep) / dx = mask / keep
-    dropout.eval()
-    assert torch.equal(dropout(x), x)
-    assert torch.equal(CPUDropout(0.0).train()(x), x)
 
 
 PAGE_FAULTS = """
