@@ -83,10 +83,12 @@ def bench_engine(epochs=3):
     from rul.models import build_model
     from rul.training.batching import WindowBatches
     from rul.training.engine import fit
+    from rul.training.hardware import keep_freed_memory
     from rul.training.precision import resolve_precision
     from rul.training.seeding import derive_seeds
     from rul.workflow import prepare_data
 
+    keep_freed_memory()  # as `rul train` on a CPU
     config = cfg.load(DEFAULT, {"epochs": epochs, "patience": 100})
     seeds = derive_seeds(config.seed)
     data = prepare_data(config, seeds)
