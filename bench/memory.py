@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import torch
 
 from rul.models import build_model
+from rul.training.hardware import keep_freed_memory
 from rul.training.memory import measure_step
 
 B, MICROS = 512, (512, 256, 128, 64)
@@ -59,6 +60,7 @@ def measure(precision: BenchPrecision, micro: int, steps: int) -> tuple[int, flo
 
 
 def bench_memory(quick: bool = False) -> None:
+    keep_freed_memory()  # as `rul train` on a CPU, before its memory probe
     runs = [("cpu", p) for p in ("fp32", "bf16")]
     if torch.cuda.is_available():
         runs += [("cuda", p) for p in ("fp32", "fp16", "bf16")]

@@ -25,6 +25,7 @@ Imports neither mlflow, optuna nor pydantic: the model is built from plain value
 bench/memory.py) and the windows are synthetic (only shapes matter for speed).
 """
 
+import contextlib
 import multiprocessing
 import statistics
 import time
@@ -136,11 +137,16 @@ class PathProcess:
 
     def time_steps(self, steps: int) -> None:
         self.conn.send(steps)
-        self.rates.append(self.conn.recv())
+        self.rates.append(self.conn.recv())  # EOFError if the path's process died
 
     def close(self) -> None:
-        self.conn.send(None)
-        self.process.join()
+        """Stop the process, also one that died or hangs."""
+        with contextlib.suppress(OSError, EOFError):
+            self.conn.send(None)
+        self.process.join(timeout=30)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join()
 
     @property
     def median(self) -> float:
@@ -177,8 +183,10 @@ def bench_speed(quick: bool = False, compile_too: bool = False) -> None:
           f"rounds of {steps} steps, one process per path; {torch.get_num_threads()} CPU "
           f"threads, {gpu}, torch {torch.__version__}")
     context = multiprocessing.get_context("spawn")
-    every = [PathProcess(spec, context) for spec in path_specs(compile_too)]
+    every = []
     try:
+        for spec in path_specs(compile_too):
+            every.append(PathProcess(spec, context))
         for _ in range(rounds):
             for path in every:
                 path.time_steps(steps)

@@ -29,8 +29,9 @@ def _deterministic_mode_ends_with_its_test():
     import torch
 
     enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     yield
-    torch.use_deterministic_algorithms(enabled)
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 # Default synthetic layout: train units run to failure, test units are cut off earlier
 # (unit 3 of the test file is shorter than the usual 30-cycle window on purpose).

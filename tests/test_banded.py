@@ -3,6 +3,7 @@ the convolutions, up to float32 rounding, with the same parameters."""
 
 import copy
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,9 @@ import torch
 from torch import nn
 
 import rul.models.cnn as cnn
-from rul.models.banded import band_plan, offset
+import rul.workflow
+from rul import config as cfg
+from rul.models.banded import band_plan, banded_tanh, offset
 from rul.models.cnn import DCNN, TimeConv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,11 +145,28 @@ def test_the_blocks_hold_the_whole_band(kernel, c_in, c_out):
         assert outside.numel() == 0 or outside.abs().max() < 1e-6
 
 
-def test_the_default_layer_does_at_most_1_4_times_the_convolutions_work():
+@pytest.mark.parametrize("kernel,length,c_in,c_out", [(10, 12, 1, 3), (10, 12, 2, 3),
+                                                      (3, 9, 3, 1), (2, 7, 2, 2), (7, 4, 2, 2)])
+def test_gradients_are_the_functions_own(kernel, length, c_in, c_out):
+    """torch.autograd.gradcheck in float64 (finite differences against the hand-written
+    backward), also for a kernel longer than the window."""
+    torch.manual_seed(0)
+    x = torch.randn(3, length * c_in, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(c_out, c_in, kernel, 1, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(c_out, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda *a: banded_tanh(*a, kernel), (x, weight * 0.3, bias))
+
+
+def test_a_row_that_is_not_whole_steps_is_refused():
+    with pytest.raises(ValueError, match=r"expects \(sequences, length x 10\)"):
+        banded_tanh(torch.rand(4, 25), torch.rand(10, 10, 3, 1), torch.rand(10), 3)
+
+
+def test_the_default_layer_does_1_25_times_the_convolutions_work():
     """Blocks trade zeros multiplied for products BLAS runs fast (README: Speed)."""
     plan = band_plan(30, 10, 10, 10)
     multiply_adds = sum(rows * cols for *_, (rows, cols) in plan.forward)
-    assert multiply_adds / (30 * 10 * 10 * 10) <= 1.4
+    assert multiply_adds / (30 * 10 * 10 * 10) == 1.25
     assert offset(10) == -4 and offset(3) == -1  # TimeConv's "same": pad k // 2, trim even k
 
 
@@ -172,7 +192,23 @@ print(min(per_step[1:]))
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc")
+def test_a_cpu_training_keeps_freed_memory(monkeypatch):
+    class Called(Exception):
+        pass
+
+    def keep_freed_memory():
+        raise Called  # stops the run before any data is read
+
+    def prepare_data(*args, **kwargs):
+        raise AssertionError("reached the data without keeping freed memory")
+
+    monkeypatch.setattr(rul.workflow, "keep_freed_memory", keep_freed_memory)
+    monkeypatch.setattr(rul.workflow, "prepare_data", prepare_data)
+    with pytest.raises(Called):
+        rul.workflow.run_training(cfg.load(ROOT / "experiments" / "fd001.yaml", ["device=cpu"]))
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc")
 def test_keeping_freed_memory_ends_the_page_faults_of_each_step():
     """What hardware.keep_freed_memory is for: without it the default step faults its
     activation buffers in again every time (hundreds to thousands of page faults)."""

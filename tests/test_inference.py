@@ -219,8 +219,9 @@ def test_short_unit_is_edge_padded_and_flagged(model, fd001):
     padded_window = np.concatenate([np.repeat(values[:1], window - 5, axis=0), values])
     with torch.inference_mode():
         by_hand = inner.model(torch.as_tensor(padded_window[None])).item()
-    # float32 noise of a batch of 2 against a batch of 1 (oneDNN's kernels differ by batch
-    # size; tanh by sigmoid rounds near 0 in steps of ~1e-7) is ~1e-5 cycles; another
+    # float32 noise of a batch of 2 against a batch of 1 (MKL's products and oneDNN's kernels
+    # differ by batch size; tanh by sigmoid rounds near 0 in steps of ~1e-7) is ~1e-5 cycles;
+    # another
     # padding rule moves the prediction by cycles
     assert result["rul"].iloc[0] == pytest.approx(by_hand, abs=1e-4)
 

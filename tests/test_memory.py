@@ -255,19 +255,26 @@ def test_out_of_memory_at_micro_batch_one_is_raised():
 # ------------------------------------------------------------------ bench
 
 
-BLOCKED = ("import sys, runpy\n"
-           "for name in ('mlflow', 'optuna', 'pydantic', 'pydantic_core'):\n"
-           "    sys.modules[name] = None  # import of these raises ImportError\n"
-           "sys.argv = ['bench', 'memory', '--quick']\n"
-           "runpy.run_module('bench', run_name='__main__')\n")
+# Imported first by every interpreter that has it on its path: the bench's own process and
+# the processes it spawns (bench speed runs each path in one) cannot import these.
+BLOCKING_SITECUSTOMIZE = ("import sys\n"
+                          "for name in ('mlflow', 'optuna', 'pydantic', 'pydantic_core'):\n"
+                          "    sys.modules[name] = None  # import of these raises ImportError\n")
+
+
+def run_bench_without_mlflow_optuna_and_pydantic(name: str, tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(BLOCKING_SITECUSTOMIZE)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}",
+           "CUDA_VISIBLE_DEVICES": ""}  # CPU rows only: with a GPU the reference is CUDA's
+    done = subprocess.run([sys.executable, "-m", "bench", name, "--quick"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done
 
 
 @pytest.mark.slow  # ~20-70 s on 2 shared cores: bf16 on CPU is slow
-def test_memory_bench_runs_without_mlflow_optuna_and_pydantic():
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", BLOCKED], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+def test_memory_bench_runs_without_mlflow_optuna_and_pydantic(tmp_path):
+    done = run_bench_without_mlflow_optuna_and_pydantic("memory", tmp_path)
     rows = [line.split() for line in done.stdout.splitlines() if line.startswith("cpu ")]
     # device precision micro K peak_MiB samples/s peak_ratio speed_ratio
     assert [(r[1], int(r[2]), int(r[3])) for r in rows] == [
@@ -279,13 +286,8 @@ def test_memory_bench_runs_without_mlflow_optuna_and_pydantic():
 
 
 @pytest.mark.slow  # ~20-60 s on 2 shared cores: bf16 on CPU is slow
-def test_speed_bench_runs_without_mlflow_optuna_and_pydantic():
-    # CPU rows only: with a GPU the reference and auto's pick are CUDA paths
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    code = BLOCKED.replace("'memory', '--quick'", "'speed', '--quick'")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+def test_speed_bench_runs_without_mlflow_optuna_and_pydantic(tmp_path):
+    done = run_bench_without_mlflow_optuna_and_pydantic("speed", tmp_path)
     lines = done.stdout.splitlines()
     rows = {line[:28].strip(): line[28:].split() for line in lines if line.startswith("cpu ")}
     assert list(rows) == ["cpu fp32 eager, before", "cpu fp32 eager, conv",

@@ -5,16 +5,16 @@ laid out as one row of T x C_in values (time-major, channels last), to a row of 
 values through a banded (block-Toeplitz) matrix M built from the kernel:
 M[(s, ci), (t, co)] = W[co, ci, s - t - off] where 0 <= s - t - off < k (off = -(k // 2),
 +1 for an even kernel: TimeConv's padding and trim). So a layer over a batch is x @ M: a
-matrix product with the batch's B x F sequences as rows, which BLAS (MKL) runs near the
-CPU's peak, where oneDNN's direct convolution with 10 channels runs at about a third of it.
+matrix product with the batch's B x F sequences as rows, which BLAS (MKL) runs at 55-65 % of
+the CPU's peak, where oneDNN's direct convolution with 10 channels runs at about a third.
 
 M is mostly zeros, so it is cut into blocks of output steps: block [t0, t1) needs only the
 input steps [t0 + off, t1 + off + k - 1), so the blocks' products together do about
 (block + k - 1) / k times the convolution's multiply-adds (1.25x for the default 10-channel
-layers, in 6 blocks of 5 steps), at a width BLAS handles well (README: Speed). Each layer's tanh is fused in (as
-2 sigmoid(2z) - 1, the 2 folded into M: tanh_into's formula) and its backward computes the
-input gradient block by block over input steps (no zero-fill, no overlapping writes) and the
-kernel's gradient from the blocks' gradients by one index_add.
+layers, in 6 blocks of 5 steps), at a width BLAS handles well (README: Speed). Each layer's
+tanh is fused in (as 2 sigmoid(2z) - 1, the 2 folded into M: tanh_into's formula) and its
+backward computes the input gradient block by block over input steps (no zero-fill, no
+overlapping writes) and the kernel's gradient from the blocks' gradients by one index_add.
 
 The numbers are the convolution's up to float32 rounding (a different order of the sums);
 the parameters are the TimeConv layers' own, so state dicts do not change.
@@ -26,7 +26,8 @@ import torch
 from torch.autograd.function import once_differentiable
 
 # Output steps per block: about this many output values (steps x C_out) per block row. The
-# default DCNN (10 channels) gets blocks of 5 steps; a 1-channel layer one block of all steps.
+# default DCNN (10 channels) gets blocks of 5 steps; its 1-channel last layer one block of all
+# 30 steps (blocks of 48 steps in windows longer than about 72).
 BLOCK_WIDTH = 48
 
 
@@ -45,10 +46,11 @@ def _band_index(c_in: int, c_out: int, k: int, s0: int, s1: int, t0: int,
                 t1: int) -> torch.Tensor:
     """Indices into [W.flatten(), 0] of M's rows (s0..s1) x columns (t0..t1); the padding
     index (the appended 0) outside the band."""
-    s = torch.arange(s0, s1).view(-1, 1, 1, 1)
-    ci = torch.arange(c_in).view(1, -1, 1, 1)
-    t = torch.arange(t0, t1).view(1, 1, -1, 1)
-    co = torch.arange(c_out).view(1, 1, 1, -1)
+    cpu = torch.device("cpu")  # whatever torch.set_default_device says: the path is CPU-only
+    s = torch.arange(s0, s1, device=cpu).view(-1, 1, 1, 1)
+    ci = torch.arange(c_in, device=cpu).view(1, -1, 1, 1)
+    t = torch.arange(t0, t1, device=cpu).view(1, 1, -1, 1)
+    co = torch.arange(c_out, device=cpu).view(1, 1, 1, -1)
     tap = s - t - offset(k)
     inside = (tap >= 0) & (tap < k)
     flat = torch.where(inside, (co * c_in + ci) * k + tap.clamp(0, k - 1), c_out * c_in * k)
@@ -139,6 +141,9 @@ def banded_tanh(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     time-major, channels last; returns (sequences, length x C_out) in the same layout.
     `weight` is the TimeConv's (C_out, C_in, k, 1) weight."""
     c_out, c_in = weight.shape[:2]
+    if x.dim() != 2 or x.shape[1] % c_in:
+        raise ValueError(f"banded_tanh expects (sequences, length x {c_in}), got shape "
+                         f"{tuple(x.shape)}")
     plan = band_plan(x.shape[1] // c_in, c_in, c_out, kernel_size)
     return _BandedTanh.apply(x.contiguous(), weight.reshape(c_out, c_in, kernel_size), bias,
                              plan)

@@ -123,16 +123,20 @@ class DCNN(nn.Module):
             if isinstance(module, nn.Conv2d | nn.Linear):
                 nn.init.xavier_normal_(module.weight)
                 nn.init.zeros_(module.bias)
-        # channels_last conv weights take oneDNN's fast path: ~2x samples/s on CPU.
+        # channels_last conv weights take oneDNN's fast path for the convolutions (~2x samples/s
+        # on CPU against NCHW); the banded path reads the same weights in any layout.
         self.features.to(memory_format=torch.channels_last)
 
-    # The banded-product path on CPUs in float32 (False: always the convolutions; bench speed
-    # and the tests compare the two). Not a config key: both compute the same network.
+    # The banded-product path on CPUs in float32, eager (False: always the convolutions; bench
+    # speed and the tests compare the two; torch.compile traces the convolutions). Not a config
+    # key: both compute the same network.
     banded = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, window, features) -> (B,)
-        if self.banded and x.device.type == "cpu" and x.dtype == torch.float32 \
-                and not torch.is_autocast_enabled("cpu"):
+        weight = self.features[0].weight
+        if self.banded and x.device.type == weight.device.type == "cpu" \
+                and x.dtype == weight.dtype == torch.float32 \
+                and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling():
             features = self._banded_features(x)
         else:
             features = self.features(x.unsqueeze(1))
@@ -143,8 +147,8 @@ class DCNN(nn.Module):
         is one row (time-major, channels last) through every layer."""
         batch, length, width = x.shape
         rows = x.transpose(1, 2).reshape(batch * width, length)
-        for conv in self.features:
-            if isinstance(conv, TimeConv):
-                rows = banded_tanh(rows, conv.weight, conv.bias, conv.kernel_size[0])
+        for conv, tanh in zip(self.features[::2], self.features[1::2], strict=True):
+            assert isinstance(conv, TimeConv) and isinstance(tanh, TrimmedTanh | nn.Tanh)
+            rows = banded_tanh(rows, conv.weight, conv.bias, conv.kernel_size[0])
         # (B x F, length) -> the convolutions' flattened (B, 1, length, F) order
         return rows.view(batch, width, length).transpose(1, 2).reshape(batch, length * width)
