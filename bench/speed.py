@@ -133,11 +133,22 @@ class PathProcess:
         self.process = context.Process(target=_serve, args=(spec, child), daemon=True)
         self.process.start()
         child.close()
-        self.setup_seconds = self.conn.recv()
+        try:
+            self.setup_seconds = self._answer()
+        except BaseException:
+            self.close()
+            raise
 
     def time_steps(self, steps: int) -> None:
         self.conn.send(steps)
-        self.rates.append(self.conn.recv())  # EOFError if the path's process died
+        self.rates.append(self._answer())
+
+    def _answer(self, timeout_s: float = 900):
+        """The process's reply; EOFError if it died, TimeoutError if it hangs."""
+        if not self.conn.poll(timeout_s):
+            raise TimeoutError(f"bench speed: path {self.spec.label!r} gave no answer in "
+                               f"{timeout_s:.0f} s")
+        return self.conn.recv()
 
     def close(self) -> None:
         """Stop the process, also one that died or hangs."""

@@ -29,6 +29,9 @@ SHAPES = [(10, 30, 10, 4), (3, 30, 10, 4), (2, 7, 4, 2), (11, 40, 16, 3), (10, 5
 def both_paths(kernel, window, filters, layers):
     torch.manual_seed(kernel * 100 + window)
     banded = DCNN(14, window, filters=filters, kernel_size=kernel, num_layers=layers)
+    with torch.no_grad():  # biases too (DCNN starts them at 0; training does not keep them)
+        for parameter in banded.features.parameters():
+            parameter.normal_(0, 0.3)
     convolutions = copy.deepcopy(banded)
     convolutions.banded = False
     return banded, convolutions
@@ -146,15 +149,31 @@ def test_the_blocks_hold_the_whole_band(kernel, c_in, c_out):
 
 
 @pytest.mark.parametrize("kernel,length,c_in,c_out", [(10, 12, 1, 3), (10, 12, 2, 3),
-                                                      (3, 9, 3, 1), (2, 7, 2, 2), (7, 4, 2, 2)])
+                                                      (3, 9, 3, 1), (2, 7, 2, 2), (7, 4, 2, 2),
+                                                      (10, 30, 2, 10)])
 def test_gradients_are_the_functions_own(kernel, length, c_in, c_out):
     """torch.autograd.gradcheck in float64 (finite differences against the hand-written
-    backward), also for a kernel longer than the window."""
+    backward), also for a kernel longer than the window and over 6 blocks."""
+    assert len(band_plan(length, c_in, c_out, kernel).forward) == (6 if length == 30 else 1)
     torch.manual_seed(0)
     x = torch.randn(3, length * c_in, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(c_out, c_in, kernel, 1, dtype=torch.float64, requires_grad=True)
     bias = torch.randn(c_out, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda *a: banded_tanh(*a, kernel), (x, weight * 0.3, bias))
+
+
+def test_gradients_are_laid_out_as_their_parameters():
+    """channels_last weights get channels_last gradients (DDP's gradient buckets warn and
+    autograd copies on every backward otherwise); a frozen layer gets none."""
+    model = DCNN(14, 30)
+    model.features[0].bias.requires_grad_(False)
+    model(torch.rand(8, 30, 14)).sum().backward()
+    for name, parameter in model.features.named_parameters():
+        if parameter.requires_grad:
+            assert parameter.grad.stride() == parameter.stride(), name
+    assert model.features[0].bias.grad is None
+    middle = model.features[2].weight  # (10, 10, 10, 1): channels_last is not contiguous
+    assert middle.stride() != middle.contiguous().stride()
 
 
 def test_a_row_that_is_not_whole_steps_is_refused():

@@ -9,9 +9,11 @@ matrix product with the batch's B x F sequences as rows, which BLAS (MKL) runs a
 the CPU's peak, where oneDNN's direct convolution with 10 channels runs at about a third.
 
 M is mostly zeros, so it is cut into blocks of output steps: block [t0, t1) needs only the
-input steps [t0 + off, t1 + off + k - 1), so the blocks' products together do about
-(block + k - 1) / k times the convolution's multiply-adds (1.25x for the default 10-channel
-layers, in 6 blocks of 5 steps), at a width BLAS handles well (README: Speed). Each layer's
+input steps [t0 + off, t1 + off + k - 1), clipped to the window, so a block does
+(block + k - 1) / k times the convolution's multiply-adds for its steps (1.4 for 5 steps and
+k = 10) and less where the window's edges clip it (the convolution multiplies its zero padding
+too): 1.25x in all for the default 10-channel layers, 6 blocks of 5 steps over 30, at a width
+BLAS handles well (README: Speed). Each layer's
 tanh is fused in (as 2 sigmoid(2z) - 1, the 2 folded into M: tanh_into's formula) and its
 backward computes the input gradient block by block over input steps (no zero-fill, no
 overlapping writes) and the kernel's gradient from the blocks' gradients by one index_add.
@@ -27,7 +29,7 @@ from torch.autograd.function import once_differentiable
 
 # Output steps per block: about this many output values (steps x C_out) per block row. The
 # default DCNN (10 channels) gets blocks of 5 steps; its 1-channel last layer one block of all
-# 30 steps (blocks of 48 steps in windows longer than about 72).
+# 30 steps (in longer windows round(length / 48) blocks of about 48 steps: 2 from 72 steps).
 BLOCK_WIDTH = 48
 
 
@@ -102,7 +104,7 @@ class _BandedTanh(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                 plan: BandPlan) -> torch.Tensor:
-        padded = torch.cat([weight.reshape(-1), weight.new_zeros(1)])
+        padded = torch.cat([weight.reshape(-1), weight.new_zeros(1)])  # (co, ci, tap) order
         twice = _blocks(padded[plan.forward_index].mul_(2), [s for *_, s in plan.forward])
         bias_row = (bias * 2).repeat(plan.length)
         out = x.new_empty((x.shape[0], plan.length * plan.c_out))
@@ -120,18 +122,23 @@ class _BandedTanh(torch.autograd.Function):
         x, weight, out = ctx.saved_tensors
         plan = ctx.plan
         grad_z = torch.ops.aten.tanh_backward(grad_out, out)
-        padded = torch.cat([weight.reshape(-1), weight.new_zeros(1)])
-        grad_x = None
+        grad_x = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
+            padded = torch.cat([weight.reshape(-1), weight.new_zeros(1)])
             grad_x = torch.empty_like(x)
             transposed = _blocks(padded[plan.backward_index], [s for *_, s in plan.backward])
             for (cols, rows, _), m in zip(plan.backward, transposed, strict=True):
                 torch.mm(grad_z[:, cols], m, out=grad_x[:, rows])
-        grad_m = torch.cat([torch.mm(x[:, rows].t(), grad_z[:, cols]).view(-1)
-                            for rows, cols, _ in plan.forward])
-        grad_padded = padded.new_zeros(padded.shape).index_add_(0, plan.forward_index, grad_m)
-        grad_weight = grad_padded[:-1].view(weight.shape)
-        grad_bias = grad_z.sum(0).view(plan.length, plan.c_out).sum(0)
+        if ctx.needs_input_grad[1]:
+            grad_m = torch.cat([torch.mm(x[:, rows].t(), grad_z[:, cols]).view(-1)
+                                for rows, cols, _ in plan.forward])
+            grad_padded = weight.new_zeros(weight.numel() + 1).index_add_(
+                0, plan.forward_index, grad_m)
+            # in the weight's own layout (channels_last in the DCNN): DDP's buckets and
+            # autograd's accumulation expect a parameter's gradient strided as the parameter
+            grad_weight = torch.empty_like(weight).copy_(grad_padded[:-1].view(weight.shape))
+        if ctx.needs_input_grad[2]:
+            grad_bias = grad_z.sum(0).view(plan.length, plan.c_out).sum(0)
         return grad_x, grad_weight, grad_bias, None
 
 
@@ -144,6 +151,8 @@ def banded_tanh(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     if x.dim() != 2 or x.shape[1] % c_in:
         raise ValueError(f"banded_tanh expects (sequences, length x {c_in}), got shape "
                          f"{tuple(x.shape)}")
+    if weight.shape[2:] not in ((kernel_size, 1), (kernel_size,)):
+        raise ValueError(f"banded_tanh expects a ({c_out}, {c_in}, {kernel_size}, 1) weight, "
+                         f"got shape {tuple(weight.shape)}")
     plan = band_plan(x.shape[1] // c_in, c_in, c_out, kernel_size)
-    return _BandedTanh.apply(x.contiguous(), weight.reshape(c_out, c_in, kernel_size), bias,
-                             plan)
+    return _BandedTanh.apply(x.contiguous(), weight, bias, plan)

@@ -148,7 +148,10 @@ class DCNN(nn.Module):
         batch, length, width = x.shape
         rows = x.transpose(1, 2).reshape(batch * width, length)
         for conv, tanh in zip(self.features[::2], self.features[1::2], strict=True):
-            assert isinstance(conv, TimeConv) and isinstance(tanh, TrimmedTanh | nn.Tanh)
+            if not (isinstance(conv, TimeConv) and isinstance(tanh, TrimmedTanh | nn.Tanh)):
+                raise TypeError(f"DCNN.banded: features must alternate TimeConv and tanh, got "
+                                f"{type(conv).__name__}, {type(tanh).__name__}; set banded = "
+                                "False for other layers")
             rows = banded_tanh(rows, conv.weight, conv.bias, conv.kernel_size[0])
         # (B x F, length) -> the convolutions' flattened (B, 1, length, F) order
         return rows.view(batch, width, length).transpose(1, 2).reshape(batch, length * width)
