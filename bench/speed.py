@@ -15,10 +15,11 @@ Paths (CPU; and CUDA fp32, fp16 + GradScaler, bf16 when a GPU is present):
   fp32 eager, conv      the convolutions with each even-kernel layer's trim fused into its tanh
                         and tanh as 2 sigmoid(2x) - 1 (the default until the banded products)
   fp32 banded, std malloc  the layers as banded matrix products (models/banded.py)
-  fp32 eager            what `rul train` runs on a CPU in fp32: the banded products, with
-                        malloc keeping freed memory (hardware.keep_freed_memory)
-  bf16 autocast         the convolutions under bf16 autocast; slow without native bf16
-                        (AVX512-BF16/AMX), which this bench reports
+  fp32 eager            what `rul train` runs on a CPU without native bf16: the banded
+                        products, malloc keeping freed memory (hardware.keep_freed_memory)
+  bf16 autocast         the convolutions under bf16 autocast, malloc keeping freed memory:
+                        what `rul train` runs on a CPU with native bf16 (AVX512-BF16/AMX);
+                        emulated and ~0.15x fp32 without it
   fp32 torch.compile    only with --compile (compilation time shown as setup_s)
 
 Imports neither mlflow, optuna nor pydantic: the model is built from plain values (as in
@@ -188,7 +189,7 @@ def label(device: torch.device, precision: str) -> str:
 def bench_speed(quick: bool = False, compile_too: bool = False) -> None:
     rounds, steps = (3, 2) if quick else (9, 4)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    chosen, reason = auto_precision(device)
+    chosen, reason = auto_precision(device, "cnn")
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     print(f"speed: default DCNN step, B={B} as {MICRO}x{B // MICRO}, {rounds} interleaved "
           f"rounds of {steps} steps, one process per path; {torch.get_num_threads()} CPU "

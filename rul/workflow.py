@@ -113,7 +113,7 @@ def run_training(config: Config, data: PreparedData | None = None,
     device = resolve_device(config.device)
     if device.type == "cpu":
         keep_freed_memory()  # no page faults per step (hardware.py; README: Speed)
-    precision = resolve_precision(config.precision, device)
+    precision = resolve_precision(config.precision, device, config.model)
     data = data or prepare_data(config, seeds, subset)
     config, _ = resolve_auto_split(config, data.preprocessor.n_features, data.train, precision)
     model = build_model(config, data.preprocessor.n_features).to(device)
@@ -122,7 +122,7 @@ def run_training(config: Config, data: PreparedData | None = None,
     state = fit(model, config, precision, seeds, WindowBatches(data.train, device),
                 WindowBatches(data.val, device), listener=listener, checkpointer=checkpointer,
                 resume_from=resume_from, progress=progress, world=world)
-    predicted = predict_windows(model, precision, WindowBatches(data.test, device))
+    predicted = predict_windows(model, WindowBatches(data.test, device))
     test = rul_metrics(predicted, data.subset.test_rul, config.rul_cap)
     metrics = {**{f"test_{k}": v for k, v in test.items()},
                "best_epoch": state.best_epoch, "best_val_rmse": state.best_val_rmse}
@@ -130,7 +130,7 @@ def run_training(config: Config, data: PreparedData | None = None,
                                 "true_rul_capped": data.test.targets, "predicted_rul": predicted})
     interval = None
     if config.interval_coverage is not None:
-        validation = predict_windows(model, precision, WindowBatches(data.val, device))
+        validation = predict_windows(model, WindowBatches(data.val, device))
         interval = add_interval(validation, data, config, predictions, metrics)
     return TrainingOutcome(config, model, data, state, seeds, precision, metrics, predictions,
                            interval=interval)

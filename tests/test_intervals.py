@@ -230,7 +230,7 @@ def test_interval_is_the_conformal_quantile_of_the_validation_residuals(syntheti
 
     val = outcome.data.val
     assert outcome.interval.n_calibration == len(val) == 2 * (60 - 10 + 1)  # all windows
-    predicted = predict_windows(outcome.model, outcome.precision, WindowBatches(val, "cpu"))
+    predicted = predict_windows(outcome.model, WindowBatches(val, "cpu"))
     scores = np.abs(predicted.astype(np.float64) - val.targets)
     q, k = outcome.interval.half_width, math.ceil((len(val) + 1) * 0.9)
     assert (scores <= q).sum() >= k > (scores < q).sum()  # q is the k-th smallest

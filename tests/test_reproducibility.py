@@ -41,8 +41,11 @@ def curves(outcome) -> list:
     return [(h["train_loss_epoch"], h["val_rmse"]) for h in outcome.state.history]
 
 
-def test_same_seed_gives_bitwise_identical_runs(real_data_dir, fd001, tmp_path):
-    config = make_config(real_data_dir, tmp_path)
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_same_seed_gives_bitwise_identical_runs(real_data_dir, fd001, tmp_path, precision):
+    """Per precision: bf16 autocast is what `auto` trains the DCNN in on CPUs with native bf16
+    (emulated, slower but the same contract, on the others)."""
+    config = make_config(real_data_dir, tmp_path, precision=precision)
     first = run_training(config, progress=False, subset=fd001)
     second = run_training(config, progress=False, subset=fd001)
     assert first.metrics == second.metrics
@@ -77,9 +80,11 @@ class InterruptAtEpoch(TrainingListener):
             raise KeyboardInterrupt
 
 
-@pytest.mark.parametrize("ema_decay", [0.0, 0.9])
-def test_kill_and_resume_matches_the_uninterrupted_run(real_data_dir, fd001, tmp_path, ema_decay):
-    config = make_config(real_data_dir, tmp_path, dropout=0.2, epochs=3, ema_decay=ema_decay)
+@pytest.mark.parametrize("ema_decay, precision", [(0.0, "fp32"), (0.9, "fp32"), (0.9, "bf16")])
+def test_kill_and_resume_matches_the_uninterrupted_run(real_data_dir, fd001, tmp_path, ema_decay,
+                                                       precision):
+    config = make_config(real_data_dir, tmp_path, dropout=0.2, epochs=3, ema_decay=ema_decay,
+                         precision=precision)
     reference = run_training(config, progress=False, subset=fd001)
     assert not (tmp_path / "ckpt").exists()
 

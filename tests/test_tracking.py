@@ -24,6 +24,7 @@ from rul.data import DataError
 from rul.tracking.registry import CHAMPION, register_and_promote
 from rul.tracking.run_checkpoints import RunCheckpoints
 from rul.tracking.tracked_run import train_tracked
+from rul.training.hardware import auto_precision
 from rul.training.listener import TrainingListener
 from rul.training.seeding import derive_seeds
 
@@ -65,7 +66,10 @@ def test_params_record_the_batch_contract(fd001_client, trained):
     assert params["effective_batch_size"] == str(c.micro_batch_size * c.accumulation_steps)
     assert params["precision"] == str(c.precision)
     tags = fd001_client.get_run(trained.run_id).data.tags
-    assert tags["precision.resolved"] == trained.outcome.precision.name == "fp32"
+    # auto on a CPU: bf16 where the CPU has native bf16, fp32 otherwise (hardware.py)
+    expected = auto_precision(torch.device("cpu"), c.model)
+    assert (tags["precision.resolved"], tags["precision.reason"]) == expected
+    assert trained.outcome.precision.name == expected[0]
     assert "CPU" in tags["precision.reason"]
     assert params["max_grad_norm"] == str(c.max_grad_norm)
     assert params["seed"] == str(c.seed)
@@ -110,10 +114,11 @@ def test_metric_histories_have_one_entry_per_step_and_epoch(fd001_client, traine
 
 
 def test_no_chart_for_what_means_nothing_here(fd001_client, trained):
-    """fp32 on CPU: no GradScaler, so no amp_scale/skipped_steps (a constant lr, too, is only a
-    param: tests/test_mlflow_listener.py)."""
+    """fp32 or bf16 on CPU: no GradScaler, so no amp_scale/skipped_steps (a constant lr, too,
+    is only a param: tests/test_mlflow_listener.py)."""
     metrics = fd001_client.get_run(trained.run_id).data.metrics
-    assert trained.outcome.precision.name == "fp32"
+    assert trained.outcome.precision.name in ("fp32", "bf16")
+    assert not trained.outcome.precision.use_scaler
     assert not {"amp_scale", "skipped_steps"} & set(metrics)
 
 

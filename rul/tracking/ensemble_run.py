@@ -60,7 +60,7 @@ def _averaged(members: list[TrainingOutcome], windows) -> tuple[np.ndarray, np.n
     predictions = []
     for m in members:
         batches = WindowBatches(windows, m.precision.device)
-        predictions.append(predict_windows(m.model, m.precision, batches))
+        predictions.append(predict_windows(m.model, batches))
     return average_members(predictions)
 
 

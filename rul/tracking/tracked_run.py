@@ -76,7 +76,8 @@ def train_tracked(config: Config, resume: bool | str = False, progress: bool = T
     `data`: already prepared (and checked) data, e.g. an ensemble's shared validation split.
     """
     configure(config.tracking_uri)
-    precision = resolve_precision(config.precision, resolve_device(config.device))
+    precision = resolve_precision(config.precision, resolve_device(config.device),
+                                  config.model)
     if data is None:  # data errors, and a window too long for the units, end here
         data = prepare_data(config)
     experiment_id = ensure_experiment(config.experiment_name)

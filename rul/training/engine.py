@@ -129,7 +129,7 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
             bar.set_postfix(loss=f"{result.loss:.4f}", grad=f"{result.grad_norm:.2f}",
                             refresh=False)
         train_seconds = time.perf_counter() - started
-        val_rmse = rmse(predict_windows(parts.evaluated, precision, val), val.targets.cpu())
+        val_rmse = rmse(predict_windows(parts.evaluated, val), val.targets.cpu())
         val_rmse = world.broadcast(val_rmse)  # rank 0's: every rank stops at the same epoch
         state.epoch += 1
         stopping.update(state, val_rmse, parts.evaluated)

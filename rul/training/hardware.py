@@ -28,18 +28,23 @@ def cpu_has_native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def auto_precision(device: torch.device) -> tuple[str, str]:
-    """(precision, reason) of `precision: auto` on `device`: the fastest one known to keep
-    accuracy there. CUDA: fp16 autocast + GradScaler (tensor cores on every CUDA GPU; the
-    scaler keeps small gradients). CPU: fp32. bf16 autocast on a CPU without native bf16 runs
-    ~0.15x fp32's samples/s (`python -m bench speed`); on one with native bf16 it is faster
-    but its accuracy has not been measured for this model yet, so it stays an opt-in."""
+def auto_precision(device: torch.device, model: str = "cnn") -> tuple[str, str]:
+    """(precision, reason) of `precision: auto` for `model` on `device`: the fastest one known
+    to keep accuracy there. CUDA: fp16 autocast + GradScaler (tensor cores on every CUDA GPU;
+    the scaler keeps small gradients). A CPU with native bf16 (AVX512-BF16/AMX): bf16 autocast
+    for the DCNN, whose 5-seed accuracy in bf16 was measured against fp32 (README: Speed);
+    fp32 for the other models (not measured). A CPU without: fp32 (bf16 autocast is emulated
+    there, ~0.15x fp32's samples/s in `python -m bench speed`)."""
     if device.type == "cuda":
         return "fp16", "CUDA: fp16 autocast with a GradScaler is the fastest safe choice"
-    if cpu_has_native_bf16():
-        return "fp32", ("CPU with native bf16: fp32 until bf16's accuracy is measured for this "
-                        "model (precision=bf16 opts in)")
-    return "fp32", "CPU without native bf16 (AVX512-BF16/AMX): bf16 autocast would be ~7x slower"
+    if not cpu_has_native_bf16():
+        return "fp32", ("CPU without native bf16 (AVX512-BF16/AMX): bf16 autocast would be ~7x "
+                        "slower")
+    if model == "cnn":
+        return "bf16", ("CPU with native bf16: bf16 autocast, ~1.7x fp32's samples/s for the "
+                        "DCNN at the same 5-seed accuracy (README: Speed)")
+    return "fp32", (f"CPU with native bf16: fp32 for model={model} (bf16's speed and accuracy "
+                    "measured for the DCNN only; precision=bf16 opts in)")
 
 
 def keep_freed_memory() -> bool:

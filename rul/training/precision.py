@@ -36,11 +36,11 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def resolve_precision(precision: str, device: torch.device) -> Precision:
-    """`auto` as auto_precision says; an explicit precision is taken as asked."""
+def resolve_precision(precision: str, device: torch.device, model: str = "cnn") -> Precision:
+    """`auto` as auto_precision says for `model`; an explicit precision is taken as asked."""
     reason = "asked for"
     if precision == "auto":
-        precision, reason = auto_precision(device)
+        precision, reason = auto_precision(device, model)
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ConfigError("precision='bf16': this GPU does not support bfloat16 (use auto)")
     return Precision(device, precision, use_scaler=precision == "fp16", reason=reason)
