@@ -83,22 +83,44 @@ def test_tanh_values_and_gradient(trim):
     torch.testing.assert_close(x.grad[:, :, trim:], 1 - out.detach() ** 2, rtol=0, atol=1e-7)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_keeps_torch_tanh(dtype):
-    """2 sigmoid(2x) - 1 in bf16 would turn tanh(0.001) into 0: half types keep torch.tanh."""
-    x = torch.full((2, 3, 11, 4), 1e-3, dtype=dtype)
+def test_fp16_keeps_torch_tanh():
+    """2 sigmoid(2x) - 1 in half precision would turn tanh(0.001) into 0: fp16 keeps torch.tanh
+    (bf16 computes the formula in float32, below)."""
+    x = torch.full((2, 3, 11, 4), 1e-3, dtype=torch.float16)
     out = TrimmedTanh(kernel_size=10)(x)
-    assert out.dtype == dtype and torch.equal(out, torch.tanh(x[:, :, 1:]))
+    assert out.dtype == torch.float16 and torch.equal(out, torch.tanh(x[:, :, 1:]))
 
 
-@pytest.mark.parametrize("banded", [True, False])
-def test_cpu_tanh_is_computed_through_sigmoid(banded):
-    """The point of tanh_into's formula on CPU, on both paths: no aten::tanh on the 10-channel
-    activations (2-3x slower than sigmoid there)."""
+def test_bf16_tanh_is_float32_tanh_rounded_once():
+    """bf16 (CPU autocast): the float32 formula, rounded to bf16 once: small values keep their
+    digits (bf16 sigmoid would make them 0 or +-2^-7), +-1 saturates exactly, values from
+    1e-4 up are tanh's float32 value rounded (but for a few in a million, one bf16 step off),
+    and every value is within the float32 formula's own 1.2e-7 of it (as for float32)."""
+    x = torch.linspace(-12, 12, 2 * 3 * 41 * 4)
+    x[:200] = torch.logspace(-8, 0, 200) * torch.tensor([1.0, -1.0]).repeat(100)
+    x = x.reshape(2, 3, 41, 4).to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    out = TrimmedTanh(kernel_size=10)(x)
+    expected = torch.tanh(x[:, :, 1:].float()).to(torch.bfloat16)
+    assert out.dtype == torch.bfloat16 and out.shape == expected.shape
+    error = (out.float() - expected.float()).abs()
+    step = expected.float().abs() * 2 ** -7  # one bf16 step (8 significant bits)
+    assert (error <= torch.clamp(step, min=1.2e-7)).all()
+    tiny = x[:, :, 1:].float().abs() < 1e-4
+    assert (error[~tiny] <= step[~tiny]).all() and (out != expected)[~tiny].sum() <= 1
+    small = ~tiny & (x[:, :, 1:].float().abs() < 1e-2)
+    assert small.sum() > 40 and torch.equal(out[small], expected[small])
+    assert out.float().abs().max() == 1
+
+
+@pytest.mark.parametrize("banded, autocast", [(True, False), (False, False), (False, True)])
+def test_cpu_tanh_is_computed_through_sigmoid(banded, autocast):
+    """The point of tanh_into's formula on CPU, on both paths and under bf16 autocast: no
+    aten::tanh on the 10-channel activations (2-3x slower than sigmoid there)."""
     x = torch.rand(64, 30, 14)
     model = DCNN(14, 30)
     model.banded = banded
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, \
+            torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         model(x)
     activations = ([64 * 14, 30 * 10],) if banded else ()
     names = [e.name for e in prof.events() if e.input_shapes and (
