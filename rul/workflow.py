@@ -113,12 +113,13 @@ def run_training(config: Config, data: PreparedData | None = None,
     device = resolve_device(config.device)
     if device.type == "cpu":
         keep_freed_memory()  # no page faults per step (hardware.py; README: Speed)
-    precision = resolve_precision(config.precision, device, config.model)
+    if world.distributed:
+        resume_from = world.broadcast(resume_from)
+    precision = resolve_precision(config.precision, device, config.model,
+                                  resumed=(resume_from or {}).get("precision"))
     data = data or prepare_data(config, seeds, subset)
     config, _ = resolve_auto_split(config, data.preprocessor.n_features, data.train, precision)
     model = build_model(config, data.preprocessor.n_features).to(device)
-    if world.distributed:
-        resume_from = world.broadcast(resume_from)
     state = fit(model, config, precision, seeds, WindowBatches(data.train, device),
                 WindowBatches(data.val, device), listener=listener, checkpointer=checkpointer,
                 resume_from=resume_from, progress=progress, world=world)

@@ -105,6 +105,30 @@ def test_kill_and_resume_matches_the_uninterrupted_run(real_data_dir, fd001, tmp
     assert_same_weights(weights(resumed), weights(reference))
 
 
+def test_resume_keeps_the_precision_the_run_started_in(real_data_dir, fd001, tmp_path,
+                                                        monkeypatch):
+    """`precision: auto` interrupted where it meant fp32 and resumed where it means bf16 (another
+    machine, or a newer rul): the run goes on in fp32, as if never interrupted."""
+    from rul.training import hardware
+
+    config = make_config(real_data_dir, tmp_path, dropout=0.2, epochs=3, precision="auto")
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: False)  # auto: fp32
+    reference = run_training(config, progress=False, subset=fd001)
+    assert reference.precision.name == "fp32"
+    checkpointer = Checkpointer(tmp_path / "ckpt" / "run.pt")
+    with pytest.raises(KeyboardInterrupt):
+        run_training(config, listener=InterruptAtEpoch(2), checkpointer=checkpointer,
+                     progress=False, subset=fd001)
+    checkpoint = checkpointer.load()
+    assert checkpoint["precision"] == "fp32"
+
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: True)  # auto: bf16 now
+    resumed = run_training(config, resume_from=checkpoint, progress=False, subset=fd001)
+    assert resumed.precision.name == "fp32" and "auto would pick bf16" in resumed.precision.reason
+    assert resumed.metrics == reference.metrics
+    assert_same_weights(weights(resumed), weights(reference))
+
+
 def test_cli_train_end_to_end(real_data_dir, tmp_path, mlflow_store, monkeypatch):
     monkeypatch.setenv("RUL_UI_PORT", "5123")
     overrides = [f"{k}={v}" for k, v in TINY.items() if k not in ("device", "precision")]

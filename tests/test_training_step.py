@@ -307,3 +307,24 @@ def test_auto_precision_says_what_it_picked_and_why(monkeypatch, device, native_
     assert (precision.name, precision.use_scaler) == expected[:2]
     assert expected[2] in precision.reason
     assert resolve_precision("bf16", CPU).reason == "asked for"
+
+
+RESUMED = "resumed: the run trained in "
+
+
+@pytest.mark.parametrize("native_bf16, resumed, expected", [
+    (True, "fp32", ("fp32", False, RESUMED + "fp32 (auto would pick bf16 here)")),
+    (False, "bf16", ("bf16", False, RESUMED + "bf16 (auto would pick fp32 here)")),
+    (True, "bf16", ("bf16", False, RESUMED + "bf16")),
+    (False, "fp16", ("fp16", True, RESUMED + "fp16 (auto would pick fp32 here)")),
+])
+def test_a_resumed_auto_run_keeps_the_precision_it_trained_in(monkeypatch, native_bf16, resumed,
+                                                              expected):
+    """Another machine (or rul version) may make `auto` pick another precision: a resumed run
+    goes on in its own (its checkpoint's), and says so. An explicit precision is as asked."""
+    from rul.training import hardware
+
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: native_bf16)
+    precision = resolve_precision("auto", CPU, "cnn", resumed=resumed)
+    assert (precision.name, precision.use_scaler, precision.reason) == expected
+    assert resolve_precision("fp32", CPU, "cnn", resumed="bf16").name == "fp32"

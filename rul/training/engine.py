@@ -52,6 +52,7 @@ class TrainingParts:
 
     def __init__(self, model, config, precision, total_steps: int):
         self.model = model
+        self.precision = precision.name  # saved: a resumed run keeps it (resolve_precision)
         self.optimizer = make_optimizer(model, config)
         self.scaler = precision.grad_scaler()
         self.scheduler = make_scheduler(self.optimizer, config, total_steps)
@@ -71,7 +72,7 @@ class TrainingParts:
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scaler": self.scaler.state_dict(),
+                "precision": self.precision, "scaler": self.scaler.state_dict(),
                 "scheduler": self.scheduler.state_dict() if self.scheduler else None,
                 "ema": self.average.state_dict() if self.average is not None else None}
 

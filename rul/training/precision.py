@@ -36,10 +36,20 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def resolve_precision(precision: str, device: torch.device, model: str = "cnn") -> Precision:
-    """`auto` as auto_precision says for `model`; an explicit precision is taken as asked."""
+def resolve_precision(precision: str, device: torch.device, model: str = "cnn",
+                      resumed: str | None = None) -> Precision:
+    """`auto` as auto_precision says for `model`; an explicit precision is taken as asked.
+
+    `resumed`: the precision a resumed run trained in (its checkpoint's). `auto` keeps it, so
+    a run goes on as it started even where `auto` now picks another one (another machine, or
+    another rul version): one run, one precision, and its precision.resolved tag stays true."""
     reason = "asked for"
-    if precision == "auto":
+    if precision == "auto" and resumed is not None:
+        chosen, _ = auto_precision(device, model)
+        reason = (f"resumed: the run trained in {resumed}" if chosen == resumed else
+                  f"resumed: the run trained in {resumed} (auto would pick {chosen} here)")
+        precision = resumed
+    elif precision == "auto":
         precision, reason = auto_precision(device, model)
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ConfigError("precision='bf16': this GPU does not support bfloat16 (use auto)")
