@@ -94,6 +94,15 @@ def test_the_150_epoch_recipe_is_the_batch_256_recipe_trained_longer():
         256, "cosine", 20)
 
 
+
+def test_the_batch_32_recipe_is_the_150_epoch_recipe_with_batch_32():
+    recipe = cfg.load(ROOT / "experiments" / "fd001_b32_e150.yaml")
+    longer = cfg.load(ROOT / "experiments" / "fd001_b256_e150.yaml")
+    assert (recipe.effective_batch_size, recipe.micro_batch_size, recipe.accumulation_steps) == (
+        32, 32, 1)
+    assert {k: v for k, v in recipe.to_dict().items() if longer.to_dict()[k] != v} == {
+        "micro_batch_size": 32}
+
 def test_tuning_file_keeps_the_old_study():
     tuning = cfg.load_tuning(TUNE_PATH)
     assert tuning.train.to_dict() == {**OLD_FD001, "epochs": 12, "patience": 5}
