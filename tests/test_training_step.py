@@ -307,6 +307,8 @@ def test_auto_precision_says_what_it_picked_and_why(monkeypatch, device, native_
     assert (precision.name, precision.use_scaler) == expected[:2]
     assert expected[2] in precision.reason
     assert resolve_precision("bf16", CPU).reason == "asked for"
+    with pytest.raises(TypeError, match="needs the model"):  # auto depends on it: no default
+        resolve_precision("auto", torch.device(device))
 
 
 RESUMED = "resumed: the run trained in "

@@ -28,7 +28,7 @@ def cpu_has_native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def auto_precision(device: torch.device, model: str = "cnn") -> tuple[str, str]:
+def auto_precision(device: torch.device, model: str) -> tuple[str, str]:
     """(precision, reason) of `precision: auto` for `model` on `device`: the fastest one known
     to keep accuracy there. CUDA: fp16 autocast + GradScaler (tensor cores on every CUDA GPU;
     the scaler keeps small gradients). A CPU with native bf16 (AVX512-BF16/AMX): bf16 autocast

@@ -36,14 +36,17 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def resolve_precision(precision: str, device: torch.device, model: str = "cnn",
+def resolve_precision(precision: str, device: torch.device, model: str | None = None,
                       resumed: str | None = None) -> Precision:
-    """`auto` as auto_precision says for `model`; an explicit precision is taken as asked.
+    """`auto` as auto_precision says for `model` (the config's model key: `auto` depends on it,
+    so it has no default); an explicit precision is taken as asked.
 
     `resumed`: the precision a resumed run trained in (its checkpoint's). `auto` keeps it, so
     a run goes on as it started even where `auto` now picks another one (another machine, or
     another rul version): one run, one precision, and its precision.resolved tag stays true."""
     reason = "asked for"
+    if precision == "auto" and model is None:
+        raise TypeError("resolve_precision('auto', ...) needs the model: auto picks per model")
     if precision == "auto" and resumed is not None:
         chosen, _ = auto_precision(device, model)
         reason = (f"resumed: the run trained in {resumed}" if chosen == resumed else
