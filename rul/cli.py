@@ -122,7 +122,9 @@ def _train_ensemble(config, progress: bool) -> None:
     click.echo(
         f"\nensemble of {config.ensemble}: test RMSE {m['test_rmse']:.2f} (members {members}; "
         f"mean {m['member_test_rmse_mean']:.2f})  MAE {m['test_mae']:.2f}  "
-        f"score {m['test_score']:.1f}  val RMSE {m['val_rmse']:.2f}\n"
+        f"score {m['test_score']:.1f}  "
+        f"{'out-of-fold ' if config.ensemble_split == 'folds' else ''}val RMSE "
+        f"{m['val_rmse']:.2f}\n"
         f"run {run_id} in experiment {config.experiment_name!r}\n"
         f"browse: {browse_hint(uri, ensure_experiment(config.experiment_name))}"
     )

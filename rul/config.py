@@ -162,6 +162,11 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     # members of an ensemble model: seeds seed .. seed+N-1 (init and batch order), one shared
     # validation split (that of `seed`); their predictions are averaged (README: Ensembles)
     ensemble: PositiveInt = 1
+    # how the members split the training units: "shared", all on the validation split of `seed`
+    # (val_fraction); "folds", the units cut into N folds by seed's permutation: member i
+    # early-stops on fold i and trains on the others (val_fraction unused), so the ensemble
+    # learns from every training unit and its val_rmse is out-of-fold (README: Ensembles)
+    ensemble_split: _one_of("shared", "folds") = "shared"
     deterministic: Flag = False
     patience: PositiveInt = 20
     device: _one_of("auto", "cpu", "cuda") = "auto"
@@ -224,6 +229,13 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
                              f"must be divisible by num_heads={self.num_heads}")
         return self
 
+    @model_validator(mode="after")
+    def _folds_need_members(self) -> "TrainConfig":
+        if self.ensemble_split == "folds" and self.ensemble < 2:
+            raise rule_error("ensemble_split='folds'", f"needs ensemble >= 2 (member i validates "
+                             f"on fold i of N), got ensemble={self.ensemble}")
+        return self
+
     @property
     def n_conditions(self) -> int:
         if self.condition_scaling == "per_condition":
@@ -238,8 +250,8 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
 
     def to_dict(self) -> dict[str, Any]:
         """The keys a YAML file would hold; B only when it is not micro x K, the memory
-        budget only when set, ensemble only above 1 (so configs without them keep their form
-        and digest)."""
+        budget only when set, ensemble only above 1 and its split only when not shared (so
+        configs without them keep their form and digest)."""
         values = self.model_dump()
         if self.micro_batch_size != "auto" and (
                 self.effective_batch_size == self.micro_batch_size * self.accumulation_steps):
@@ -248,6 +260,8 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
             del values["memory_budget"]
         if self.ensemble == 1:
             del values["ensemble"]
+        if self.ensemble_split == "shared":
+            del values["ensemble_split"]
         return values
 
     def replace(self, **changes) -> "TrainConfig":
@@ -264,7 +278,7 @@ Config = TrainConfig
 # Training keys a study may not vary: where data and results live, not what is trained.
 NOT_TUNABLE = ("subset", "data_dir", "tracking_uri", "experiment", "register", "run_name",
                "checkpoint_dir", "device", "interval_coverage",
-               "ensemble")  # trials train single models
+               "ensemble", "ensemble_split")  # trials train single models
 SPLIT_IN_SPACE = (
     "search_space lists {}: with exact accumulation micro_batch_size x accumulation_steps only "
     "splits the effective batch, which alone decides the model, so the sampler spends trials on "

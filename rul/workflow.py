@@ -10,7 +10,7 @@ import pandas as pd
 
 from rul.config import Config, ConfigError
 from rul.data import CMAPSSSubset, load_subset
-from rul.data.split import rows_of, split_units
+from rul.data.split import fold_units, rows_of, split_units
 from rul.evaluation.conformal import Interval, fit_conformal, interval_scores, min_calibration_size
 from rul.evaluation.metrics import rul_metrics
 from rul.models import build_model
@@ -73,8 +73,47 @@ def prepare_data(config: Config, seeds: Seeds | None = None,
     seeds = seeds or derive_seeds(config.seed)
     subset = subset or load_subset(config.subset, config.data_dir)
     train_units, val_units = split_units(subset.train["unit"], config.val_fraction, seeds.split)
+    preprocessor = preprocessor_for(config).fit(rows_of(subset.train, train_units))
+    data = _windows(config, subset, preprocessor, train_units, val_units)
+    _check_calibration(config, len(data.val))
+    return data
+
+
+def prepare_folds(config: Config, seeds: Seeds | None = None,
+                  subset: CMAPSSSubset | None = None) -> list[PreparedData]:
+    """The data of each member of a cross-fitted ensemble (ensemble_split: folds): the
+    training units in config.ensemble folds (seeds.split's permutation); member i validates on
+    fold i and trains on the others. The preprocessing is fitted once on every training unit
+    (the ensemble's training data; the test units never) and shared, so the members read the
+    same scaled rows and the same test windows, and the model stores one preprocessor.
+    Raises ConfigError like prepare_data."""
+    seeds = seeds or derive_seeds(config.seed)
+    subset = subset or load_subset(config.subset, config.data_dir)
+    units = np.unique(subset.train["unit"])
+    if config.ensemble > len(units):
+        raise ConfigError(f"ensemble={config.ensemble}: more folds than the {len(units)} "
+                          f"training units of {subset.name}")
+    folds = fold_units(units, config.ensemble, seeds.split)
+    preprocessor = preprocessor_for(config).fit(rows_of(subset.train, units))
+    test = _test_windows(config, subset, preprocessor)
+    members = [_windows(config, subset, preprocessor, np.setdiff1d(units, fold), fold, test)
+               for fold in folds]
+    _check_calibration(config, sum(len(m.val) for m in members))
+    return members
+
+
+def prepare_members(config: Config, seeds: Seeds | None = None,
+                    subset: CMAPSSSubset | None = None) -> list[PreparedData]:
+    """Each ensemble member's data: one shared object (ensemble_split: shared) or its fold."""
+    if config.ensemble_split == "folds":
+        return prepare_folds(config, seeds, subset)
+    return [prepare_data(config, seeds, subset)] * config.ensemble
+
+
+def _windows(config: Config, subset: CMAPSSSubset, preprocessor: Preprocessor,
+             train_units: np.ndarray, val_units: np.ndarray,
+             test: tuple[np.ndarray, WindowSet] | None = None) -> PreparedData:
     train_rows, val_rows = rows_of(subset.train, train_units), rows_of(subset.train, val_units)
-    preprocessor = preprocessor_for(config).fit(train_rows)  # training units only
     train, val = preprocessor.window_set(train_rows), preprocessor.window_set(val_rows)
     for split, windows, rows in (("training", train, train_rows), ("validation", val, val_rows)):
         if len(windows) == 0:
@@ -83,18 +122,27 @@ def prepare_data(config: Config, seeds: Seeds | None = None,
                 f"window={config.window}: longer than every {split} unit of {subset.name} "
                 f"(the longest has {longest} cycles), so there is nothing to train on"
             )
+    test_units, test_windows = test or _test_windows(config, subset, preprocessor)
+    return PreparedData(subset, preprocessor, train_units, val_units, train, val, test_windows,
+                        test_units)
+
+
+def _test_windows(config: Config, subset: CMAPSSSubset, preprocessor: Preprocessor
+                  ) -> tuple[np.ndarray, WindowSet]:
+    """The last window of each test unit, its target the capped true RUL."""
+    test_units, windows = preprocessor.last_windows(subset.test)
+    n, w, f = windows.shape
+    return test_units, WindowSet(windows.reshape(n * w, f), np.arange(n) * w,
+                                 cap_rul(subset.test_rul.astype(np.float32), config.rul_cap),
+                                 test_units, w)
+
+
+def _check_calibration(config: Config, n_windows: int) -> None:
     needed = min_calibration_size(config.interval_coverage) if config.interval_coverage else 0
-    if len(val) < needed:
+    if n_windows < needed:
         raise ConfigError(f"interval_coverage={config.interval_coverage}: needs at least "
                           f"{needed} validation windows to calibrate, the validation units "
-                          f"give {len(val)} (lower it, or raise val_fraction)")
-    test_units, test_windows = preprocessor.last_windows(subset.test)
-    n, w, f = test_windows.shape
-    test = WindowSet(test_windows.reshape(n * w, f), np.arange(n) * w,
-                     cap_rul(subset.test_rul.astype(np.float32), config.rul_cap),
-                     test_units, w)
-    return PreparedData(subset, preprocessor, train_units, val_units, train, val, test,
-                        test_units)
+                          f"give {n_windows} (lower it, or raise val_fraction)")
 
 
 def run_training(config: Config, data: PreparedData | None = None,
@@ -132,22 +180,23 @@ def run_training(config: Config, data: PreparedData | None = None,
     interval = None
     if config.interval_coverage is not None:
         validation = predict_windows(model, WindowBatches(data.val, device))
-        interval = add_interval(validation, data, config, predictions, metrics)
+        residuals = np.asarray(validation, dtype=np.float64) - data.val.targets
+        interval = add_interval(residuals, data, config, predictions, metrics)
     return TrainingOutcome(config, model, data, state, seeds, precision, metrics, predictions,
                            interval=interval)
 
 
-def add_interval(validation_predicted, data: PreparedData, config: Config,
+def add_interval(residuals, data: PreparedData, config: Config,
                  predictions: pd.DataFrame, metrics: dict) -> Interval:
-    """Calibrate the split conformal interval on the validation windows' residuals, add its
-    bounds to the test `predictions` and its figures to `metrics`; return it.
+    """Calibrate the split conformal interval on the validation windows' `residuals`
+    (predicted - capped target), add its bounds to the test `predictions` and its figures to
+    `metrics`; return it.
 
     A served prediction reads the last window of a unit's history, truncated anywhere; the
     validation units run to failure, so each of their windows is one such truncation point,
     its target the capped RUL the model was trained on. The test units are never used to
     calibrate: their coverage and mean width are reported only.
     """
-    residuals = np.asarray(validation_predicted, dtype=np.float64) - data.val.targets
     interval = fit_conformal(residuals, config.interval_coverage)
     lower, upper = interval.bounds(predictions["predicted_rul"].to_numpy(), high=config.rul_cap)
     predictions["predicted_rul_lower"], predictions["predicted_rul_upper"] = lower, upper

@@ -20,12 +20,13 @@ from rul import config as cfg
 from rul.cli import main
 from rul.serving.predictor import average_members, predict_frame
 from rul.tracking import ensemble_run
-from rul.tracking.ensemble_run import MEMBER_TAG, combine, train_ensemble
+from rul.tracking.ensemble_run import FOLD_TAG, MEMBER_TAG, combine, train_ensemble
 from rul.tracking.multi_seed import KIND_TAG
 from rul.tracking.registry import CHAMPION
 from rul.tracking.tracked_run import train_tracked
 from rul.training.listener import TrainingListener
 from rul.training.seeding import derive_seeds
+from rul.workflow import prepare_folds, preprocessor_for
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_PATH = ROOT / "experiments" / "fd001.yaml"
@@ -92,7 +93,7 @@ def test_parent_metrics_are_those_of_the_averaged_prediction(ensemble):
 def test_one_member_ensemble_scores_like_the_single_run(ensemble):
     """The ensemble's val_rmse is the same measure as a single run's best_val_rmse."""
     member = ensemble.outcome.members[0]
-    alone = combine(ensemble.config, member.data, [member])
+    alone = combine(ensemble.config, [member])
     assert alone.metrics["val_rmse"] == pytest.approx(member.state.best_val_rmse, rel=1e-6)
 
 
@@ -154,10 +155,118 @@ def test_single_model_output_is_unchanged(poor_single, fd001):
     assert list(single.columns) == ["unit", "rul", "padded"]
 
 
+def predict_frame_windows(member, windows) -> np.ndarray:
+    import torch
+
+    from rul.training.batching import WindowBatches
+    from rul.training.evaluate import predict_windows
+
+    batches = WindowBatches(windows, torch.device("cpu"))
+    return np.asarray(predict_windows(member.model, batches), np.float64)
+
+
 def test_average_members_mean_and_spread():
     mean, spread = average_members([[1.0, 10.0], [3.0, 10.0], [5.0, 10.0]])
     np.testing.assert_allclose(mean, [3.0, 10.0])
     np.testing.assert_allclose(spread, [math.sqrt(8 / 3), 0.0])
+
+
+# ---------------------------------------------------------------- folds (cross-fitting)
+
+
+def test_folds_cut_every_training_unit_once_and_share_one_preprocessor(fd001):
+    config = cfg.load(CONFIG_PATH, {"ensemble": 3, "ensemble_split": "folds", "seed": 42})
+    members = prepare_folds(config, derive_seeds(42), fd001)
+    units = np.unique(fd001.train["unit"])
+    folds = [m.val_units for m in members]
+    assert [len(f) for f in folds] == [34, 33, 33]
+    np.testing.assert_array_equal(np.sort(np.concatenate(folds)), units)  # each unit once
+    for m in members:
+        np.testing.assert_array_equal(m.train_units, np.setdiff1d(units, m.val_units))
+        assert m.preprocessor is members[0].preprocessor and m.test is members[0].test
+        assert len(m.val) == sum(n - config.window + 1 for n in
+                                 fd001.train[fd001.train["unit"].isin(m.val_units)]
+                                 .groupby("unit").size())
+    # fitted on every training unit (the test units never): the scaling of all of them
+    everything = preprocessor_for(config).fit(fd001.train)
+    probe = fd001.train[fd001.train["unit"] == folds[0][0]]
+    np.testing.assert_array_equal(members[0].preprocessor.transform(probe),
+                                  everything.transform(probe))
+    own = preprocessor_for(config).fit(fd001.train[fd001.train["unit"].isin(
+        members[0].train_units)])  # what a member fitted alone would scale with
+    assert not np.allclose(members[0].preprocessor.transform(probe), own.transform(probe))
+    # the folds are seed's: another seed cuts others, the same seed the same
+    again = prepare_folds(config, derive_seeds(42), fd001)
+    assert all((a.val_units == b.val_units).all() for a, b in zip(members, again, strict=True))
+    other = prepare_folds(config.replace(seed=7), derive_seeds(7), fd001)
+    assert not (other[0].val_units.shape == folds[0].shape
+                and (other[0].val_units == folds[0]).all())
+
+
+def test_folds_need_members_and_units(fd001):
+    with pytest.raises(cfg.ConfigError, match=r"ensemble_split='folds': needs ensemble >= 2 "
+                                              r"\(member i validates on fold i of N\), got "
+                                              r"ensemble=1"):
+        cfg.load(None, {"ensemble_split": "folds"})
+    with pytest.raises(cfg.ConfigError, match="ensemble_split='fold': must be one of shared"):
+        cfg.load(None, {"ensemble": 2, "ensemble_split": "fold"})
+    with pytest.raises(cfg.ConfigError, match="ensemble=101: more folds than the 100 training "
+                                              "units of FD001"):
+        prepare_folds(cfg.load(None, {"ensemble": 101, "ensemble_split": "folds"}), subset=fd001)
+    assert "ensemble_split" not in cfg.load(None, {"ensemble": 2}).to_dict()  # digest kept
+    with pytest.raises(cfg.ConfigError, match="'ensemble_split' is not a tunable"):
+        cfg.load_tuning(None, {"search_space": {"ensemble_split": {
+            "type": "categorical", "choices": ["shared", "folds"]}}})
+
+
+@pytest.fixture(scope="module")
+def folds_ensemble(fd001_store, fd001_client):
+    config = fd001_store.config(ensemble=2, ensemble_split="folds", seed=42)
+    outcome, run_id = train_ensemble(config, progress=False, register=False)
+    members = fd001_client.search_runs([fd001_client.get_run(run_id).info.experiment_id],
+                                       f"tags.`{PARENT}` = '{run_id}'")
+    members = sorted(members, key=lambda r: int(r.data.tags[MEMBER_TAG]))
+    return SimpleNamespace(config=config, outcome=outcome, run_id=run_id, members=members,
+                           parent=fd001_client.get_run(run_id))
+
+
+def test_folds_ensemble_validates_out_of_fold(folds_ensemble, fd001):
+    """Each member early-stops on its own fold; the ensemble's val_rmse is out-of-fold: every
+    training unit's windows predicted by the one member that did not train on it, and the
+    interval is calibrated on those residuals."""
+    outcome, parent = folds_ensemble.outcome, folds_ensemble.parent
+    first, second = outcome.members
+    assert first.data is not second.data
+    assert not set(first.data.val_units) & set(second.data.val_units)
+    assert set(first.data.val_units) == set(second.data.train_units)
+    assert [m.data.tags[FOLD_TAG] for m in folds_ensemble.members] == ["0", "1"]
+    assert parent.data.tags["ensemble.split"] == "folds"
+    assert parent.data.params["ensemble_split"] == "folds"
+    residuals = []
+    for m in outcome.members:
+        predicted = predict_frame_windows(m, m.data.val)
+        residuals.append(predicted - m.data.val.targets)
+        assert m.state.best_val_rmse == pytest.approx(
+            np.sqrt(np.mean(residuals[-1] ** 2)), rel=1e-5)  # its own fold is its validation
+    residuals = np.concatenate(residuals)
+    assert len(residuals) == sum(n - 30 + 1 for n in fd001.train.groupby("unit").size())
+    assert parent.data.metrics["val_rmse"] == pytest.approx(np.sqrt(np.mean(residuals ** 2)),
+                                                           rel=1e-6)
+    assert outcome.interval.n_calibration == len(residuals)
+    assert outcome.interval.half_width == pytest.approx(
+        np.sort(np.abs(residuals))[int(np.ceil((len(residuals) + 1) * 0.9)) - 1], rel=1e-6)
+    # the test prediction is still the mean of both members on the same test windows
+    np.testing.assert_allclose(
+        outcome.predictions["predicted_rul"],
+        np.mean([m.predictions["predicted_rul"] for m in outcome.members], axis=0), rtol=1e-6)
+
+
+def test_folds_ensemble_serves_like_any_ensemble(folds_ensemble, fd001):
+    model = mlflow.pyfunc.load_model(f"runs:/{folds_ensemble.run_id}/model")
+    result = model.predict(fd001.test)
+    assert list(result.columns) == ["unit", "rul", "rul_lower", "rul_upper", "padded", "rul_std"]
+    np.testing.assert_allclose(result["rul"], folds_ensemble.outcome.predictions["predicted_rul"],
+                               rtol=1e-5)
 
 
 # ---------------------------------------------------------------- bad input, interruptions

@@ -107,6 +107,24 @@ def test_ensemble_seeds_are_spaced_so_no_member_repeats():
     assert seed_evaluation.evaluation_seeds(cfg.load(None, {"seed": 10}), 3) == [10, 11, 12]
 
 
+def test_a_folds_ensemble_evaluates_out_of_fold(fd001_store, fd001_client):
+    """Each seed of `ensemble_split: folds` is a cross-fitted ensemble of its own folds; the
+    evaluation's val_rmse is the ensemble's out-of-fold RMSE, not a member's."""
+    config = fd001_store.config(seed=42, ensemble=2, ensemble_split="folds", epochs=1)
+    evaluation = evaluate_seeds(config, 1, progress=False)
+    parent = fd001_client.get_run(evaluation.parent_run_id)
+    (ensemble,) = fd001_client.search_runs([parent.info.experiment_id],
+                                           f"tags.`{PARENT}` = '{parent.info.run_id}'")
+    members = fd001_client.search_runs([parent.info.experiment_id],
+                                       f"tags.`{PARENT}` = '{ensemble.info.run_id}'")
+    assert ensemble.data.tags["ensemble.split"] == "folds"
+    assert sorted(m.data.tags["ensemble.fold"] for m in members) == ["0", "1"]
+    assert parent.data.metrics["val_rmse_mean"] == pytest.approx(
+        ensemble.data.metrics["val_rmse"], rel=1e-12)
+    assert parent.data.metrics["val_rmse_mean"] != pytest.approx(
+        ensemble.data.metrics["member_val_rmse_mean"], rel=1e-6)
+
+
 # ---------------------------------------------------------------- bad input, interruptions
 
 
@@ -115,6 +133,8 @@ def test_ensemble_seeds_are_spaced_so_no_member_repeats():
     (["--seeds", "0"], "0 is not in the range x>=1"),
     (["ensemble=0"], "ensemble=0: must be a positive integer"),
     (["window=400"], "window=400: longer than every"),
+    (["ensemble=2", "ensemble_split=folds", "window=400"], "window=400: longer than every"),
+    (["ensemble_split=folds"], "ensemble_split='folds': needs ensemble >= 2"),
 ])
 def test_bad_input_is_one_line_exit_2_and_no_run(mlflow_store, real_data_dir, args, said):
     result = CliRunner().invoke(main, ["evaluate", str(CONFIG_PATH), *args,

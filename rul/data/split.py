@@ -18,3 +18,13 @@ def split_units(units, val_fraction: float, seed: int) -> tuple[np.ndarray, np.n
 
 def rows_of(frame: pd.DataFrame, units: np.ndarray) -> pd.DataFrame:
     return frame[frame["unit"].isin(units)]
+
+
+def fold_units(units, n_folds: int, seed: int) -> list[np.ndarray]:
+    """The distinct unit ids in `n_folds` folds (sizes differing by at most one), each sorted:
+    a seeded permutation cut in order, so fold i is the same for a seed whatever else changes."""
+    units = np.unique(np.asarray(units))
+    if not 2 <= n_folds <= len(units):
+        raise ValueError(f"cannot cut {len(units)} units into {n_folds} folds")
+    shuffled = np.random.default_rng(seed).permutation(units)
+    return [np.sort(fold) for fold in np.array_split(shuffled, n_folds)]

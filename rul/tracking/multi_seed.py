@@ -22,7 +22,7 @@ from rul.tracking.lifecycle import run_ends_cleanly
 from rul.tracking.store import configure, ensure_experiment
 from rul.tracking.tracked_run import ARCHITECTURE_KEYS, MODEL_KEYS, _source_tags
 from rul.training.seeding import derive_seeds
-from rul.workflow import PreparedData, prepare_data
+from rul.workflow import PreparedData, prepare_members
 
 KIND_TAG = "rul.kind"  # evaluate | ensemble (single runs have none)
 INDEX_TAG = "rul.seed_index"  # a child's place among the parent's seeds
@@ -48,11 +48,12 @@ class SeededRuns:
     seconds: float  # wall time of all seeds
 
 
-def prepare_each(config: Config, seeds: list[int]) -> dict[int, PreparedData]:
-    """The data (split, fitted preprocessing, windows) of each seed, checked before any run.
-    The files are read once."""
+def prepare_each(config: Config, seeds: list[int]) -> dict[int, list[PreparedData]]:
+    """The data (split, fitted preprocessing, windows) of each seed, checked before any run:
+    one per ensemble member (rul.workflow.prepare_members), so one for a single model. The
+    files are read once."""
     subset = load_subset(config.subset, config.data_dir)
-    return {s: prepare_data(config.replace(seed=s), derive_seeds(s), subset) for s in seeds}
+    return {s: prepare_members(config.replace(seed=s), derive_seeds(s), subset) for s in seeds}
 
 
 def log_config(config: Config, data: PreparedData, params: dict | None = None) -> None:

@@ -83,13 +83,13 @@ def evaluate_seeds(config: Config, n_seeds: int, progress: bool = True) -> Evalu
                                   register=False, extra_tags=tags)
         return train_tracked(seeded, progress=progress, parent_run_id=parent,
                              run_name=f"{config.run_name}-s{seed}" if config.run_name else None,
-                             extra_tags=tags, register=False, resumable=False, data=data[seed])
+                             extra_tags=tags, register=False, resumable=False, data=data[seed][0])
 
     def summarize(runs: SeededRuns) -> Evaluation:
         rows = [{"seed": r.seed, "run_id": r.run_id, **reported_metrics(r.outcome),
                  "seconds": r.seconds} for r in runs.runs]
         evaluation = Evaluation(runs.parent_run_id, name, rows, aggregate(rows), runs.seconds)
-        log_config(config, data[seeds[0]], {"seeds": n_seeds})
+        log_config(config, data[seeds[0]][0], {"seeds": n_seeds})
         mlflow.log_metrics({**evaluation.aggregates, "wall_time_s": runs.seconds})
         mlflow.log_table({k: [row[k] for row in rows] for k in rows[0]}, "seeds.json")
         return evaluation
