@@ -103,6 +103,14 @@ def test_the_batch_32_recipe_is_the_150_epoch_recipe_with_batch_32():
     assert {k: v for k, v in recipe.to_dict().items() if longer.to_dict()[k] != v} == {
         "micro_batch_size": 32}
 
+
+def test_the_folds_recipe_is_the_batch_32_recipe_as_5_folds():
+    recipe = cfg.load(ROOT / "experiments" / "fd001_b32_e150_folds5.yaml")
+    single = cfg.load(ROOT / "experiments" / "fd001_b32_e150.yaml")
+    assert {k: v for k, v in recipe.to_dict().items() if single.to_dict().get(k) != v} == {
+        "ensemble": 5, "ensemble_split": "folds"}
+
+
 def test_tuning_file_keeps_the_old_study():
     tuning = cfg.load_tuning(TUNE_PATH)
     assert tuning.train.to_dict() == {**OLD_FD001, "epochs": 12, "patience": 5}
