@@ -12,6 +12,7 @@ calls into a library that writes (Optuna's optimize) can defer the whole call an
 parts where an immediate stop is safe with `immediate()` (a trial's training).
 """
 
+import os
 import signal
 from contextlib import contextmanager
 
@@ -60,10 +61,12 @@ def interrupts_as_exceptions(on_first_signal=None):
     """Inside the block, SIGINT/SIGTERM raise as above; `on_first_signal()` runs just before
     the first one is raised or deferred (e.g. to quiet a library's logging of it)."""
     received: list[int] = []
+    arrivals = _ArrivalOrder()
 
     def handler(signum, frame):
         if received:
             return  # clean-up is running: finish it
+        signum = arrivals.first(signum)
         received.append(signum)
         if on_first_signal is not None:
             on_first_signal()
@@ -76,6 +79,47 @@ def interrupts_as_exceptions(on_first_signal=None):
     try:
         yield received
     finally:
+        arrivals.close()
         _pending.clear()
         for s, h in previous.items():  # once interrupted, the process is on its way out
             signal.signal(s, signal.SIG_IGN if received else h)
+
+
+class _ArrivalOrder:
+    """Which signal arrived first. Python runs its handlers between bytecodes, and when two
+    signals arrived during one long C call (a training step) it runs them in signal-number
+    order, SIGINT (2) before SIGTERM (15), whatever order they came in. The C-level handler
+    writes each signal's number to the wakeup fd as it arrives, so the pipe holds the true
+    order. Main thread only (like signal.signal); without a wakeup fd, the handler's signal."""
+
+    def __init__(self):
+        self._fds, self._previous = None, None
+        try:
+            read_end, write_end = os.pipe()
+        except OSError:
+            return
+        os.set_blocking(read_end, False)
+        os.set_blocking(write_end, False)
+        try:
+            self._previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            os.close(read_end)
+            os.close(write_end)
+            return
+        self._fds = (read_end, write_end)
+
+    def first(self, signum: int) -> int:
+        if self._fds is None:
+            return signum
+        try:
+            arrived = os.read(self._fds[0], 64)
+        except BlockingIOError:
+            return signum
+        return next((b for b in arrived if b in (signal.SIGINT, signal.SIGTERM)), signum)
+
+    def close(self) -> None:
+        if self._fds is not None:
+            signal.set_wakeup_fd(self._previous)
+            for fd in self._fds:
+                os.close(fd)
+            self._fds = None

@@ -126,6 +126,42 @@ def test_tune_ends_parent_and_trial_runs_killed_on_a_signal(tmp_path, real_data_
     assert optuna.trial.TrialState.RUNNING not in states
 
 
+@pytest.mark.parametrize(("first", "then", "raised"), [
+    (signal.SIGTERM, signal.SIGINT, "Terminated"),
+    (signal.SIGINT, signal.SIGTERM, "KeyboardInterrupt"),
+])
+def test_the_first_signal_wins_when_both_arrive_during_one_long_call(first, then, raised):
+    """Both signals arrive while the main thread is inside one C call (as in a training step
+    on a loaded machine); Python then runs its handlers in signal-number order, SIGINT first.
+    The first to arrive must decide: SIGTERM then SIGINT exits 143, not 130."""
+    import hashlib
+    import threading
+
+    from rul.interrupts import exit_code, interrupts_as_exceptions
+
+    inside, sent = threading.Event(), []
+
+    def send():
+        inside.wait()
+        time.sleep(0.1)
+        os.kill(os.getpid(), first)
+        time.sleep(0.05)  # as from a shell: back to back, the kernel may hand them over swapped
+        os.kill(os.getpid(), then)
+        sent.append(time.monotonic())
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    with pytest.raises(KeyboardInterrupt) as caught, interrupts_as_exceptions() as received:
+        inside.set()
+        # one C call that releases the GIL and checks no signal: ~2 s here
+        hashlib.pbkdf2_hmac("sha256", b"key", b"salt", 10_000_000)
+    returned = time.monotonic()  # the handlers ran when the call returned
+    sender.join()
+    assert sent and sent[0] < returned, "the call ended before both signals: it proves nothing"
+    assert type(caught.value).__name__ == raised and received == [first]
+    assert exit_code(caught.value) == 128 + first
+
+
 def test_a_signal_inside_a_deferred_block_is_raised_when_the_block_ends():
     """A database write is never cut in half: the signal waits for the block, then raises;
     inside `immediate()` it raises at once; a second signal is ignored."""
