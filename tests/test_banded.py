@@ -230,12 +230,19 @@ def test_a_cpu_training_keeps_freed_memory(monkeypatch):
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc")
 def test_keeping_freed_memory_ends_the_page_faults_of_each_step():
     """What hardware.keep_freed_memory is for: without it the default step faults its
-    activation buffers in again every time (hundreds to thousands of page faults)."""
-    faults = {}
-    for mode in ("keep", "default"):
+    activation buffers in again (hundreds to thousands of page faults per step); with it the
+    steps stop faulting once the heap has grown. glibc adapts its own thresholds now and then
+    (a CI run once saw a default process without faults), so the default gets three tries."""
+    def faults(mode: str) -> float:  # per step, the fewest of windows 2-4
         done = subprocess.run([sys.executable, "-c", PAGE_FAULTS, mode], cwd=ROOT,
                               env={**os.environ, "PYTHONPATH": str(ROOT)},
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
-        faults[mode] = float(done.stdout.split()[-1])
-    assert faults["keep"] < 20 < faults["default"], faults
+        return float(done.stdout.split()[-1])
+
+    kept = faults("keep")
+    assert kept < 20, kept
+    default = []
+    while len(default) < 3 and not any(fewest > 20 for fewest in default):
+        default.append(faults("default"))
+    assert default[-1] > 20, default
