@@ -90,15 +90,16 @@ def prepare_folds(config: Config, seeds: Seeds | None = None,
     seeds = seeds or derive_seeds(config.seed)
     subset = subset or load_subset(config.subset, config.data_dir)
     units = np.unique(subset.train["unit"])
-    if config.ensemble > len(units):
-        raise ConfigError(f"ensemble={config.ensemble}: more folds than the {len(units)} "
-                          f"training units of {subset.name}")
-    folds = fold_units(units, config.ensemble, seeds.split)
+    try:
+        folds = fold_units(units, config.ensemble, seeds.split)
+    except ValueError as error:
+        raise ConfigError(f"ensemble={config.ensemble}: {error} (the training units of "
+                          f"{subset.name})") from None
     preprocessor = preprocessor_for(config).fit(rows_of(subset.train, units))
     test = _test_windows(config, subset, preprocessor)
     members = [_windows(config, subset, preprocessor, np.setdiff1d(units, fold), fold, test)
                for fold in folds]
-    _check_calibration(config, sum(len(m.val) for m in members))
+    _check_calibration(config, sum(len(m.val) for m in members), folds=True)
     return members
 
 
@@ -137,12 +138,13 @@ def _test_windows(config: Config, subset: CMAPSSSubset, preprocessor: Preprocess
                                  test_units, w)
 
 
-def _check_calibration(config: Config, n_windows: int) -> None:
+def _check_calibration(config: Config, n_windows: int, folds: bool = False) -> None:
     needed = min_calibration_size(config.interval_coverage) if config.interval_coverage else 0
     if n_windows < needed:
         raise ConfigError(f"interval_coverage={config.interval_coverage}: needs at least "
                           f"{needed} validation windows to calibrate, the validation units "
-                          f"give {n_windows} (lower it, or raise val_fraction)")
+                          f"give {n_windows} (lower it"
+                          f"{'' if folds else ', or raise val_fraction'})")
 
 
 def run_training(config: Config, data: PreparedData | None = None,

@@ -155,7 +155,7 @@ def test_single_model_output_is_unchanged(poor_single, fd001):
     assert list(single.columns) == ["unit", "rul", "padded"]
 
 
-def predict_frame_windows(member, windows) -> np.ndarray:
+def member_predictions_on(member, windows) -> np.ndarray:
     import torch
 
     from rul.training.batching import WindowBatches
@@ -210,8 +210,8 @@ def test_folds_need_members_and_units(fd001):
         cfg.load(None, {"ensemble_split": "folds"})
     with pytest.raises(cfg.ConfigError, match="ensemble_split='fold': must be one of shared"):
         cfg.load(None, {"ensemble": 2, "ensemble_split": "fold"})
-    with pytest.raises(cfg.ConfigError, match="ensemble=101: more folds than the 100 training "
-                                              "units of FD001"):
+    with pytest.raises(cfg.ConfigError, match=r"ensemble=101: cannot cut 100 units into 101 "
+                                              r"folds \(the training units of FD001\)"):
         prepare_folds(cfg.load(None, {"ensemble": 101, "ensemble_split": "folds"}), subset=fd001)
     assert "ensemble_split" not in cfg.load(None, {"ensemble": 2}).to_dict()  # digest kept
     with pytest.raises(cfg.ConfigError, match="'ensemble_split' is not a tunable"):
@@ -244,7 +244,7 @@ def test_folds_ensemble_validates_out_of_fold(folds_ensemble, fd001):
     assert parent.data.params["ensemble_split"] == "folds"
     residuals = []
     for m in outcome.members:
-        predicted = predict_frame_windows(m, m.data.val)
+        predicted = member_predictions_on(m, m.data.val)
         residuals.append(predicted - m.data.val.targets)
         assert m.state.best_val_rmse == pytest.approx(
             np.sqrt(np.mean(residuals[-1] ** 2)), rel=1e-5)  # its own fold is its validation

@@ -12,7 +12,7 @@ def split_units(units, val_fraction: float, seed: int) -> tuple[np.ndarray, np.n
     n_val = int(round(len(units) * val_fraction))
     if val_fraction > 0 and (n_val == 0 or n_val == len(units)):
         raise ValueError(f"cannot split {len(units)} units with val_fraction={val_fraction}")
-    shuffled = np.random.default_rng(seed).permutation(units)
+    shuffled = _permuted(units, seed)
     return np.sort(shuffled[n_val:]), np.sort(shuffled[:n_val])
 
 
@@ -26,5 +26,9 @@ def fold_units(units, n_folds: int, seed: int) -> list[np.ndarray]:
     units = np.unique(np.asarray(units))
     if not 2 <= n_folds <= len(units):
         raise ValueError(f"cannot cut {len(units)} units into {n_folds} folds")
-    shuffled = np.random.default_rng(seed).permutation(units)
-    return [np.sort(fold) for fold in np.array_split(shuffled, n_folds)]
+    return [np.sort(fold) for fold in np.array_split(_permuted(units, seed), n_folds)]
+
+
+def _permuted(units: np.ndarray, seed: int) -> np.ndarray:
+    """The seed's order of the units: a validation split and folds of one seed agree on it."""
+    return np.random.default_rng(seed).permutation(units)

@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 
 from rul.config import Config
 from rul.evaluation.conformal import Interval
-from rul.evaluation.metrics import rul_metrics
+from rul.evaluation.metrics import rmse, rul_metrics
 from rul.serving.predictor import average_members
 from rul.tracking import figures
 from rul.tracking.multi_seed import INDEX_TAG, SeededRuns, log_config, spaced_seeds, train_seeds
@@ -88,7 +88,7 @@ def combine(config: Config, members: list[TrainingOutcome]) -> EnsembleOutcome:
     test_mean, test_std = _averaged(members, data.test)
     test = rul_metrics(test_mean, data.subset.test_rul, config.rul_cap)
     metrics = {
-        "val_rmse": float(np.sqrt(np.mean(residuals ** 2))),
+        "val_rmse": rmse(residuals, 0.0),
         **{f"test_{k}": v for k, v in test.items()},
         "member_val_rmse_mean": float(np.mean([m.state.best_val_rmse for m in members])),
         "member_test_rmse_mean": float(np.mean([m.metrics["test_rmse"] for m in members])),
