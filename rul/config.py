@@ -120,6 +120,7 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     features: Annotated[str | list[str], Field(
         description="'informative', 'all' or a list of sensor columns")] = "informative"
     include_settings: Flag = False
+    include_cycle: Flag = False  # the engine's age in cycles as one more input column
     drop_constant: Flag = False
     normalization: _one_of("minmax", "zscore") = "minmax"
     condition_scaling: _one_of("auto", "global", "per_condition") = "auto"  # per_condition
@@ -250,8 +251,8 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
 
     def to_dict(self) -> dict[str, Any]:
         """The keys a YAML file would hold; B only when it is not micro x K, the memory
-        budget only when set, ensemble only above 1 and its split only when not shared (so
-        configs without them keep their form and digest)."""
+        budget only when set, ensemble only above 1, its split only when not shared and
+        include_cycle only when on (so configs without them keep their form and digest)."""
         values = self.model_dump()
         if self.micro_batch_size != "auto" and (
                 self.effective_batch_size == self.micro_batch_size * self.accumulation_steps):
@@ -262,6 +263,8 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
             del values["ensemble"]
         if self.ensemble_split == "shared":
             del values["ensemble_split"]
+        if not self.include_cycle:
+            del values["include_cycle"]
         return values
 
     def replace(self, **changes) -> "TrainConfig":

@@ -57,6 +57,7 @@ class TrainingOutcome:
 def preprocessor_for(config: Config) -> Preprocessor:
     return Preprocessor(
         features=config.features, include_settings=config.include_settings,
+        include_cycle=config.include_cycle,
         drop_constant=config.drop_constant, normalization=config.normalization,
         n_conditions=config.n_conditions, smoothing_alpha=config.smoothing_alpha,
         window=config.window, rul_cap=config.rul_cap,

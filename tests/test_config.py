@@ -111,6 +111,13 @@ def test_the_folds_recipe_is_the_batch_32_recipe_as_5_folds():
         "ensemble": 5, "ensemble_split": "folds"}
 
 
+def test_include_cycle_is_stated_only_when_on():
+    on = cfg.load(overrides=["include_cycle=true"])
+    assert on.to_dict() == {**cfg.load().to_dict(), "include_cycle": True}
+    assert on.replace(seed=1).include_cycle is True
+    assert "include_cycle" not in cfg.load().to_dict()  # old configs keep their digest
+
+
 def test_tuning_file_keeps_the_old_study():
     tuning = cfg.load_tuning(TUNE_PATH)
     assert tuning.train.to_dict() == {**OLD_FD001, "epochs": 12, "patience": 5}

@@ -41,9 +41,10 @@ ARCH = {"filters": 4, "kernel_size": 10, "num_layers": 2, "hidden_size": 16, "dr
 FORBIDDEN = ("tqdm", "click", "yaml", "matplotlib", "optuna")
 
 
-def tiny_outcome(fd001, window=30):
+def tiny_outcome(fd001, window=30, include_cycle=False):
     """What log_pyfunc reads from a training outcome, without the training."""
-    preprocessor = Preprocessor(window=window, smoothing_alpha=0.1).fit(fd001.train)
+    preprocessor = Preprocessor(window=window, smoothing_alpha=0.1,
+                                include_cycle=include_cycle).fit(fd001.train)
     torch.manual_seed(0)
     network = build_network("cnn", preprocessor.n_features, window, 125, **ARCH).eval()
     config = SimpleNamespace(model="cnn", window=window, rul_cap=125, **ARCH)
@@ -200,6 +201,30 @@ def test_csv_errors_name_the_file_and_problem(tmp_path, fd001):
 
 
 # ------------------------------------------------------------------ short histories
+
+
+def test_a_model_with_the_engines_age_reads_it_from_the_input_rows(tmp_path, fd001):
+    """include_cycle: the served model takes the age from each row's cycle number, so the same
+    sensor rows numbered as an older engine predict differently; without it they do not."""
+    older = fd001.test.assign(cycle=fd001.test["cycle"] + 100)
+    answers = {}
+    for include_cycle in (False, True):
+        mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+        try:
+            with mlflow.start_run():
+                uri = log_pyfunc(tiny_outcome(fd001, include_cycle=include_cycle),
+                                 tmp_path / f"work{include_cycle}")
+            served = mlflow.pyfunc.load_model(uri)
+            answers[include_cycle] = [served.predict(rows)["rul"].to_numpy()
+                                      for rows in (fd001.test, older)]
+        finally:
+            mlflow.set_tracking_uri(None)
+        inner = served.unwrap_python_model()
+        last_column = inner.preprocessor.feature_columns_[-1]
+        assert last_column == ("cycle" if include_cycle else "s_21")
+    as_recorded, as_older = answers[True]
+    np.testing.assert_array_equal(answers[False][0], answers[False][1])
+    assert np.abs(as_recorded - as_older).max() > 1e-3
 
 
 def test_short_unit_is_edge_padded_and_flagged(model, fd001):

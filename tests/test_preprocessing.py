@@ -416,6 +416,24 @@ def test_include_settings_adds_the_three_settings(fd001):
     np.testing.assert_array_equal(scaled[:, 3:], without)
 
 
+def test_include_cycle_adds_the_engines_age_last(fd001):
+    prep = Preprocessor(include_cycle=True).fit(fd001.train)
+    assert prep.feature_columns_ == INFORMATIVE_SENSORS + ["cycle"]
+    scaled = prep.transform(fd001.train)  # smoothing off: the age scaled like a sensor
+    cycles = fd001.train["cycle"].to_numpy()
+    # min-max to [-1, 1] over the training rows: cycle 1 -> -1, the longest life (362) -> 1
+    np.testing.assert_allclose(scaled[:, -1], 2 * (cycles - 1) / (362 - 1) - 1, atol=1e-5)
+    without = Preprocessor().fit(fd001.train).transform(fd001.train)
+    np.testing.assert_array_equal(scaled[:, :-1], without)
+    # smoothed, it still grows with age within every unit (a lagged age, the same information)
+    smoothed = Preprocessor(include_cycle=True, smoothing_alpha=0.1).fit(fd001.train)
+    age = smoothed.transform(fd001.test)[:, -1]
+    same_unit = fd001.test["unit"].to_numpy()[1:] == fd001.test["unit"].to_numpy()[:-1]
+    assert (np.diff(age)[same_unit] > 0).all()
+    units, windows = smoothed.last_windows(fd001.test)
+    assert windows.shape == (100, 30, 15)
+
+
 def test_feature_list_and_bad_options(make_frame):
     frame = make_frame((40,))
     prep = Preprocessor(features=["s_4", "s_11"]).fit(frame)

@@ -8,8 +8,13 @@ from rul.data.schema import INFORMATIVE_SENSORS, SENSOR_COLUMNS, SETTING_COLUMNS
 FEATURE_SETS = {"informative": INFORMATIVE_SENSORS, "all": SENSOR_COLUMNS}
 
 
-def candidate_columns(features: str | list[str], include_settings: bool) -> list[str]:
-    """Resolve a feature spec ('informative', 'all' or a list of sensor names)."""
+def candidate_columns(features: str | list[str], include_settings: bool,
+                      include_cycle: bool = False) -> list[str]:
+    """Resolve a feature spec ('informative', 'all' or a list of sensor names).
+
+    `include_settings` puts the three operational settings first; `include_cycle` adds the
+    engine's age (the `cycle` column, time since the start of its record) last.
+    """
     if isinstance(features, str):
         if features not in FEATURE_SETS:
             raise ValueError(
@@ -24,6 +29,8 @@ def candidate_columns(features: str | list[str], include_settings: bool) -> list
             raise ValueError(f"unknown feature columns {unknown}; sensors are s_1..s_21")
     if include_settings:
         columns = [c for c in SETTING_COLUMNS if c not in columns] + columns
+    if include_cycle:
+        columns = columns + ["cycle"]
     return columns
 
 

@@ -27,11 +27,13 @@ class Preprocessor(BaseEstimator):
     Picklable: the fitted object is what inference bundles.
     """
 
-    def __init__(self, features="informative", include_settings=False, drop_constant=False,
+    def __init__(self, features="informative", include_settings=False, include_cycle=False,
+                 drop_constant=False,
                  constant_tolerance=1e-2, normalization="minmax", n_conditions=1,
                  smoothing_alpha=1.0, window=30, rul_cap=125, random_state=0):
         self.features = features
         self.include_settings = include_settings
+        self.include_cycle = include_cycle
         self.drop_constant = drop_constant
         self.constant_tolerance = constant_tolerance
         self.normalization = normalization
@@ -42,7 +44,7 @@ class Preprocessor(BaseEstimator):
         self.random_state = random_state
 
     def fit(self, frame: pd.DataFrame, y=None):
-        columns = candidate_columns(self.features, self.include_settings)
+        columns = candidate_columns(self.features, self.include_settings, self.include_cycle)
         self.scaler_ = ConditionScaler(self.normalization, self.n_conditions, self.random_state)
         settings = frame[SETTING_COLUMNS].to_numpy()
         if self.drop_constant:
