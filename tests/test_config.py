@@ -111,6 +111,13 @@ def test_the_folds_recipe_is_the_batch_32_recipe_as_5_folds():
         "ensemble": 5, "ensemble_split": "folds"}
 
 
+def test_the_age_recipe_is_the_batch_32_recipe_with_the_engines_age():
+    recipe = cfg.load(ROOT / "experiments" / "fd001_b32_e150_cycle.yaml")
+    single = cfg.load(ROOT / "experiments" / "fd001_b32_e150.yaml")
+    assert {k: v for k, v in recipe.to_dict().items() if single.to_dict().get(k) != v} == {
+        "include_cycle": True}
+
+
 def test_include_cycle_is_stated_only_when_on():
     on = cfg.load(overrides=["include_cycle=true"])
     assert on.to_dict() == {**cfg.load().to_dict(), "include_cycle": True}
