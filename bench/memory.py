@@ -21,7 +21,7 @@ from rul.training.hardware import keep_freed_memory
 from rul.training.memory import measure_step
 
 B, MICROS = 512, (512, 256, 128, 64)
-N_FEATURES = 14  # FD001's informative sensors
+N_FEATURES = 15  # experiments/fd001.yaml: FD001's 14 informative sensors and the engine's age
 DEFAULT_MODEL = SimpleNamespace(model="cnn", window=30, filters=10, kernel_size=10,
                                 num_layers=4, hidden_size=100, dropout=0.5, num_heads=4,
                                 rul_cap=125)  # experiments/fd001.yaml's model
@@ -66,7 +66,7 @@ def bench_memory(quick: bool = False) -> None:
         runs += [("cuda", p) for p in ("fp32", "fp16", "bf16")]
     steps = 1 if quick else 5
     name = (torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")
-    print(f"memory: B={B}, default CNN (window 30, 14 features), one AdamW step per row; "
+    print(f"memory: B={B}, default CNN (window 30, {N_FEATURES} features), one AdamW step per row; "
           f"{torch.get_num_threads()} CPU threads, {name}, torch {torch.__version__}")
     print(f"{'device':6} {'prec':5} {'micro':>5} {'K':>2} {'peak_MiB':>9} {'samples/s':>10} "
           f"{'peak/1x512':>10} {'speed/1x512':>11}")

@@ -57,12 +57,16 @@ def tune_error(changes: dict) -> str:
 
 
 def test_defaults_are_the_old_fd001_values_and_types():
-    for config in (cfg.TrainConfig(), cfg.load(TRAIN_PATH), cfg.load()):
+    for config in (cfg.TrainConfig(), cfg.load()):
         values = config.to_dict()
         assert values == OLD_FD001
         assert {k: type(v) for k, v in values.items()} == {
             k: type(v) for k, v in OLD_FD001.items()}  # 0.0 stays a float: same checkpoint id
     assert cfg.Config is cfg.TrainConfig
+
+
+def test_make_train_is_the_defaults_with_the_engines_age():
+    assert cfg.load(TRAIN_PATH).to_dict() == {**OLD_FD001, "include_cycle": True}
 
 
 def test_yaml_files_only_override_defaults():
