@@ -242,6 +242,19 @@ def test_per_condition_zscore_normalizes_each_condition(six_conditions):
         np.testing.assert_allclose(part.std(axis=0), 1.0, atol=1e-4)
 
 
+def test_the_age_is_scaled_alike_in_every_condition(six_conditions):
+    """Sensors are scaled per condition, the age is not: it does not depend on the condition,
+    so one cycle number maps to one value whatever condition the row ran in."""
+    frame, condition = six_conditions
+    prep = Preprocessor(n_conditions=6, normalization="zscore", include_cycle=True).fit(frame)
+    scaled = prep.transform(frame).astype(np.float64)
+    sensors = Preprocessor(n_conditions=6, normalization="zscore").fit(frame).transform(frame)
+    np.testing.assert_array_equal(scaled[:, :-1], sensors)
+    cycles = frame["cycle"].to_numpy(np.float64)
+    expected = (cycles - cycles.mean()) / cycles.std()
+    np.testing.assert_allclose(scaled[:, -1], expected, atol=1e-5)
+
+
 def test_global_scaling_leaves_conditions_apart(six_conditions):
     frame, condition = six_conditions
     prep = Preprocessor(n_conditions=1, normalization="zscore").fit(frame)
@@ -461,6 +474,17 @@ def test_pickle_round_trip_reproduces_transform(fd001):
     units, windows = clone.last_windows(fd001.test)
     assert np.array_equal(windows, prep.last_windows(fd001.test)[1])
     assert clone.get_params() == prep.get_params()
+
+
+def test_a_preprocessor_pickled_before_include_cycle_still_works(fd001):
+    prep = Preprocessor(smoothing_alpha=0.1).fit(fd001.train)
+    del prep.include_cycle  # what an object pickled before the parameter existed lacks
+    old = pickle.loads(pickle.dumps(prep))
+    assert "include_cycle" not in vars(old)
+    assert old.get_params()["include_cycle"] is False
+    np.testing.assert_array_equal(old.transform(fd001.test),
+                                  Preprocessor(smoothing_alpha=0.1).fit(fd001.train)
+                                  .transform(fd001.test))
 
 
 def test_pickle_round_trip_with_conditions(six_conditions):

@@ -6,6 +6,7 @@ import pandas as pd
 from rul.data.schema import INFORMATIVE_SENSORS, SENSOR_COLUMNS, SETTING_COLUMNS
 
 FEATURE_SETS = {"informative": INFORMATIVE_SENSORS, "all": SENSOR_COLUMNS}
+AGE = "cycle"  # include_cycle's column: the engine's age, cycles since its record began
 
 
 def candidate_columns(features: str | list[str], include_settings: bool,
@@ -30,7 +31,7 @@ def candidate_columns(features: str | list[str], include_settings: bool,
     if include_settings:
         columns = [c for c in SETTING_COLUMNS if c not in columns] + columns
     if include_cycle:
-        columns = columns + ["cycle"]
+        columns = columns + [AGE]
     return columns
 
 

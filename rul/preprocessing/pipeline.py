@@ -5,7 +5,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator
 
 from rul.data.schema import SETTING_COLUMNS
-from rul.preprocessing.features import candidate_columns, near_constant
+from rul.preprocessing.features import AGE, candidate_columns, near_constant
 from rul.preprocessing.scaling import ConditionScaler
 from rul.preprocessing.smoothing import smooth_per_unit
 from rul.preprocessing.target import piecewise_rul
@@ -26,6 +26,8 @@ class Preprocessor(BaseEstimator):
     `smoothing_alpha` (1 = off); windows(frame) and last_windows(frame) build model inputs.
     Picklable: the fitted object is what inference bundles.
     """
+
+    include_cycle = False  # what objects pickled before the parameter existed read
 
     def __init__(self, features="informative", include_settings=False, include_cycle=False,
                  drop_constant=False,
@@ -55,14 +57,26 @@ class Preprocessor(BaseEstimator):
             columns = [c for c in columns if c not in dropped]
             if not columns:
                 raise ValueError("every feature column is near-constant on the training rows")
+        if columns == [AGE]:
+            raise ValueError("every sensor column is near-constant on the training rows")
         self.feature_columns_ = columns
-        self.scaler_.fit(frame[columns].to_numpy(), settings)
+        self.scaler_.fit(frame[self._measured].to_numpy(), settings)
+        if AGE in columns:  # the age does not depend on the operating condition: one scaler
+            self.age_scaler_ = ConditionScaler(self.normalization).fit(
+                frame[[AGE]].to_numpy(), settings)
         return self
 
+    @property
+    def _measured(self) -> list[str]:
+        return [c for c in self.feature_columns_ if c != AGE]
+
     def transform(self, frame: pd.DataFrame) -> np.ndarray:
-        scaled = self.scaler_.transform(
-            frame[self.feature_columns_].to_numpy(), frame[SETTING_COLUMNS].to_numpy()
-        )  # smoothed after scaling: per-condition scaling is not one affine map over rows
+        settings = frame[SETTING_COLUMNS].to_numpy()
+        scaled = self.scaler_.transform(frame[self._measured].to_numpy(), settings)
+        if AGE in self.feature_columns_:
+            scaled = np.hstack([scaled, self.age_scaler_.transform(frame[[AGE]].to_numpy(),
+                                                                   settings)])
+        # smoothed after scaling: per-condition scaling is not one affine map over rows
         return smooth_per_unit(scaled, frame["unit"].to_numpy(), self.smoothing_alpha)
 
     @property
