@@ -197,7 +197,7 @@ from bench.memory import DEFAULT_MODEL, N_FEATURES
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
 model = build_model(DEFAULT_MODEL, N_FEATURES)
-x, y = torch.rand(256, 30, 14), torch.rand(256)
+x, y = torch.rand(256, 30, N_FEATURES), torch.rand(256)
 def step():
     nn = torch.nn.functional.mse_loss(model(x), y)
     nn.backward()
