@@ -66,7 +66,11 @@ def test_defaults_are_the_old_fd001_values_and_types():
 
 
 def test_make_train_is_the_defaults_with_the_engines_age():
+    from rul.workflow import preprocessor_for
+
     assert cfg.load(TRAIN_PATH).to_dict() == {**OLD_FD001, "include_cycle": True}
+    assert preprocessor_for(cfg.load(TRAIN_PATH)).include_cycle is True
+    assert preprocessor_for(cfg.load()).include_cycle is False
 
 
 def test_yaml_files_only_override_defaults():

@@ -253,6 +253,10 @@ def test_the_age_is_scaled_alike_in_every_condition(six_conditions):
     cycles = frame["cycle"].to_numpy(np.float64)
     expected = (cycles - cycles.mean()) / cycles.std()
     np.testing.assert_allclose(scaled[:, -1], expected, atol=1e-5)
+    # judging constancy within each condition, the age is kept, last, after the live sensors
+    dropped = Preprocessor(features="all", drop_constant=True, n_conditions=6,
+                           include_cycle=True).fit(frame)
+    assert dropped.feature_columns_ == INFORMATIVE_SENSORS + ["cycle"]
 
 
 def test_global_scaling_leaves_conditions_apart(six_conditions):
