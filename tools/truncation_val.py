@@ -1,0 +1,71 @@
+"""Validation RMSE of logged models on the same truncation points, whatever their window.
+
+A model's `val_rmse` averages over every full window of its validation engines, so models with
+different windows are scored on different targets (a 40-cycle window has no prediction at
+cycles 30-39). This scores each model at every cycle from --from on of the validation engines
+of seed --seed's split, each prediction made from the engine's rows up to that cycle, exactly
+as for a test unit (histories shorter than the window edge-padded, README: Short units).
+
+    python tools/truncation_val.py --seed 42 runs:/<run id>/model ... [--from 30]
+
+(with MLFLOW_TRACKING_URI pointing at the store). README: The engine's age (window 40).
+"""
+
+import argparse
+import warnings
+
+import mlflow
+import numpy as np
+import torch
+
+from rul.data import load_subset
+from rul.data.split import rows_of, split_units
+from rul.preprocessing.windows import last_windows
+from rul.training.seeding import derive_seeds
+
+
+def truncation_rmse(inner, rows, first_cycle: int) -> tuple[float, int]:
+    """RMSE over every (engine, cycle >= first_cycle) of `rows`, capped targets."""
+    windows, targets = [], []
+    cap = inner.preprocessor.rul_cap
+    for _, unit in rows.groupby("unit", sort=False):
+        values = inner.preprocessor.transform(unit)  # causal: row t sees rows up to t only
+        ids = unit["unit"].to_numpy()
+        for t in range(first_cycle, len(unit) + 1):
+            windows.append(last_window(values[:t], ids[:t], inner.preprocessor.window))
+            targets.append(min(len(unit) - t, cap))
+    model = inner.model
+    model.eval()
+    with torch.inference_mode():
+        predicted = model(torch.from_numpy(np.stack(windows))).float().numpy().reshape(-1)
+    errors = np.clip(predicted, 0, cap) - np.asarray(targets, dtype=np.float64)
+    return float(np.sqrt(np.mean(errors ** 2))), len(targets)
+
+
+def last_window(values, units, window):
+    return last_windows(values, units, window)[1][0]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+", help="model URIs (runs:/..., models:/...)")
+    parser.add_argument("--seed", type=int, required=True, help="the runs' seed (their split)")
+    parser.add_argument("--from", dest="first", type=int, default=30, help="first cycle scored")
+    parser.add_argument("--subset", default="FD001")
+    parser.add_argument("--val-fraction", type=float, default=0.2)
+    parser.add_argument("--data-dir", default=None)
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    subset = load_subset(args.subset, args.data_dir)
+    split_seed = derive_seeds(args.seed).split
+    _, val_units = split_units(subset.train["unit"], args.val_fraction, split_seed)
+    rows = rows_of(subset.train, val_units)
+    for uri in args.models:
+        inner = mlflow.pyfunc.load_model(uri).unwrap_python_model()
+        rmse, n = truncation_rmse(inner, rows, args.first)
+        print(f"{uri}: window {inner.preprocessor.window}, val RMSE {rmse:.3f} on {n} truncations "
+              f"(cycles >= {args.first} of {len(val_units)} validation engines)")
+
+
+if __name__ == "__main__":
+    main()
