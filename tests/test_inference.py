@@ -203,22 +203,19 @@ def test_csv_errors_name_the_file_and_problem(tmp_path, fd001):
 # ------------------------------------------------------------------ short histories
 
 
-def test_a_model_with_the_engines_age_reads_it_from_the_input_rows(tmp_path, fd001):
+def test_a_model_with_the_engines_age_reads_it_from_the_input_rows(mlflow_store, tmp_path,
+                                                                    fd001):
     """include_cycle: the served model takes the age from each row's cycle number, so the same
     sensor rows numbered as an older engine predict differently; without it they do not."""
     older = fd001.test.assign(cycle=fd001.test["cycle"] + 100)
     answers = {}
     for include_cycle in (False, True):
-        mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
-        try:
-            with mlflow.start_run():
-                uri = log_pyfunc(tiny_outcome(fd001, include_cycle=include_cycle),
-                                 tmp_path / f"work{include_cycle}")
-            served = mlflow.pyfunc.load_model(uri)
-            answers[include_cycle] = [served.predict(rows)["rul"].to_numpy()
-                                      for rows in (fd001.test, older)]
-        finally:
-            mlflow.set_tracking_uri(None)
+        with mlflow.start_run():
+            uri = log_pyfunc(tiny_outcome(fd001, include_cycle=include_cycle),
+                             tmp_path / f"work{include_cycle}")
+        served = mlflow.pyfunc.load_model(uri)
+        answers[include_cycle] = [served.predict(rows)["rul"].to_numpy()
+                                  for rows in (fd001.test, older)]
         inner = served.unwrap_python_model()
         last_column = inner.preprocessor.feature_columns_[-1]
         assert last_column == ("cycle" if include_cycle else "s_21")

@@ -464,6 +464,8 @@ def test_feature_list_and_bad_options(make_frame):
         Preprocessor(normalization="robust").fit(frame)
     with pytest.raises(ValueError, match="near-constant"):
         Preprocessor(features=["s_1", "s_5"], drop_constant=True).fit(frame)
+    with pytest.raises(ValueError, match="near-constant"):  # the age alone is no model input
+        Preprocessor(features=["s_1", "s_5"], drop_constant=True, include_cycle=True).fit(frame)
 
 
 # --- persistence -------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import torch
 
 from rul.data import load_subset
 from rul.data.split import rows_of, split_units
+from rul.evaluation.metrics import rmse
 from rul.preprocessing.windows import last_windows
 from rul.training.seeding import derive_seeds
 
@@ -32,18 +33,12 @@ def truncation_rmse(inner, rows, first_cycle: int) -> tuple[float, int]:
         values = inner.preprocessor.transform(unit)  # causal: row t sees rows up to t only
         ids = unit["unit"].to_numpy()
         for t in range(first_cycle, len(unit) + 1):
-            windows.append(last_window(values[:t], ids[:t], inner.preprocessor.window))
+            windows.append(last_windows(values[:t], ids[:t], inner.preprocessor.window)[1][0])
             targets.append(min(len(unit) - t, cap))
-    model = inner.model
-    model.eval()
+    model = inner.model.eval()  # in eval mode the network clamps to [0, rul_cap] itself
     with torch.inference_mode():
         predicted = model(torch.from_numpy(np.stack(windows))).float().numpy().reshape(-1)
-    errors = np.clip(predicted, 0, cap) - np.asarray(targets, dtype=np.float64)
-    return float(np.sqrt(np.mean(errors ** 2))), len(targets)
-
-
-def last_window(values, units, window):
-    return last_windows(values, units, window)[1][0]
+    return rmse(predicted, targets), len(targets)
 
 
 def main():
@@ -62,8 +57,8 @@ def main():
     rows = rows_of(subset.train, val_units)
     for uri in args.models:
         inner = mlflow.pyfunc.load_model(uri).unwrap_python_model()
-        rmse, n = truncation_rmse(inner, rows, args.first)
-        print(f"{uri}: window {inner.preprocessor.window}, val RMSE {rmse:.3f} on {n} truncations "
+        score, n = truncation_rmse(inner, rows, args.first)
+        print(f"{uri}: window {inner.preprocessor.window}, val RMSE {score:.3f} on {n} truncations "
               f"(cycles >= {args.first} of {len(val_units)} validation engines)")
 
 

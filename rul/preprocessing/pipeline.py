@@ -55,10 +55,8 @@ class Preprocessor(BaseEstimator):
             groups = self.scaler_.conditions(settings)
             dropped = set(near_constant(frame, columns, groups, self.constant_tolerance))
             columns = [c for c in columns if c not in dropped]
-            if not columns:
+            if columns in ([], [AGE]):  # the age alone is no measurement of the engine
                 raise ValueError("every feature column is near-constant on the training rows")
-        if columns == [AGE]:
-            raise ValueError("every sensor column is near-constant on the training rows")
         self.feature_columns_ = columns
         self.scaler_.fit(frame[self._measured].to_numpy(), settings)
         if AGE in columns:  # the age does not depend on the operating condition: one scaler
