@@ -3,6 +3,7 @@ estimation in prognostics using deep convolution neural networks" (DCNN).
 
 Convolutions run along time only (kernel (k, 1)), so each sensor keeps its own column until the
 fully connected layer. No BatchNorm (it would break accumulated == large-batch equivalence).
+The head's dropout draws its masks cheaply on CPU (dropout.py).
 
 Two ways to compute the same layers: on a CPU in float32 as banded matrix products (banded.py,
 the fast path there), elsewhere (CUDA, autocast) as channels_last convolutions with each
@@ -14,6 +15,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from rul.models.banded import banded_tanh
+from rul.models.dropout import CheapMaskDropout
 
 
 class TimeConv(nn.Conv2d):
@@ -122,7 +124,7 @@ class DCNN(nn.Module):
         layers += [TimeConv(channels, 1, 3), nn.Tanh()]
         self.features = nn.Sequential(*layers)
         self.head = nn.Sequential(
-            nn.Flatten(), nn.Dropout(dropout), nn.Linear(window * n_features, hidden_size),
+            nn.Flatten(), CheapMaskDropout(dropout), nn.Linear(window * n_features, hidden_size),
             nn.Tanh(), nn.Linear(hidden_size, 1),
         )
         for module in self.modules():
