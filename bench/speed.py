@@ -11,12 +11,14 @@ other's figures by 10-30 %). The rounds run one path at a time, the others waiti
 
 Paths (CPU; and CUDA fp32, fp16 + GradScaler, bf16 when a GPU is present):
   fp32 eager, before    the reference: channels_last (k, 1) convolutions (oneDNN), each layer's
-                        output sliced, then nn.Tanh; glibc's default malloc settings
+                        output sliced, then nn.Tanh; nn.Dropout (bernoulli_ masks); glibc's
+                        default malloc settings
   fp32 eager, conv      the convolutions with each even-kernel layer's trim fused into its tanh
                         and tanh as 2 sigmoid(2x) - 1 (the default until the banded products)
   fp32 banded, std malloc  the layers as banded matrix products (models/banded.py)
   fp32 eager            what `rul train` runs on a CPU without native bf16: the banded
                         products, malloc keeping freed memory (hardware.keep_freed_memory)
+  bf16 autocast, bernoulli_  as below with nn.Dropout's masks (before models/dropout.py)
   bf16 autocast         the convolutions under bf16 autocast, malloc keeping freed memory:
                         what `rul train` runs on a CPU with native bf16 (AVX512-BF16/AMX);
                         emulated and ~0.15x fp32 without it
@@ -44,10 +46,19 @@ from rul.training.step import optimizer_step
 B, MICRO = 512, 256  # the default effective batch and its split
 
 
+def with_bernoulli_dropout(dcnn: nn.Module) -> nn.Module:
+    """The DCNN with nn.Dropout (masks from bernoulli_) in its head again, in place."""
+    head = dcnn.head
+    for i, layer in enumerate(head):
+        if isinstance(layer, nn.Dropout):
+            head[i] = nn.Dropout(layer.p)
+    return dcnn
+
+
 def as_before(features: nn.Sequential) -> nn.Sequential:
     """A DCNN's layers as they were before the speed work, same weights, in place: each
     TimeConv trims its own output, then nn.Tanh (instead of TrimmedTanh). The DCNN must also
-    take its convolutions (`banded = False`)."""
+    take its convolutions (`banded = False`) and nn.Dropout (with_bernoulli_dropout)."""
     for i, layer in enumerate(features):
         if isinstance(layer, TimeConv):
             sliced = TimeConv(layer.in_channels, layer.out_channels, layer.kernel_size[0])
@@ -59,11 +70,14 @@ def as_before(features: nn.Sequential) -> nn.Sequential:
 
 
 def default_model(kind: str) -> nn.Module:
-    """The default DCNN: as `rul train` builds it ("default"), on its convolutions ("conv"),
-    or as it was before the speed work ("before"); same weights."""
+    """The default DCNN: as `rul train` builds it ("default"), with nn.Dropout ("bernoulli"),
+    on its convolutions ("conv"), or as it was before the speed work ("before"); same
+    weights."""
     torch.manual_seed(0)
     model = build_model(DEFAULT_MODEL, N_FEATURES)
-    model.backbone.banded = kind == "default"
+    model.backbone.banded = kind in ("default", "bernoulli")
+    if kind in ("before", "bernoulli"):
+        with_bernoulli_dropout(model.backbone)
     if kind == "before":
         as_before(model.backbone.features).to(memory_format=torch.channels_last)
     return model
@@ -170,6 +184,8 @@ def path_specs(compile_too: bool) -> list[PathSpec]:
              PathSpec("cpu fp32 eager, conv", "conv", "cpu", "fp32"),
              PathSpec("cpu fp32 banded, std malloc", "default", "cpu", "fp32"),
              PathSpec("cpu fp32 eager", "default", "cpu", "fp32", keep_freed_memory=True),
+             PathSpec("cpu bf16 autocast, bernoulli_", "bernoulli", "cpu", "bf16",
+                      keep_freed_memory=True),
              PathSpec("cpu bf16 autocast", "default", "cpu", "bf16", keep_freed_memory=True)]
     if compile_too:
         specs.append(PathSpec("cpu fp32 torch.compile", "default", "cpu", "fp32",
@@ -207,9 +223,9 @@ def bench_speed(quick: bool = False, compile_too: bool = False) -> None:
             path.close()
     by_label = {path.spec.label: path for path in every}
     reference = by_label["cuda fp32" if device.type == "cuda" else "cpu fp32 eager, before"]
-    print(f"{'path':28} {'samples/s':>10} {'min':>8} {'max':>8} {'ratio':>6} {'setup_s':>8}")
+    print(f"{'path':30} {'samples/s':>10} {'min':>8} {'max':>8} {'ratio':>6} {'setup_s':>8}")
     for path in every:
-        print(f"{path.spec.label:28} {path.median:10.0f} {min(path.rates):8.0f} "
+        print(f"{path.spec.label:30} {path.median:10.0f} {min(path.rates):8.0f} "
               f"{max(path.rates):8.0f} {path.median / reference.median:6.2f} "
               f"{path.setup_seconds:8.1f}")
     default = by_label[label(device, chosen)]

@@ -290,9 +290,10 @@ def test_memory_bench_runs_without_mlflow_optuna_and_pydantic(tmp_path):
 def test_speed_bench_runs_without_mlflow_optuna_and_pydantic(tmp_path):
     done = run_bench_without_mlflow_optuna_and_pydantic("speed", tmp_path)
     lines = done.stdout.splitlines()
-    rows = {line[:28].strip(): line[28:].split() for line in lines if line.startswith("cpu ")}
+    rows = {line[:30].strip(): line[30:].split() for line in lines if line.startswith("cpu ")}
     assert list(rows) == ["cpu fp32 eager, before", "cpu fp32 eager, conv",
-                          "cpu fp32 banded, std malloc", "cpu fp32 eager", "cpu bf16 autocast"]
+                          "cpu fp32 banded, std malloc", "cpu fp32 eager",
+                          "cpu bf16 autocast, bernoulli_", "cpu bf16 autocast"]
     assert rows["cpu fp32 eager, before"][3] == "1.00"  # the reference
     # the last line is the ratio of the path `auto` takes on this CPU (bf16 autocast where the
     # CPU has native bf16, fp32 eager otherwise) to the reference
