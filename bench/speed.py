@@ -18,7 +18,8 @@ Paths (CPU; and CUDA fp32, fp16 + GradScaler, bf16 when a GPU is present):
   fp32 banded, std malloc  the layers as banded matrix products (models/banded.py)
   fp32 eager            what `rul train` runs on a CPU without native bf16: the banded
                         products, malloc keeping freed memory (hardware.keep_freed_memory)
-  bf16 autocast, bernoulli_  as below with nn.Dropout's masks (before models/dropout.py)
+  bf16 autocast, bernoulli_  as below with nn.Dropout's masks (before models/dropout.py; the
+                        rows above but the reference draw their masks as `rul train` does)
   bf16 autocast         the convolutions under bf16 autocast, malloc keeping freed memory:
                         what `rul train` runs on a CPU with native bf16 (AVX512-BF16/AMX);
                         emulated and ~0.15x fp32 without it

@@ -119,3 +119,18 @@ def test_bench_speeds_reference_draws_its_masks_as_before():
 
     assert dropout_of("before") is nn.Dropout and dropout_of("bernoulli") is nn.Dropout
     assert dropout_of("default") is CheapMaskDropout and dropout_of("conv") is CheapMaskDropout
+
+
+@pytest.mark.parametrize("shape", [(0, 450), (0,), ()])
+def test_empty_and_0_dim_inputs(shape):
+    x = torch.ones(shape)
+    out = CheapMaskDropout(0.5).train()(x)
+    assert out.shape == x.shape and set(out.flatten().tolist()) <= {0.0, 2.0}
+
+
+def test_off_the_cpu_it_is_nn_dropout_and_leaves_the_cpu_generator_alone():
+    x = torch.ones(8, 450, device="meta")
+    state = torch.get_rng_state()
+    out = CheapMaskDropout(0.5).train()(x)
+    assert out.device.type == "meta" and out.shape == x.shape
+    assert torch.equal(torch.get_rng_state(), state)

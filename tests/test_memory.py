@@ -213,6 +213,22 @@ def test_out_of_memory_halves_the_micro_batch_and_keeps_every_step(small_data):
         (32, 8), (32, 8)]  # the event, as per-epoch metrics
 
 
+def test_with_dropout_the_micro_batch_split_does_not_change_the_training(write_cmapss):
+    """The DCNN's dropout masks (models/dropout.py) are drawn row by row: 125 x 2 and 50 x 5
+    draw the same masks, so the same effective batch of 250 trains the same network. Rows of
+    21 x 14 values (no multiple of 16) and micro-batches of no multiple of 8 windows: masks
+    drawn from a flat stream of words would differ."""
+    folder = write_cmapss(train_lengths=(90,) * 16)
+    config = cfg.load(None, {**SMALL, "window": 21, "data_dir": str(folder), "dropout": 0.5,
+                             "epochs": 2, "precision": "fp32", "micro_batch_size": 125,
+                             "accumulation_steps": 2})
+    data = prepare_data(config)
+    _, losses = _fit(data, config)
+    _, expected = _fit(data, config.replace(micro_batch_size=50, accumulation_steps=5))
+    assert len(losses) == len(expected) == 8  # 2 epochs of 4 steps
+    assert losses == pytest.approx(expected, rel=1e-4)
+
+
 def test_back_off_redoes_the_batch_from_its_start_with_the_same_random_stream():
     torch.manual_seed(0)
     model = OutOfMemoryAbove(nn.Sequential(nn.Dropout(0.5), nn.Linear(4, 1), nn.Flatten(0)), 3)

@@ -3,8 +3,9 @@
 nn.Dropout draws its mask with `bernoulli_`, which on CPUs without MKL's vendor path (AMD's
 among them) runs PyTorch's scalar loop: one double from the Mersenne Twister per element, about
 1.1 ms for the DCNN head's 256 x 450 activations, ~7 % of its bf16 training step (README:
-Speed). The same Bernoulli(1 - p) mask, drawn from the same generator (so the same seeding,
-checkpoints and resume), costs a fraction of that:
+Speed; on Intel CPUs bernoulli_ takes MKL's path, not measured here). The same Bernoulli(1 - p)
+mask, drawn from the same generator (so the same seeding, checkpoints and resume), costs a
+fraction of that:
 
 - p = 0.5 (the DCNN's default): each random 16-bit word gives 16 fair coins, its bits
   (torch.randint over [0, 2^16) is exactly uniform: 2^16 divides the generator's 2^32);
@@ -17,6 +18,8 @@ Kept elements are scaled by 1 / (1 - p), as nn.Dropout does. The masks are other
 CPU, in eval mode and for p = 0 or 1, it is nn.Dropout (CUDA's fused kernel is already fast).
 """
 
+import math
+
 import torch
 from torch import nn
 
@@ -28,9 +31,11 @@ def keep_mask(shape: torch.Size, p: float, dtype: torch.dtype) -> torch.Tensor:
 
     Drawn row by row along the first (batch) dimension, each row from whole words: the mask
     of a batch is the masks of its parts one after the other, however it is split into
-    micro-batches (as with bernoulli_), so the effective batch alone decides the training."""
-    rows = shape[0] if len(shape) else 1
-    per_row = shape.numel() // max(rows, 1)
+    micro-batches (as with bernoulli_'s scalar path), so the effective batch alone decides the
+    training."""
+    if shape.numel() == 0:
+        return torch.empty(shape, dtype=dtype)
+    rows, per_row = (shape[0], math.prod(shape[1:])) if len(shape) else (1, 1)
     if p == 0.5:
         words = torch.randint(0, 1 << 16, (rows, (per_row + 15) // 16, 1), dtype=torch.int32)
         keep = ((words >> _BITS) & 1).view(rows, -1)[:, :per_row]
