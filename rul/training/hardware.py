@@ -41,7 +41,7 @@ def auto_precision(device: torch.device, model: str) -> tuple[str, str]:
         return "fp32", ("CPU without native bf16 (AVX512-BF16/AMX): bf16 autocast would be ~7x "
                         "slower")
     if model == "cnn":
-        return "bf16", ("CPU with native bf16: bf16 autocast, 1.4-1.7x fp32's speed for the DCNN "
+        return "bf16", ("CPU with native bf16: bf16 autocast, 1.4-2.1x fp32's speed for the DCNN "
                         "at the same 5-seed accuracy (README: Speed)")
     return "fp32", (f"CPU with native bf16: fp32 for model={model} (bf16's speed and accuracy "
                     "measured for the DCNN only; precision=bf16 opts in)")
