@@ -9,6 +9,8 @@ TUNE_CONFIG ?= experiments/tune_fd001.yaml
 ARGS    ?=
 # `make evaluate`: trainings of CONFIG, seeds seed, seed+1, ... (README: Honest evaluation)
 SEEDS   ?= 5
+# `make evaluate`: seeds trained side by side in worker processes (the CPU threads split), e.g. JOBS=2
+JOBS    ?= 1
 # `make server`: an MLflow tracking server for workers on other machines (README: Scaling out).
 # HOST=0.0.0.0 to serve the network; SERVER_BACKEND may be a postgresql:// URL.
 HOST    ?= 127.0.0.1
@@ -48,7 +50,7 @@ else
 endif
 
 evaluate: $(STAMP)
-	$(BIN)/rul evaluate $(CONFIG) $(ARGS) --seeds $(SEEDS)
+	$(BIN)/rul evaluate $(CONFIG) $(ARGS) --seeds $(SEEDS) --jobs $(JOBS)
 
 tune: $(STAMP)
 	$(BIN)/rul tune $(TUNE_CONFIG) $(ARGS)

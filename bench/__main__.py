@@ -30,7 +30,7 @@ DEFAULT = ROOT / "experiments" / "fd001.yaml"
 def bench_data():
     from rul import config as cfg
     from rul.data import load_subset
-    from rul.workflow import preprocessor_for  # imports (torch, sklearn) are not timed
+    from rul.preprocessing.prepared import preprocessor_for  # imports are not timed
 
     start = time.perf_counter()
     subset = load_subset("FD001")
@@ -82,17 +82,17 @@ def minimal_loop(model, train, config, epochs):
 def bench_engine(epochs=3):
     from rul import config as cfg
     from rul.models import build_model
+    from rul.preprocessing.prepared import prepare_data
     from rul.training.batching import WindowBatches
     from rul.training.engine import fit
     from rul.training.hardware import keep_freed_memory
     from rul.training.precision import resolve_precision
     from rul.training.seeding import derive_seeds
-    from rul.workflow import prepare_data
 
     keep_freed_memory()  # as `rul train` on a CPU
     config = cfg.load(DEFAULT, {"epochs": epochs, "patience": 100})
     seeds = derive_seeds(config.seed)
-    data = prepare_data(config, seeds)
+    data = prepare_data(config, seeds.split)
     n_features = data.preprocessor.n_features
     device = torch.device("cpu")
     train, val = WindowBatches(data.train, device), WindowBatches(data.val, device)
@@ -114,17 +114,18 @@ def bench_engine(epochs=3):
 def bench_tracking():
     """The default `make train` config, tracked vs untracked (same seed: same epochs)."""
     from rul import config as cfg
+    from rul.plan import plan_run
     from rul.tracking.tracked_run import train_tracked
     from rul.training.checkpoint import Checkpointer
-    from rul.workflow import run_training
+    from rul.training.run import train
 
     with tempfile.TemporaryDirectory() as scratch:
         overrides = {"checkpoint_dir": f"{scratch}/ckpt",
                      "tracking_uri": f"sqlite:///{scratch}/mlflow.db", "register": True}
         config = cfg.load(DEFAULT, overrides)
         start = time.perf_counter()
-        untracked = run_training(config, progress=False,
-                                 checkpointer=Checkpointer(f"{scratch}/ckpt/untracked.pt"))
+        untracked = train(plan_run(config), progress=False,
+                          checkpointer=Checkpointer(f"{scratch}/ckpt/untracked.pt"))
         plain = time.perf_counter() - start
         import os
 
@@ -149,11 +150,12 @@ def bench_tracking():
 
 def bench_accuracy():
     from rul import config as cfg
-    from rul.workflow import run_training
+    from rul.plan import plan_run
+    from rul.training.run import train
 
     config = cfg.load(DEFAULT)
     start = time.perf_counter()
-    outcome = run_training(config, progress=False)
+    outcome = train(plan_run(config), progress=False)
     seconds = time.perf_counter() - start
     m = outcome.metrics
     print(f"accuracy: default config test RMSE {m['test_rmse']:.2f} (target <= 13.0), "

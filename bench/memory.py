@@ -3,56 +3,37 @@ micro-batches of 512, 256, 128 and 64 (K = 1, 2, 4, 8), per precision, each as a
 (512, 1). fp32 and bf16 on CPU; fp32, fp16 and bf16 on CUDA when there is a GPU.
 
 Imports neither mlflow, optuna nor pydantic (GPU machines here have torch, numpy, pandas,
-scikit-learn, PyYAML and tqdm only): the default CNN of `make train` is built by rul.models
-from plain values, and the windows are synthetic (only shapes matter for memory and speed).
-Peak memory is measured as rul.training.memory says (CUDA: max_memory_allocated; CPU: the
-process's resident-set high-water mark), for a whole optimizer step over the K micro-batches,
-with the model, its gradients and AdamW's state counted.
+scikit-learn, PyYAML and tqdm only): the default CNN of `make train` is built from its plain
+description (rul.models.spec), and the windows are synthetic (only shapes matter for memory
+and speed). Peak memory is measured as rul.training.peak_memory says (CUDA:
+max_memory_allocated; CPU: the process's resident-set high-water mark), for a whole optimizer
+step over the K micro-batches, with the model, its gradients and AdamW's state counted.
 """
 
 import os
-from contextlib import nullcontext
-from dataclasses import dataclass
-from types import SimpleNamespace
 
 import torch
 
-from rul.models import build_model
+from rul.models.spec import NetworkSpec
 from rul.training.hardware import keep_freed_memory
-from rul.training.memory import measure_step
+from rul.training.micro_batch import measure_step
+from rul.training.precision import Precision, resolve_precision
 
 B, MICROS = 512, (512, 256, 128, 64)
 # experiments/fd001.yaml's inputs: FD001's 14 informative sensors and the engine's age;
 # `--sensors-only` (bench/__main__.py) sets 14, the model the README's figures before it timed
 N_FEATURES = int(os.environ.get("RUL_BENCH_FEATURES", 15))
-DEFAULT_MODEL = SimpleNamespace(model="cnn", window=30, filters=10, kernel_size=10,
-                                num_layers=4, hidden_size=100, dropout=0.5, num_heads=4,
-                                rul_cap=125)  # experiments/fd001.yaml's model
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+DEFAULT_MODEL = NetworkSpec(n_features=N_FEATURES)  # experiments/fd001.yaml's model
 
 
-@dataclass(frozen=True)
-class BenchPrecision:  # rul.training.precision.Precision's interface, without rul.config
-    device: torch.device
-    name: str
-
-    def autocast(self):
-        if self.name == "fp32":
-            return nullcontext()
-        return torch.autocast(self.device.type, dtype=DTYPES[self.name])
-
-    def grad_scaler(self):
-        return torch.amp.GradScaler(self.device.type, enabled=self.name == "fp16")
-
-
-def measure(precision: BenchPrecision, micro: int, steps: int) -> tuple[int, float]:
+def measure(precision: Precision, micro: int, steps: int) -> tuple[int, float]:
     """(peak bytes of the first step, samples/s over `steps` more) for B split by `micro`."""
     device = precision.device
     torch.manual_seed(0)
     x = torch.randn(B, DEFAULT_MODEL.window, N_FEATURES, device=device)
     y = torch.rand(B, device=device) * DEFAULT_MODEL.rul_cap
     micro_batches = list(zip(x.split(micro), y.split(micro), strict=True))
-    model = build_model(DEFAULT_MODEL, N_FEATURES).to(device)
+    model = DEFAULT_MODEL.build().to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scaler = precision.grad_scaler()
     peak, _ = measure_step(model, optimizer, scaler, micro_batches, precision, 1.0,
@@ -74,7 +55,7 @@ def bench_memory(quick: bool = False) -> None:
     print(f"{'device':6} {'prec':5} {'micro':>5} {'K':>2} {'peak_MiB':>9} {'samples/s':>10} "
           f"{'peak/1x512':>10} {'speed/1x512':>11}")
     for device, name in runs:
-        precision = BenchPrecision(torch.device(device), name)
+        precision = resolve_precision(name, torch.device(device))
         measure(precision, MICROS[-1], 0)  # warm-up: one-time initialisation not counted
         reference = None
         for micro in MICROS:

@@ -38,10 +38,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from bench.memory import DEFAULT_MODEL, N_FEATURES, BenchPrecision
-from rul.models import build_model
+from bench.memory import DEFAULT_MODEL, N_FEATURES
 from rul.models.cnn import TimeConv, TrimmedTanh
 from rul.training.hardware import auto_precision, cpu_has_native_bf16, keep_freed_memory
+from rul.training.precision import resolve_precision
 from rul.training.step import optimizer_step
 
 B, MICRO = 512, 256  # the default effective batch and its split
@@ -75,7 +75,7 @@ def default_model(kind: str) -> nn.Module:
     on its convolutions ("conv"), or as it was before the speed work ("before"); same
     weights."""
     torch.manual_seed(0)
-    model = build_model(DEFAULT_MODEL, N_FEATURES)
+    model = DEFAULT_MODEL.build()
     model.backbone.banded = kind in ("default", "bernoulli")
     if kind in ("before", "bernoulli"):
         with_bernoulli_dropout(model.backbone)
@@ -103,7 +103,7 @@ class Path:
         if spec.keep_freed_memory:
             keep_freed_memory()
         self.device = torch.device(spec.device)
-        self.precision = BenchPrecision(self.device, spec.precision)
+        self.precision = resolve_precision(spec.precision, self.device)
         self.model = default_model(spec.kind).to(self.device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
         self.scaler = self.precision.grad_scaler()

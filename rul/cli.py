@@ -63,17 +63,20 @@ def main():
 @click.option("--data-dir", type=click.Path(file_okay=False), help="Local C-MAPSS folder.")
 @click.option("--resume", is_flag=False, flag_value="newest", default=None, metavar="[RUN_ID]",
               help="Continue an interrupted run of this config: the newest, or RUN_ID.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Ensemble members trained side by side in worker processes, the CPU "
+                   "threads split between them.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def train(config_path, overrides, data_dir, resume, no_progress):
+def train(config_path, overrides, data_dir, resume, jobs, no_progress):
     """Train a model (CONFIG is a YAML file in experiments/; KEY=VALUE overrides any key).
 
     Under `torchrun --nproc-per-node N -m rul train ...` one run trains on N processes (DDP):
     rank 0 tracks, checkpoints and registers; the other ranks only train."""
+    from rul.plan import plan_run
     from rul.tracking.store import configure, ensure_experiment
     from rul.tracking.tracked_run import train_tracked
     from rul.training.distributed import PeerLost, World, process_group
-    from rul.training.precision import resolve_device
-    from rul.workflow import run_training
+    from rul.training.run import train as train_plan
 
     world = World.from_env()
     config = _load_config(config_path, overrides, data_dir)
@@ -84,13 +87,16 @@ def train(config_path, overrides, data_dir, resume, no_progress):
         if resume:
             raise UserError(f"--resume: an ensemble (ensemble={config.ensemble}) is not "
                             "resumable; run the command again to train it anew")
-        return _train_ensemble(config, progress=not no_progress)
+        return _train_ensemble(config, jobs, progress=not no_progress)
+    if jobs > 1:
+        raise UserError(f"--jobs {jobs}: a single model trains in one process (--jobs runs "
+                        "an ensemble's members side by side; torchrun splits one training)")
     with _ends_cleanly("the run is marked KILLED and its checkpoint kept; continue it with: "
                        "rul train ... --resume"):
         try:
-            with process_group(world, resolve_device(config.device)):
+            with process_group(world, config.device):
                 if not world.is_main:  # trains its share; writes nothing, tracks nothing
-                    run_training(config, progress=False)
+                    train_plan(plan_run(config, world=world), progress=False)
                     return
                 outcome, run_id = train_tracked(config, resume=True if resume == "newest"
                                                 else resume or False, progress=not no_progress)
@@ -109,13 +115,13 @@ def train(config_path, overrides, data_dir, resume, no_progress):
     )
 
 
-def _train_ensemble(config, progress: bool) -> None:
+def _train_ensemble(config, jobs: int, progress: bool) -> None:
     from rul.tracking.ensemble_run import train_ensemble
     from rul.tracking.store import configure, ensure_experiment
 
     with _ends_cleanly("the ensemble's runs are marked KILLED; run the command again to "
                        "train it anew"):
-        outcome, run_id = train_ensemble(config, progress=progress)
+        outcome, run_id = train_ensemble(config, jobs, progress=progress)
     m = outcome.metrics
     members = "  ".join(f"{o.metrics['test_rmse']:.2f}" for o in outcome.members)
     uri = configure(config.tracking_uri)
@@ -136,18 +142,22 @@ def _train_ensemble(config, progress: bool) -> None:
 @click.option("--seeds", "n_seeds", type=click.IntRange(min=1), default=5, show_default=True,
               help="Trainings of the config, seeds seed, seed+1, ... (x ensemble).")
 @click.option("--data-dir", type=click.Path(file_okay=False), help="Local C-MAPSS folder.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Seeds trained side by side in worker processes, the CPU threads split "
+                   "between them.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def evaluate(config_path, overrides, n_seeds, data_dir, no_progress):
+def evaluate(config_path, overrides, n_seeds, data_dir, jobs, no_progress):
     """Train a config with N seeds and report test metrics as mean ± std (and each seed).
 
     Nothing is selected on the test set; one parent MLflow run holds the aggregates, one child
     run per seed; nothing is registered."""
-    from rul.tracking.seed_evaluation import evaluate_seeds, summary_table
+    from rul.evaluation.seeds import summary_table
+    from rul.tracking.evaluation_run import evaluate_seeds
 
     config = _load_config(config_path, overrides, data_dir)
     with _ends_cleanly("the evaluation's runs are marked KILLED; run the command again to "
                        "start it over"):
-        evaluation = evaluate_seeds(config, n_seeds, progress=not no_progress)
+        evaluation = evaluate_seeds(config, n_seeds, jobs, progress=not no_progress)
     click.echo("\n" + summary_table(evaluation))
 
 

@@ -25,10 +25,17 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from rul.data.schema import OPERATING_CONDITIONS, SUBSETS
+from rul.errors import ConfigError
+from rul.models.spec import (
+    ARCHITECTURE_DEFAULTS,
+    DEFAULT_KIND,
+    DEFAULT_RUL_CAP,
+    DEFAULT_WINDOW,
+    KINDS,
+)
 
-
-class ConfigError(ValueError):
-    """A configuration key or value is invalid (one line per problem)."""
+__all__ = ["ConfigError", "TrainConfig", "TuningConfig", "build", "build_tuning", "load",
+           "load_tuning"]
 
 
 # ------------------------------------------------------------------ value types
@@ -115,8 +122,8 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     # data and preprocessing
     subset: _one_of(*SUBSETS) = "FD001"
     data_dir: OptionalText = None
-    window: PositiveInt = 30
-    rul_cap: PositiveInt = 125
+    window: PositiveInt = DEFAULT_WINDOW
+    rul_cap: PositiveInt = DEFAULT_RUL_CAP
     features: Annotated[str | list[str], Field(
         description="'informative', 'all' or a list of sensor columns")] = "informative"
     include_settings: Flag = False
@@ -129,14 +136,14 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
                              gt=0, le=1) = 0.1  # causal exponential smoothing per unit
     val_fraction: _number("a number between 0 and 1 (validation units for early stopping)",
                           gt=0, lt=1) = 0.2
-    # model
-    model: _one_of("cnn", "lstm", "gru", "transformer") = "cnn"
-    hidden_size: PositiveInt = 100
-    num_layers: PositiveInt = 4
-    dropout: _number("a number in [0, 1)", ge=0, lt=1) = 0.5
-    kernel_size: PositiveInt = 10
-    filters: PositiveInt = 10  # cnn
-    num_heads: PositiveInt = 4  # transformer
+    # model (architecture defaults: rul.models.spec)
+    model: _one_of(*KINDS) = DEFAULT_KIND
+    hidden_size: PositiveInt = ARCHITECTURE_DEFAULTS["hidden_size"]
+    num_layers: PositiveInt = ARCHITECTURE_DEFAULTS["num_layers"]
+    dropout: _number("a number in [0, 1)", ge=0, lt=1) = ARCHITECTURE_DEFAULTS["dropout"]
+    kernel_size: PositiveInt = ARCHITECTURE_DEFAULTS["kernel_size"]
+    filters: PositiveInt = ARCHITECTURE_DEFAULTS["filters"]  # cnn
+    num_heads: PositiveInt = ARCHITECTURE_DEFAULTS["num_heads"]  # transformer
     # optimization
     # The effective batch B is the accuracy decision; its split into micro-batches x K is a
     # memory and speed decision (exact accumulation: same B, same model). `auto` measures the
@@ -250,22 +257,22 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         return self.experiment or f"rul-{self.subset.lower()}"
 
     def to_dict(self) -> dict[str, Any]:
-        """The keys a YAML file would hold; B only when it is not micro x K, the memory
-        budget only when set, ensemble only above 1, its split only when not shared and
-        include_cycle only when on (so configs without them keep their form and digest)."""
+        """The keys a YAML file would hold: B only when it is not micro x K, and the keys of
+        OMITTED_AT_DEFAULT only when they differ from their default (so configs written
+        before those keys existed keep their form, params and identity)."""
         values = self.model_dump()
         if self.micro_batch_size != "auto" and (
                 self.effective_batch_size == self.micro_batch_size * self.accumulation_steps):
             del values["effective_batch_size"]
-        if self.memory_budget is None:
-            del values["memory_budget"]
-        if self.ensemble == 1:
-            del values["ensemble"]
-        if self.ensemble_split == "shared":
-            del values["ensemble_split"]
-        if not self.include_cycle:
-            del values["include_cycle"]
+        for key in OMITTED_AT_DEFAULT:
+            if values[key] == type(self).model_fields[key].default:
+                del values[key]
         return values
+
+    def identity(self) -> dict[str, Any]:
+        """What decides the trained model: the written keys less NOT_IN_IDENTITY (the same
+        identity -> the same run, which is what `--resume` looks for)."""
+        return {k: v for k, v in self.to_dict().items() if k not in NOT_IN_IDENTITY}
 
     def replace(self, **changes) -> "TrainConfig":
         """A re-validated copy with `changes` applied."""
@@ -278,10 +285,37 @@ def _positive_int(value: Any) -> bool:
 
 Config = TrainConfig
 
-# Training keys a study may not vary: where data and results live, not what is trained.
-NOT_TUNABLE = ("subset", "data_dir", "tracking_uri", "experiment", "register", "run_name",
-               "checkpoint_dir", "device", "interval_coverage",
-               "ensemble", "ensemble_split")  # trials train single models
+# ------------------------------------------------------------------ what each key decides
+# Every training key changes what is trained, and so belongs to a run's identity, unless it
+# has a role here. The key lists that resuming, tuning and studies need are derived from these
+# roles and nowhere else.
+KEY_ROLES = {
+    # where data and results live
+    **dict.fromkeys(("data_dir", "tracking_uri", "experiment", "register", "run_name",
+                     "checkpoint_dir"), "place"),
+    "device": "machine",  # where it runs: a run may resume on another machine
+    # how it computes: the same model up to rounding (the machines of one study may differ)
+    **dict.fromkeys(("precision", "deterministic", "memory_budget"), "numerics"),
+    "interval_coverage": "calibration",  # after training: the network is the same
+    **dict.fromkeys(("ensemble", "ensemble_split"), "members"),  # how many networks
+    "subset": "dataset",  # which engines: every trial of a study trains on the same
+}
+# Keys added after runs were first tracked, written only when they differ from their default.
+OMITTED_AT_DEFAULT = ("memory_budget", "ensemble", "ensemble_split", "include_cycle")
+
+
+def keys_with(*roles: str) -> tuple[str, ...]:
+    return tuple(key for key, role in KEY_ROLES.items() if role in roles)
+
+
+# Not part of a run's identity: where things live, the machine, the calibration after training.
+NOT_IN_IDENTITY = keys_with("place", "machine", "calibration")
+# Keys a study may not vary: those, and what a trial always trains on (one network, one subset).
+NOT_TUNABLE = keys_with("place", "machine", "calibration", "members", "dataset")
+# Keys the invocations of one study may differ in: where and how fast a trial runs, not what
+# it trains (e.g. fp16 on a GPU and fp32 on a CPU).
+NOT_COMPARED_IN_A_STUDY = keys_with("place", "machine", "numerics", "calibration")
+
 SPLIT_IN_SPACE = (
     "search_space lists {}: with exact accumulation micro_batch_size x accumulation_steps only "
     "splits the effective batch, which alone decides the model, so the sampler spends trials on "
@@ -290,6 +324,36 @@ SPLIT_IN_SPACE = (
 SPACE_HINT = "needs type categorical (choices) or int/float (low, high, optional log)"
 
 # ------------------------------------------------------------------ tuning
+
+
+# What a study can optimise and in which direction (rul.tuning.objectives measures them).
+OBJECTIVES = {"val_rmse": "minimize", "samples_per_s": "maximize", "peak_memory_mb": "minimize"}
+DEFAULT_OBJECTIVES = ("val_rmse",)
+ACCURACY = "val_rmse"  # must be listed: it picks the trial that is registered
+
+
+def check_objectives(names: list[str]) -> list[str]:
+    """The names unchanged, or ValueError saying what is wrong with the list."""
+    if not names:
+        raise ValueError("must list at least one objective (" + ", ".join(OBJECTIVES) + ")")
+    unknown = [n for n in names if n not in OBJECTIVES]
+    if unknown:
+        raise ValueError(f"unknown objective {unknown[0]!r}{_objective_hint(unknown[0])}; "
+                         "known: " + ", ".join(OBJECTIVES))
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"lists {repeated[0]!r} twice")
+    if ACCURACY not in names:
+        raise ValueError(f"must include {ACCURACY} (the registered model is the trial with "
+                         "the best val_rmse)")
+    return names
+
+
+def _objective_hint(name: str) -> str:
+    aliases = {"samples_per_second": "samples_per_s", "throughput": "samples_per_s",
+               "peak_memory": "peak_memory_mb", "memory": "peak_memory_mb", "rmse": "val_rmse"}
+    close = difflib.get_close_matches(name, [*OBJECTIVES, *aliases], n=1)
+    return f" (did you mean {aliases.get(close[0], close[0])!r}?)" if close else ""
 
 
 class Categorical(_Strict):
@@ -349,14 +413,12 @@ class TuningConfig(_Strict):
     # What the study optimises (rul.tuning.objectives): val_rmse alone, or with samples_per_s
     # and/or peak_memory_mb (multi-objective: a Pareto front, no pruning).
     objectives: Annotated[list[str], Field(description=(
-        "a non-empty list of objective names: val_rmse, samples_per_s, peak_memory_mb"))] = [
-        "val_rmse"]
+        "a non-empty list of objective names: val_rmse, samples_per_s, peak_memory_mb"))] = list(
+        DEFAULT_OBJECTIVES)
 
     @field_validator("objectives")
     @classmethod
     def _known_objectives(cls, value: list[str]) -> list[str]:
-        from rul.tuning.objectives import check_objectives
-
         return check_objectives(value)  # ValueError names the problem
 
     @model_validator(mode="after")

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import rul.models.cnn as cnn
-import rul.workflow
+import rul.plan
 from rul import config as cfg
 from rul.models.banded import band_plan, banded_tanh, offset
 from rul.models.cnn import DCNN, TimeConv
@@ -196,7 +196,7 @@ from rul.training.hardware import keep_freed_memory
 from bench.memory import DEFAULT_MODEL, N_FEATURES
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
-model = build_model(DEFAULT_MODEL, N_FEATURES)
+model = DEFAULT_MODEL.build()
 x, y = torch.rand(256, 30, N_FEATURES), torch.rand(256)
 def step():
     nn = torch.nn.functional.mse_loss(model(x), y)
@@ -221,10 +221,10 @@ def test_a_cpu_training_keeps_freed_memory(monkeypatch):
     def prepare_data(*args, **kwargs):
         raise AssertionError("reached the data without keeping freed memory")
 
-    monkeypatch.setattr(rul.workflow, "keep_freed_memory", keep_freed_memory)
-    monkeypatch.setattr(rul.workflow, "prepare_data", prepare_data)
+    monkeypatch.setattr(rul.plan, "keep_freed_memory", keep_freed_memory)
+    monkeypatch.setattr(rul.plan, "prepare_data", prepare_data)
     with pytest.raises(Called):
-        rul.workflow.run_training(cfg.load(ROOT / "experiments" / "fd001.yaml", ["device=cpu"]))
+        rul.plan.plan_run(cfg.load(ROOT / "experiments" / "fd001.yaml", ["device=cpu"]))
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc")

@@ -66,7 +66,7 @@ def test_defaults_are_the_old_fd001_values_and_types():
 
 
 def test_make_train_is_the_defaults_with_the_engines_age_and_patience_40():
-    from rul.workflow import preprocessor_for
+    from rul.preprocessing.prepared import preprocessor_for
 
     assert cfg.load(TRAIN_PATH).to_dict() == {**OLD_FD001, "include_cycle": True, "patience": 40}
     assert preprocessor_for(cfg.load(TRAIN_PATH)).include_cycle is True

@@ -84,10 +84,10 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def fd001_sets(real_data_dir):
-    from rul.workflow import prepare_data
+    from rul.preprocessing.prepared import prepare_data
 
     config = replace_dir(tiny_config(256, 2), real_data_dir)
-    prepared = prepare_data(config, derive_seeds(config.seed))
+    prepared = prepare_data(config, derive_seeds(config.seed).split)
     val = trimmed(prepared.val, 300)
     return ({n: (trimmed(prepared.train, n), val) for n in (UNEVEN, ONE_LEFT)},
             prepared.preprocessor.n_features)
@@ -166,7 +166,7 @@ WORKER = textwrap.dedent('''
         sys.addaudithook(report_writes)
     die_at = int(os.environ.get("RUL_TEST_DIE_AT_STEP", 0))
     if die_at and rank == 1:
-        from rul import workflow
+        from rul.training import run
         from rul.training.listener import Listeners, TrainingListener
 
         class Die(TrainingListener):
@@ -177,9 +177,9 @@ WORKER = textwrap.dedent('''
                     time.sleep(1)
                     os._exit(1)
 
-        train = workflow.run_training
-        workflow.run_training = lambda config, *a, listener=None, **k: train(
-            config, *a, listener=Listeners(listener, Die()), **k)
+        train = run.train
+        run.train = lambda plan, listener=None, *a, **k: train(
+            plan, Listeners(listener, Die()), *a, **k)
     from rul.cli import main
 
     main(sys.argv[1:], prog_name="rul")

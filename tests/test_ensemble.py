@@ -18,15 +18,16 @@ from click.testing import CliRunner
 
 from rul import config as cfg
 from rul.cli import main
+from rul.evaluation.ensemble import combine
+from rul.preprocessing.prepared import prepare_folds, preprocessor_for
 from rul.serving.predictor import average_members, predict_frame
 from rul.tracking import ensemble_run
-from rul.tracking.ensemble_run import FOLD_TAG, MEMBER_TAG, combine, train_ensemble
-from rul.tracking.multi_seed import KIND_TAG
+from rul.tracking.ensemble_run import FOLD_TAG, MEMBER_TAG, train_ensemble
+from rul.tracking.parent_run import KIND_TAG
 from rul.tracking.registry import CHAMPION
 from rul.tracking.tracked_run import train_tracked
 from rul.training.listener import TrainingListener
 from rul.training.seeding import derive_seeds
-from rul.workflow import prepare_folds, preprocessor_for
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_PATH = ROOT / "experiments" / "fd001.yaml"
@@ -159,7 +160,7 @@ def member_predictions_on(member, windows) -> np.ndarray:
     import torch
 
     from rul.training.batching import WindowBatches
-    from rul.training.evaluate import predict_windows
+    from rul.training.predict import predict_windows
 
     batches = WindowBatches(windows, torch.device("cpu"))
     return np.asarray(predict_windows(member.model, batches), np.float64)
@@ -176,7 +177,7 @@ def test_average_members_mean_and_spread():
 
 def test_folds_cut_every_training_unit_once_and_share_one_preprocessor(fd001):
     config = cfg.load(CONFIG_PATH, {"ensemble": 3, "ensemble_split": "folds", "seed": 42})
-    members = prepare_folds(config, derive_seeds(42), fd001)
+    members = prepare_folds(config, derive_seeds(42).split, fd001)
     units = np.unique(fd001.train["unit"])
     folds = [m.val_units for m in members]
     assert [len(f) for f in folds] == [34, 33, 33]
@@ -196,9 +197,9 @@ def test_folds_cut_every_training_unit_once_and_share_one_preprocessor(fd001):
         members[0].train_units)])  # what a member fitted alone would scale with
     assert not np.allclose(members[0].preprocessor.transform(probe), own.transform(probe))
     # the folds are seed's: another seed cuts others, the same seed the same
-    again = prepare_folds(config, derive_seeds(42), fd001)
+    again = prepare_folds(config, derive_seeds(42).split, fd001)
     assert all((a.val_units == b.val_units).all() for a, b in zip(members, again, strict=True))
-    other = prepare_folds(config.replace(seed=7), derive_seeds(7), fd001)
+    other = prepare_folds(config.replace(seed=7), derive_seeds(7).split, fd001)
     assert not (other[0].val_units.shape == folds[0].shape
                 and (other[0].val_units == folds[0]).all())
 
@@ -212,7 +213,8 @@ def test_folds_need_members_and_units(fd001):
         cfg.load(None, {"ensemble": 2, "ensemble_split": "fold"})
     with pytest.raises(cfg.ConfigError, match=r"ensemble=101: cannot cut 100 units into 101 "
                                               r"folds \(the training units of FD001\)"):
-        prepare_folds(cfg.load(None, {"ensemble": 101, "ensemble_split": "folds"}), subset=fd001)
+        prepare_folds(cfg.load(None, {"ensemble": 101, "ensemble_split": "folds"}),
+                      derive_seeds(42).split, fd001)
     assert "ensemble_split" not in cfg.load(None, {"ensemble": 2}).to_dict()  # digest kept
     with pytest.raises(cfg.ConfigError, match="'ensemble_split' is not a tunable"):
         cfg.load_tuning(None, {"search_space": {"ensemble_split": {
@@ -221,8 +223,8 @@ def test_folds_need_members_and_units(fd001):
 
 @pytest.fixture(scope="module")
 def folds_ensemble(fd001_store, fd001_client):
-    config = fd001_store.config(ensemble=2, ensemble_split="folds", seed=42)
-    outcome, run_id = train_ensemble(config, progress=False, register=False)
+    config = fd001_store.config(ensemble=2, ensemble_split="folds", seed=42, register=False)
+    outcome, run_id = train_ensemble(config, progress=False)
     members = fd001_client.search_runs([fd001_client.get_run(run_id).info.experiment_id],
                                        f"tags.`{PARENT}` = '{run_id}'")
     members = sorted(members, key=lambda r: int(r.data.tags[MEMBER_TAG]))
@@ -303,13 +305,13 @@ class InterruptSecondMember(TrainingListener):
 @pytest.mark.slow
 def test_an_interruption_kills_parent_and_member_and_registers_nothing(fd001_store, fd001_client,
                                                                        ensemble, monkeypatch):
-    real = ensemble_run.train_tracked
+    real = ensemble_run.track
 
-    def interrupted(config, **kwargs):
-        listener = InterruptSecondMember() if config.seed == 101 else None
-        return real(config, listener=listener, **kwargs)
+    def interrupted(plan, role, listener=None, **kwargs):
+        listener = InterruptSecondMember() if plan.config.seed == 101 else None
+        return real(plan, role, listener, **kwargs)
 
-    monkeypatch.setattr(ensemble_run, "train_tracked", interrupted)
+    monkeypatch.setattr(ensemble_run, "track", interrupted)
     versions = len(fd001_client.search_model_versions(f"name='{MODEL}'"))
     with pytest.raises(KeyboardInterrupt):
         train_ensemble(fd001_store.config(ensemble=3, seed=100, experiment="stopped"),

@@ -20,14 +20,12 @@ from mlflow.tracking import MlflowClient
 
 from rul import config as cfg
 from rul.cli import main
-from rul.tracking import seed_evaluation
-from rul.tracking.multi_seed import INDEX_TAG, KIND_TAG
-from rul.tracking.seed_evaluation import (
-    INTERVAL_REPORTED,
-    REPORTED,
-    evaluate_seeds,
-    summary_table,
-)
+from rul.evaluation import seeds as seed_aggregation
+from rul.evaluation.seeds import INTERVAL_REPORTED, REPORTED, summary_table
+from rul.plan import evaluation_seeds
+from rul.tracking import evaluation_run
+from rul.tracking.evaluation_run import evaluate_seeds
+from rul.tracking.parent_run import INDEX_TAG, KIND_TAG
 from rul.training.listener import TrainingListener
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,13 +96,13 @@ def test_summary_table_shows_each_seed_and_the_mean(evaluated):
 
 def test_one_seed_has_a_mean_and_no_std():
     rows = [{k: 1.5 for k in REPORTED}]
-    assert seed_evaluation.aggregate(rows) == {f"{k}_mean": 1.5 for k in REPORTED}
+    assert seed_aggregation.aggregate(rows) == {f"{k}_mean": 1.5 for k in REPORTED}
 
 
 def test_ensemble_seeds_are_spaced_so_no_member_repeats():
     config = cfg.load(None, {"seed": 10, "ensemble": 3})
-    assert seed_evaluation.evaluation_seeds(config, 3) == [10, 13, 16]
-    assert seed_evaluation.evaluation_seeds(cfg.load(None, {"seed": 10}), 3) == [10, 11, 12]
+    assert evaluation_seeds(config, 3) == [10, 13, 16]
+    assert evaluation_seeds(cfg.load(None, {"seed": 10}), 3) == [10, 11, 12]
 
 
 def test_a_folds_ensemble_evaluates_out_of_fold(fd001_store, fd001_client):
@@ -156,12 +154,12 @@ class InterruptSecondSeed(TrainingListener):
 
 
 def test_an_interruption_ends_parent_and_child_killed(fd001_store, fd001_client, monkeypatch):
-    real = seed_evaluation.train_tracked
+    real = evaluation_run.track
 
-    def interrupted(config, **kwargs):
-        return real(config, listener=InterruptSecondSeed(config.seed), **kwargs)
+    def interrupted(plan, role, listener=None, **kwargs):
+        return real(plan, role, InterruptSecondSeed(plan.config.seed), **kwargs)
 
-    monkeypatch.setattr(seed_evaluation, "train_tracked", interrupted)
+    monkeypatch.setattr(evaluation_run, "track", interrupted)
     config = fd001_store.config(seed=42, experiment="interrupted")
     with pytest.raises(KeyboardInterrupt):
         evaluate_seeds(config, 3, progress=False)

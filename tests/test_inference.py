@@ -29,10 +29,10 @@ from rul.data.errors import DataError
 from rul.data.schema import COLUMNS
 from rul.data.validation import validate_rows
 from rul.inference import read_rows
-from rul.models import build_network
+from rul.models import NetworkSpec
 from rul.preprocessing import Preprocessor
 from rul.serving.predictor import InferenceSpec, predict_frame
-from rul.tracking.pyfunc_model import log_pyfunc
+from rul.tracking.model_logging import log_pyfunc
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_NAME = "rul-fd001"
@@ -46,9 +46,9 @@ def tiny_outcome(fd001, window=30, include_cycle=False):
     preprocessor = Preprocessor(window=window, smoothing_alpha=0.1,
                                 include_cycle=include_cycle).fit(fd001.train)
     torch.manual_seed(0)
-    network = build_network("cnn", preprocessor.n_features, window, 125, **ARCH).eval()
-    config = SimpleNamespace(model="cnn", window=window, rul_cap=125, **ARCH)
-    return SimpleNamespace(config=config, model=network,
+    spec = NetworkSpec("cnn", preprocessor.n_features, window, 125, ARCH)
+    network = spec.build().eval()
+    return SimpleNamespace(network_spec=spec, models=[network], model=network, interval=None,
                            data=SimpleNamespace(preprocessor=preprocessor, subset=fd001))
 
 

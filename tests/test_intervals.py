@@ -14,6 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from rul import config as cfg
 from rul.cli import main
+from rul.evaluation import figures
 from rul.evaluation.conformal import (
     Interval,
     conformal_quantile,
@@ -23,7 +24,6 @@ from rul.evaluation.conformal import (
 )
 from rul.inference import read_rows
 from rul.serving.predictor import InferenceSpec, predict_frame
-from rul.tracking import figures
 from rul.tracking.tracked_run import train_tracked
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -226,7 +226,7 @@ def synthetic_run(tmp_path_factory, mlflow_store_at):
 def test_interval_is_the_conformal_quantile_of_the_validation_residuals(synthetic_run):
     _, config, outcome, _, _, _ = synthetic_run
     from rul.training.batching import WindowBatches
-    from rul.training.evaluate import predict_windows
+    from rul.training.predict import predict_windows
 
     val = outcome.data.val
     assert outcome.interval.n_calibration == len(val) == 2 * (60 - 10 + 1)  # all windows
@@ -292,11 +292,11 @@ def test_interval_coverage_null_logs_a_model_without_bounds(synthetic_run):
 
 def test_coverage_the_validation_windows_cannot_promise_is_refused_before_any_run(
         synthetic_run):
-    from rul.workflow import prepare_data
+    from rul.plan import plan_run
 
     _, config, _, _, _, _ = synthetic_run
     with pytest.raises(cfg.ConfigError) as info:
-        prepare_data(config.replace(interval_coverage=0.999))
+        plan_run(config.replace(interval_coverage=0.999))
     assert str(info.value) == ("interval_coverage=0.999: needs at least 999 validation windows "
                                "to calibrate, the validation units give 102 (lower it, or "
                                "raise val_fraction)")
@@ -309,10 +309,11 @@ def test_coverage_the_validation_windows_cannot_promise_is_refused_before_any_ru
 def test_fd001_test_coverage_is_near_the_target(real_data_dir):
     """A short real training (5 epochs of the default CNN): the 100 test units' coverage of
     the 90% interval, calibrated on the validation units only, is within 5 points of 90%."""
-    from rul.workflow import run_training
+    from rul.plan import plan_run
+    from rul.training.run import train
 
     config = cfg.load(CONFIG_PATH, {"epochs": 5, "data_dir": str(real_data_dir)})
-    outcome = run_training(config, progress=False)
+    outcome = train(plan_run(config), progress=False)
     m = outcome.metrics
     print(f"FD001 5 epochs: half-width {m['interval_half_width']:.1f} cycles on "
           f"{outcome.interval.n_calibration} validation windows, test coverage "

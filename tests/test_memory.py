@@ -11,20 +11,32 @@ import torch
 from torch import nn
 
 from rul import config as cfg
+from rul.plan import plan_run
+from rul.preprocessing.prepared import prepare_data
 from rul.training.backoff import BackoffStep
 from rul.training.batching import WindowBatches
 from rul.training.engine import fit
 from rul.training.hardware import cpu_has_native_bf16
 from rul.training.listener import TrainingListener
-from rul.training.memory import ProbeRow, candidates, choose_split, probe, resolve_auto_split
+from rul.training.micro_batch import ProbeRow, candidates, choose_split, probe
 from rul.training.precision import resolve_precision
-from rul.training.seeding import seed_everything
-from rul.workflow import prepare_data, run_training
+from rul.training.run import train
+from rul.training.seeding import derive_seeds, seed_everything
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_FP32 = resolve_precision("fp32", torch.device("cpu"))
 SMALL = {"filters": 8, "hidden_size": 32, "num_layers": 2, "dropout": 0.0, "ema_decay": 0.0,
          "deterministic": True, "patience": 100}
+
+
+def auto_split(config, data):
+    """(config as trained, the probe's SplitChoice) of `config` planned on `data` (fp32, CPU)."""
+    plan = plan_run(config.replace(precision="fp32", device="cpu"), data=data)
+    return plan.config, plan.split
+
+
+def prepared(config, subset=None):
+    return prepare_data(config, derive_seeds(config.seed).split, subset)
 
 
 # ------------------------------------------------------------------ config
@@ -106,28 +118,24 @@ def test_probe_measures_peak_memory_that_grows_with_the_micro_batch():
 @pytest.fixture(scope="module")
 def fd001_data(fd001):
     config = cfg.load(None, SMALL)
-    return prepare_data(config, subset=fd001)
+    return prepared(config, fd001)
 
 
 def test_auto_picks_a_smaller_micro_under_a_tiny_budget_and_says_when_nothing_fits(fd001_data):
-    n_features = fd001_data.preprocessor.n_features
     base = cfg.load(None, {**SMALL, "micro_batch_size": "auto", "effective_batch_size": 1024})
-    large, chosen = resolve_auto_split(base.replace(memory_budget="64GiB"), n_features,
-                                       fd001_data.train, CPU_FP32)
+    large, chosen = auto_split(base.replace(memory_budget="64GiB"), fd001_data)
     assert (large.micro_batch_size, large.accumulation_steps) == (1024, 1)
     assert chosen.table[-1].micro_batch_size == 1024 and chosen.peak_bytes > 0
     peaks = {row.micro_batch_size: row.peak_bytes for row in chosen.table}
     budget = (peaks[64] + peaks[1024]) // 2  # well between: 1024 does not fit
-    small, _ = resolve_auto_split(base.replace(memory_budget=budget), n_features,
-                                  fd001_data.train, CPU_FP32)
+    small, _ = auto_split(base.replace(memory_budget=budget), fd001_data)
     assert small.micro_batch_size < 1024
     assert small.accumulation_steps == 1024 // small.micro_batch_size
     assert small.effective_batch_size == 1024
     with pytest.raises(cfg.ConfigError, match=r"memory_budget=1.0KiB: below every candidate "
                        r"micro-batch size \(the smallest measured peak is .* at "
                        r"micro_batch_size=\d+\)"):
-        resolve_auto_split(base.replace(memory_budget="1KiB"), n_features, fd001_data.train,
-                           CPU_FP32)
+        auto_split(base.replace(memory_budget="1KiB"), fd001_data)
 
 
 @pytest.fixture
@@ -135,21 +143,18 @@ def small_data(write_cmapss):
     """Synthetic C-MAPSS: 16 training units of 90 cycles, window 20 (~900 training windows)."""
     folder = write_cmapss(train_lengths=(90,) * 16)
     config = cfg.load(None, {**SMALL, "window": 20, "data_dir": str(folder)})
-    return config, prepare_data(config)
+    return config, prepared(config)
 
 
 def test_same_effective_batch_under_different_budgets_reaches_the_same_val_rmse(small_data):
     config, data = small_data
     base = config.replace(micro_batch_size="auto", effective_batch_size=256, epochs=3,
                           precision="fp32", device="cpu", filters=32)
-    n_features = data.preprocessor.n_features
-    _, chosen = resolve_auto_split(base.replace(memory_budget="64GiB"), n_features,
-                                   data.train, CPU_FP32)
+    _, chosen = auto_split(base.replace(memory_budget="64GiB"), data)
     peaks = {row.micro_batch_size: row.peak_bytes for row in chosen.table}
-    small, _ = resolve_auto_split(base.replace(memory_budget=(peaks[32] + peaks[256]) // 2),
-                                  n_features, data.train, CPU_FP32)
-    outcomes = [run_training(base.replace(memory_budget="64GiB"), data, progress=False),
-                run_training(small, data, progress=False)]  # auto resolved there, here above
+    small, _ = auto_split(base.replace(memory_budget=(peaks[32] + peaks[256]) // 2), data)
+    outcomes = [train(plan_run(base.replace(memory_budget="64GiB"), data=data), progress=False),
+                train(plan_run(small, data=data), progress=False)]  # auto resolved there
     splits = [(o.config.micro_batch_size, o.config.accumulation_steps) for o in outcomes]
     assert splits[0] == (256, 1) and splits[1][0] < 256, splits
     a, b = (o.state.best_val_rmse for o in outcomes)
@@ -222,7 +227,7 @@ def test_with_dropout_the_micro_batch_split_does_not_change_the_training(write_c
     config = cfg.load(None, {**SMALL, "window": 21, "data_dir": str(folder), "dropout": 0.5,
                              "epochs": 2, "precision": "fp32", "micro_batch_size": 125,
                              "accumulation_steps": 2})
-    data = prepare_data(config)
+    data = prepared(config)
     _, losses = _fit(data, config)
     _, expected = _fit(data, config.replace(micro_batch_size=50, accumulation_steps=5))
     assert len(losses) == len(expected) == 8  # 2 epochs of 4 steps

@@ -11,9 +11,12 @@ from click.testing import CliRunner
 
 from rul import config as cfg
 from rul.cli import main
+from rul.plan import ResumeTarget, plan_run
+from rul.preprocessing.prepared import prepare_data
 from rul.training.checkpoint import Checkpointer
 from rul.training.listener import TrainingListener
-from rul.workflow import run_training
+from rul.training.run import train
+from rul.training.seeding import derive_seeds
 
 CONFIG_PATH = Path(__file__).resolve().parents[1] / "experiments" / "fd001.yaml"
 TINY = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
@@ -24,6 +27,12 @@ TINY = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
 def make_config(data_dir, tmp_path, **changes):
     return cfg.load(CONFIG_PATH, {**TINY, "data_dir": str(data_dir),
                                   "checkpoint_dir": str(tmp_path / "ckpt"), **changes})
+
+
+def run_training(config, subset, resume: ResumeTarget | None = None, **kwargs):
+    """Plan `config` on the already loaded `subset` (resuming `resume`), then train it."""
+    data = prepare_data(config, derive_seeds(config.seed).split, subset)
+    return train(plan_run(config, resume, data=data), **kwargs)
 
 
 def weights(outcome) -> dict:
@@ -46,8 +55,8 @@ def test_same_seed_gives_bitwise_identical_runs(real_data_dir, fd001, tmp_path, 
     """Per precision: bf16 autocast is what `auto` trains the DCNN in on CPUs with native bf16
     (emulated, slower but the same contract, on the others)."""
     config = make_config(real_data_dir, tmp_path, precision=precision)
-    first = run_training(config, progress=False, subset=fd001)
-    second = run_training(config, progress=False, subset=fd001)
+    first = run_training(config, fd001, progress=False)
+    second = run_training(config, fd001, progress=False)
     assert first.metrics == second.metrics
     assert curves(first) == curves(second)
     assert first.predictions.equals(second.predictions)
@@ -60,7 +69,7 @@ def test_accumulation_split_does_not_change_training(real_data_dir, fd001, tmp_p
         config = make_config(real_data_dir, tmp_path, micro_batch_size=micro,
                              accumulation_steps=k, dropout=0.0, epochs=1)
         assert config.effective_batch_size == 512
-        outcomes[(micro, k)] = run_training(config, progress=False, subset=fd001)
+        outcomes[(micro, k)] = run_training(config, fd001, progress=False)
     reference = weights(outcomes[(512, 1)])
     for split, outcome in outcomes.items():
         other = weights(outcome)
@@ -85,16 +94,16 @@ def test_kill_and_resume_matches_the_uninterrupted_run(real_data_dir, fd001, tmp
                                                        precision):
     config = make_config(real_data_dir, tmp_path, dropout=0.2, epochs=3, ema_decay=ema_decay,
                          precision=precision)
-    reference = run_training(config, progress=False, subset=fd001)
+    reference = run_training(config, fd001, progress=False)
     assert not (tmp_path / "ckpt").exists()
 
     checkpointer = Checkpointer(tmp_path / "ckpt" / "run.pt")
     with pytest.raises(KeyboardInterrupt):
-        run_training(config, listener=InterruptAtEpoch(2), checkpointer=checkpointer,
-                     progress=False, subset=fd001)
+        run_training(config, fd001, listener=InterruptAtEpoch(2), checkpointer=checkpointer,
+                     progress=False)
     checkpoint = checkpointer.load()
     assert checkpoint["train_state"].epoch == 2
-    resumed = run_training(config, resume_from=checkpoint, progress=False, subset=fd001)
+    resumed = run_training(config, fd001, ResumeTarget(checkpointer.path), progress=False)
 
     assert resumed.state.epoch == 3
     assert resumed.metrics["test_rmse"] == reference.metrics["test_rmse"]
@@ -113,17 +122,17 @@ def test_resume_keeps_the_precision_the_run_started_in(real_data_dir, fd001, tmp
 
     config = make_config(real_data_dir, tmp_path, dropout=0.2, epochs=3, precision="auto")
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: False)  # auto: fp32
-    reference = run_training(config, progress=False, subset=fd001)
+    reference = run_training(config, fd001, progress=False)
     assert reference.precision.name == "fp32"
     checkpointer = Checkpointer(tmp_path / "ckpt" / "run.pt")
     with pytest.raises(KeyboardInterrupt):
-        run_training(config, listener=InterruptAtEpoch(2), checkpointer=checkpointer,
-                     progress=False, subset=fd001)
+        run_training(config, fd001, listener=InterruptAtEpoch(2), checkpointer=checkpointer,
+                     progress=False)
     checkpoint = checkpointer.load()
     assert checkpoint["precision"] == "fp32"
 
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: True)  # auto: bf16 now
-    resumed = run_training(config, resume_from=checkpoint, progress=False, subset=fd001)
+    resumed = run_training(config, fd001, ResumeTarget(checkpointer.path), progress=False)
     assert resumed.precision.name == "fp32" and "auto would pick bf16" in resumed.precision.reason
     assert resumed.metrics == reference.metrics
     assert_same_weights(weights(resumed), weights(reference))

@@ -13,7 +13,7 @@ from rul.evaluation.metrics import rmse
 from rul.models import build_network
 from rul.preprocessing import Preprocessor
 from rul.training.batching import WindowBatches
-from rul.training.evaluate import predict_windows
+from rul.training.predict import predict_windows
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "truncation_val.py"
 ARCH = {"filters": 4, "kernel_size": 10, "num_layers": 2, "hidden_size": 16, "dropout": 0.5}

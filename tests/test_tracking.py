@@ -21,9 +21,10 @@ import torch
 
 from rul import config as cfg
 from rul.data import DataError
+from rul.plan import plan_run
 from rul.tracking.registry import CHAMPION, register_and_promote
 from rul.tracking.run_checkpoints import RunCheckpoints
-from rul.tracking.tracked_run import train_tracked
+from rul.tracking.tracked_run import track, train_tracked
 from rul.training.hardware import auto_precision
 from rul.training.listener import TrainingListener
 from rul.training.seeding import derive_seeds
@@ -292,7 +293,7 @@ def test_ctrl_c_kills_the_run_and_resume_finishes_the_same_run(fd001_store, fd00
     checkpoints = RunCheckpoints(config.checkpoint_dir)
     runs_before = _run_ids(fd001_client, config.experiment_name)
     with pytest.raises(KeyboardInterrupt):
-        train_tracked(config, progress=False, listener=InterruptAfterFirstEpoch())
+        track(plan_run(config), listener=InterruptAfterFirstEpoch(), progress=False)
     killed = _new_run(fd001_client, config.experiment_name, runs_before)
     assert killed.info.status == "KILLED"
     assert killed.data.tags["error"].startswith("KeyboardInterrupt")
@@ -320,7 +321,7 @@ def test_two_runs_of_one_config_never_share_a_checkpoint(fd001_store, fd001_clie
     for _ in range(2):
         before = _run_ids(fd001_client, config.experiment_name)
         with pytest.raises(KeyboardInterrupt):
-            train_tracked(config, progress=False, listener=InterruptAfterFirstEpoch())
+            track(plan_run(config), listener=InterruptAfterFirstEpoch(), progress=False)
         killed.append(_new_run(fd001_client, config.experiment_name, before).info.run_id)
     paths = [checkpoints.path(run_id) for run_id in killed]
     assert paths[0] != paths[1] and all(p.is_file() for p in paths)

@@ -21,12 +21,12 @@ FP32 = resolve_precision("fp32", CPU)
 @pytest.fixture(scope="module")
 def fd001_windows(real_data_dir):
     """Real FD001 train/validation windows as device tensors (split by unit)."""
+    from rul.preprocessing.prepared import prepare_data
     from rul.training.batching import WindowBatches
     from rul.training.seeding import derive_seeds
-    from rul.workflow import prepare_data
 
     config = cfg.load(None, {"data_dir": str(real_data_dir)})
-    prepared = prepare_data(config, derive_seeds(0))
+    prepared = prepare_data(config, derive_seeds(0).split)
     return WindowBatches(prepared.train, CPU), WindowBatches(prepared.val, CPU)
 
 

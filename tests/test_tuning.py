@@ -469,14 +469,14 @@ def test_pruning_study_parent_counts_states(pruning):
 
 def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, real_data_dir,
                                                            mlflow_store_at):
-    """1st trial: train_tracked raises before any run; 2nd: CUDA out of memory (pruned, not
+    """1st trial: track raises before any run; 2nd: CUDA out of memory (pruned, not
     failed); 3rd: an error inside the MLflow run after one epoch; 4th: a normal trial."""
     config = make_config(tmp_path, real_data_dir, register=False)
-    real = study_mod.train_tracked
+    real = study_mod.track
     calls = []
 
-    def flaky(config, **kwargs):
-        calls.append(kwargs["run_name"])
+    def flaky(plan, role, listener=None, **kwargs):
+        calls.append(role.name)
         if len(calls) == 1:
             raise RuntimeError("boom")
         if len(calls) == 2:
@@ -486,10 +486,10 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch
                 def on_epoch(self, epoch, step, metrics):
                     raise RuntimeError("boom in epoch")
 
-            kwargs = {**kwargs, "listener": Failing()}
-        return real(config, **kwargs)
+            listener = Failing()
+        return real(plan, role, listener, **kwargs)
 
-    monkeypatch.setattr(study_mod, "train_tracked", flaky)
+    monkeypatch.setattr(study_mod, "track", flaky)
     storage, name = f"sqlite:///{tmp_path}/optuna.db", "tune-failures"
     with mlflow_store_at(tmp_path):
         summary = run_study(config, n_trials=4, storage=storage, study_name=name)
@@ -537,10 +537,10 @@ def test_no_completed_trial_leaves_nothing_to_register(tmp_path, monkeypatch, re
                                                        mlflow_store_at):
     config = make_config(tmp_path, real_data_dir)
 
-    def broken(config, **kwargs):
+    def broken(plan, role, listener=None, **kwargs):
         raise RuntimeError("always")
 
-    monkeypatch.setattr(study_mod, "train_tracked", broken)
+    monkeypatch.setattr(study_mod, "track", broken)
     storage, name = f"sqlite:///{tmp_path}/optuna.db", "tune-broken"
     with mlflow_store_at(tmp_path):
         summary = run_study(config, n_trials=2, storage=storage, study_name=name)

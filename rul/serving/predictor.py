@@ -24,7 +24,7 @@ import torch
 from rul.data.errors import DataError
 from rul.data.validation import validate_rows
 from rul.evaluation.conformal import Interval
-from rul.models import ARCHITECTURE_ARGS, build_network
+from rul.models.spec import ARCHITECTURE_ARGS, NetworkSpec
 from rul.preprocessing.windows import unit_lengths
 
 FORMAT_VERSION = 1
@@ -43,12 +43,11 @@ class InferenceSpec:
     members: int = 1  # networks averaged (an ensemble); their weights are a list
 
     @classmethod
-    def from_config(cls, config, n_features: int, interval: Interval | None = None,
-                    members: int = 1) -> "InferenceSpec":
-        from rul.models import architecture_of
-
-        return cls(config.model, config.window, config.rul_cap, n_features,
-                   architecture_of(config), interval=interval, members=members)
+    def from_network(cls, network, interval: Interval | None = None,
+                     members: int = 1) -> "InferenceSpec":
+        """The spec of a trained rul.models.NetworkSpec (with its interval and members)."""
+        return cls(network.kind, network.window, network.rul_cap, network.n_features,
+                   dict(network.architecture), interval=interval, members=members)
 
     @classmethod
     def from_dict(cls, values: dict, defaults: dict | None = None) -> "InferenceSpec":
@@ -91,8 +90,8 @@ class InferenceSpec:
         Path(path).write_text(json.dumps(values, indent=1))
 
     def build_network(self) -> torch.nn.Module:
-        return build_network(self.model, self.n_features, self.window, self.rul_cap,
-                             **self.architecture)
+        return NetworkSpec(self.model, self.n_features, self.window, self.rul_cap,
+                           self.architecture).build()
 
 
 def member_predictions(networks: Sequence[torch.nn.Module], windows) -> np.ndarray:

@@ -16,6 +16,7 @@ import math
 import torch
 
 from rul.training.distributed import rank_share
+from rul.training.seeding import RandomState
 from rul.training.step import StepResult, optimizer_step
 
 
@@ -35,8 +36,7 @@ class BackoffStep:
         """`indices`: this rank's share of one effective batch; `global_total`: the batch's
         samples over all ranks (DDP weights each micro-batch by its global share)."""
         device = precision.device
-        rng = (torch.get_rng_state(),
-               torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
+        random_state = RandomState(device)
         while True:
             try:
                 micro_batches, weights = rank_share(
@@ -51,9 +51,7 @@ class BackoffStep:
                 optimizer.zero_grad(set_to_none=True)  # drop the partial gradients
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-                torch.set_rng_state(rng[0])
-                if rng[1] is not None:
-                    torch.cuda.set_rng_state(rng[1], device)
+                random_state.restore()
                 self.micro_batch_size //= 2
                 self.backoffs.append((self.micro_batch_size, self.accumulation_steps))
 

@@ -85,16 +85,18 @@ def _collective_device() -> torch.device:
 
 
 @contextmanager
-def process_group(world: World, device: torch.device):
-    """Init the process group for the block (gloo on CPU, nccl with the local GPU on CUDA);
-    nothing in a world of 1."""
+def process_group(world: World, device: str):
+    """Init the process group for the block (gloo on CPU, nccl with the local GPU on CUDA:
+    `device` is the config's key, auto, cpu or cuda); nothing in a world of 1."""
     if not world.distributed:
         yield
         return
-    if device.type == "cuda":
+    from rul.training.precision import resolve_device
+
+    cuda = resolve_device(device).type == "cuda"
+    if cuda:
         torch.cuda.set_device(world.local_rank)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
-                            rank=world.rank, world_size=world.size)
+    dist.init_process_group("nccl" if cuda else "gloo", rank=world.rank, world_size=world.size)
     try:
         yield
     finally:

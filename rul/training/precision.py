@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rul.config import ConfigError
+from rul.errors import ConfigError
 from rul.training.hardware import auto_precision
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}

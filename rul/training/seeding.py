@@ -26,8 +26,10 @@ def derive_seeds(seed: int) -> Seeds:
     return Seeds(seed, *(int(c) for c in children))
 
 
-def seed_everything(seed: int, deterministic: bool = False) -> Seeds:
-    seeds = derive_seeds(seed)
+def seed_everything(seeds: Seeds | int, deterministic: bool = False) -> Seeds:
+    """Seed Python's, numpy's and torch's global generators from `seeds` (or a seed); with
+    `deterministic`, also switch torch to deterministic algorithms."""
+    seeds = derive_seeds(seeds) if isinstance(seeds, int) else seeds
     random.seed(seeds.python)
     np.random.seed(seeds.numpy)
     torch.manual_seed(seeds.torch)  # also seeds every CUDA device
@@ -37,3 +39,18 @@ def seed_everything(seed: int, deterministic: bool = False) -> Seeds:
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = True
     return seeds
+
+class RandomState:
+    """A snapshot of torch's random streams on `device` (the CPU generator, and the device's
+    own on CUDA), put back by `restore()`: work that must not move a run's draws (the memory
+    probe, a step redone after an out-of-memory back-off) runs between the two."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cpu = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+    def restore(self) -> None:
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state(self.cuda, self.device)

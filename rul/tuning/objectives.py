@@ -10,42 +10,15 @@ trial's values, read from the metrics its training run measured and logged per e
 
 One objective (the default, [val_rmse]) is an ordinary single-objective study with pruning.
 Several make a multi-objective study (Optuna `directions`): Optuna cannot prune those (no
-`trial.report`), so pruning is off whatever `pruner` says. Imports nothing heavy: the config
-module reads the names from here.
+`trial.report`), so pruning is off whatever `pruner` says. The names and their directions are
+configuration (rul.config.OBJECTIVES, checked when the tuning config loads).
 """
 
-import contextlib
 import statistics
 
-OBJECTIVES = {"val_rmse": "minimize", "samples_per_s": "maximize", "peak_memory_mb": "minimize"}
-DEFAULT = ("val_rmse",)
-ACCURACY = "val_rmse"  # must be listed: it picks the trial that is registered
-
-
-def check_objectives(names: list[str]) -> list[str]:
-    """The names unchanged, or ValueError saying what is wrong with the list."""
-    if not names:
-        raise ValueError("must list at least one objective (" + ", ".join(OBJECTIVES) + ")")
-    unknown = [n for n in names if n not in OBJECTIVES]
-    if unknown:
-        raise ValueError(f"unknown objective {unknown[0]!r}{_hint(unknown[0])}; known: "
-                         + ", ".join(OBJECTIVES))
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise ValueError(f"lists {repeated[0]!r} twice")
-    if ACCURACY not in names:
-        raise ValueError(f"must include {ACCURACY} (the registered model is the trial with "
-                         "the best val_rmse)")
-    return names
-
-
-def _hint(name: str) -> str:
-    import difflib
-
-    aliases = {"samples_per_second": "samples_per_s", "throughput": "samples_per_s",
-               "peak_memory": "peak_memory_mb", "memory": "peak_memory_mb", "rmse": "val_rmse"}
-    close = difflib.get_close_matches(name, [*OBJECTIVES, *aliases], n=1)
-    return f" (did you mean {aliases.get(close[0], close[0])!r}?)" if close else ""
+from rul.config import ACCURACY, OBJECTIVES
+from rul.config import DEFAULT_OBJECTIVES as DEFAULT  # noqa: F401 (the study reads it here)
+from rul.training.peak_memory import reset_peak
 
 
 def directions(names) -> list[str]:
@@ -82,11 +55,7 @@ def best_accuracy_trial(study, names):
 
 
 def reset_peak_memory() -> None:
-    """Start a fresh peak: CUDA's peak-allocated counter and (Linux) the process's VmHWM,
-    which ru_maxrss reads."""
+    """Start a fresh peak, so that a trial is not charged for the one before it."""
     import torch
 
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
-    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
+    reset_peak(torch.device("cuda" if torch.cuda.is_available() else "cpu"))

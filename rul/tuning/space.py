@@ -29,7 +29,7 @@ def trial_overrides(tuning: TuningConfig, values: dict) -> tuple[dict, str | Non
     """Training config changes for a trial, or a reason to prune it before it runs.
 
     A drawn effective_batch_size is the accuracy decision; the trial's micro-batch and K are
-    then measured, never drawn: micro_batch_size becomes auto (see rul.training.memory)."""
+    then measured, never drawn: micro_batch_size becomes auto (see rul.training.micro_batch)."""
     base = tuning.train
     changes = dict(values)
     if "effective_batch_size" in values:

@@ -20,12 +20,14 @@ import numpy as np
 import optuna
 from mlflow.tracking import MlflowClient
 
-from rul.config import ConfigError, TuningConfig
+from rul.config import NOT_COMPARED_IN_A_STUDY, TuningConfig
+from rul.errors import ConfigError
 from rul.interrupts import deferred, exit_code, immediate, interrupts_as_exceptions
+from rul.plan import plan_run
 from rul.tracking.lifecycle import run_ends_cleanly
 from rul.tracking.registry import register_and_promote, registered_model_name
 from rul.tracking.store import configure, ensure_experiment
-from rul.tracking.tracked_run import train_tracked
+from rul.tracking.tracked_run import RunRole, track
 from rul.training.listener import TrainingListener
 from rul.tuning import objectives as objs
 from rul.tuning.report import format_pareto_table, log_figures, log_pareto_table, pareto_table
@@ -44,12 +46,8 @@ STARTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
 TARGET_ATTR, TARGET_SET_AT_ATTR = "n_trials_target", "n_trials_target_set_at"
 OBJECTIVES_ATTR = "objectives"  # stored by multi-objective studies (Optuna keeps directions)
 BASE_ATTR = "base_config"  # the training keys every trial shares (what the trials mean)
-# Where data and results live, how fast a trial runs and on what hardware (precision: fp16 AMP
-# on a GPU, fp32 on a CPU), not what it trains: these may differ between the machines or
-# invocations of one study. The batch keys are compared as far as they decide a trial's B.
-NOT_COMPARED = ("data_dir", "tracking_uri", "experiment", "register", "run_name",
-                "checkpoint_dir", "device", "precision", "deterministic", "memory_budget",
-                "interval_coverage")
+# The keys the machines or invocations of one study may differ in are
+# rul.config.NOT_COMPARED_IN_A_STUDY; the batch keys are compared as far as they decide B.
 BATCH_KEYS = ("micro_batch_size", "accumulation_steps", "effective_batch_size")
 TRAINED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
            optuna.trial.TrialState.RUNNING)
@@ -166,7 +164,7 @@ def base_config(config: TuningConfig) -> dict:
     values = config.train.model_dump(mode="json")
     batch = _batch_keys_of_base(config)
     base = {key: value for key, value in values.items()
-            if key not in NOT_COMPARED and key not in config.search_space
+            if key not in NOT_COMPARED_IN_A_STUDY and key not in config.search_space
             and (key not in BATCH_KEYS or key in batch)}
     base["scale_lr_with_batch"] = config.scale_lr_with_batch
     return base
@@ -226,14 +224,13 @@ def objective_for(base: TuningConfig, parent_run_id: str):
         tags = {"optuna.trial": str(trial.number), "optuna.study": trial.study.study_name}
         if "peak_memory_mb" in base.objectives:
             objs.reset_peak_memory()  # not charged for the worker's previous trial
+        role = RunRole(parent_run_id, f"trial-{trial.number:03d}", tags, register=False,
+                       resumable=False, stop_exceptions=(optuna.TrialPruned,),
+                       on_run_created=lambda run_id: trial.set_user_attr("mlflow_run_id", run_id))
         try:
             with immediate():  # training may stop at once; its own writes defer the signal
-                outcome, _ = train_tracked(
-                    config, progress=False, parent_run_id=parent_run_id,
-                    run_name=f"trial-{trial.number:03d}", extra_tags=tags, register=False,
-                    resumable=False, listener=None if multi else PruningListener(trial),
-                    on_run_created=lambda run_id: trial.set_user_attr("mlflow_run_id", run_id),
-                    stop_exceptions=(optuna.TrialPruned,))
+                outcome, _ = track(plan_run(config), role, None if multi else
+                                   PruningListener(trial), progress=False)
         except optuna.TrialPruned as pruned:
             _mark(trial, "PRUNED", str(pruned))
             raise

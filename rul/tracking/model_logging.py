@@ -4,7 +4,7 @@ What is stored: the fitted Preprocessor (pickle), the weights (state dict), a sm
 inference spec (rul.serving.predictor.InferenceSpec, not the whole training config; it holds
 the calibrated prediction interval when the outcome has one), the rul package as code, and
 requirements a public index can satisfy. An ensemble stores one list of its members' state
-dicts (`log_ensemble_pyfunc`), with the same preprocessor and spec.
+dicts, with the same preprocessor and spec.
 """
 
 import pickle
@@ -16,34 +16,25 @@ import mlflow
 import torch
 
 from rul.serving.predictor import InferenceSpec
-from rul.serving.pyfunc_model import (  # RULModel: older pickles name it here
-    SIGNATURE,
-    RULModel,
-    signature,
-)
-
-__all__ = ["SIGNATURE", "RULModel", "log_ensemble_pyfunc", "log_pyfunc", "requirements"]
+from rul.serving.pyfunc_model import RULModel, signature
 
 # What inference imports; nothing from training (tqdm, click, YAML, matplotlib, optuna).
 INFERENCE_PACKAGES = ("mlflow", "torch", "numpy", "pandas", "scikit-learn", "cloudpickle")
 
 
 def log_pyfunc(outcome, workdir: Path) -> str:
-    """Log the pyfunc model (and the raw torch weights) to the active run; return its URI."""
-    interval = getattr(outcome, "interval", None)  # None: no bounds (or an older outcome)
-    return _log_model(outcome.config, outcome.data, [outcome.model], interval, workdir)
-
-
-def log_ensemble_pyfunc(outcome, workdir: Path) -> str:
-    """Log an ensemble (outcome.models, trained on outcome.data's split) as one model."""
-    return _log_model(outcome.config, outcome.data, outcome.models, outcome.interval, workdir)
+    """Log the pyfunc model (and the raw torch weights) of a training or an ensemble
+    (rul.evaluation.ensemble: every member's weights, one preprocessor) to the active run;
+    return its URI."""
+    return _log_model(outcome.network_spec, outcome.data, outcome.models, outcome.interval,
+                      workdir)
 
 
 def _state(network) -> dict:
     return {k: v.cpu() for k, v in network.state_dict().items()}
 
 
-def _log_model(config, data, networks: list, interval, workdir: Path) -> str:
+def _log_model(spec, data, networks: list, interval, workdir: Path) -> str:
     """`interval`: the calibrated rul.evaluation.conformal.Interval, or None (no bounds)."""
     workdir.mkdir(parents=True, exist_ok=True)
     preprocessor = data.preprocessor
@@ -54,7 +45,7 @@ def _log_model(config, data, networks: list, interval, workdir: Path) -> str:
     torch.save(_state(networks[0]) if members == 1 else [_state(n) for n in networks],
                weights_path)
     spec_path = workdir / "inference_spec.json"
-    InferenceSpec.from_config(config, preprocessor.n_features, interval, members).write(spec_path)
+    InferenceSpec.from_network(spec, interval, members).write(spec_path)
     example = data.subset.test[data.subset.test["unit"].isin([1, 2])]
     with warnings.catch_warnings():
         # unit and cycle are integers that are never missing: MLflow's hint about NaN in

@@ -61,3 +61,17 @@ def grad_norm_trace(grad_norms: list[float], max_grad_norm) -> Figure:
         ax.legend()
     ax.set(xlabel="optimizer step", ylabel="grad norm (unscaled)", yscale="log")
     return fig
+
+
+def member_val_curves(members: list, split: str = "shared") -> Figure:
+    """Each ensemble member's validation RMSE per epoch (on the shared validation units, or
+    each on its own fold)."""
+    fig = Figure(figsize=(6, 3.5), layout="tight")
+    ax = fig.subplots()
+    for m in members:
+        values = [h["val_rmse"] for h in m.state.history]
+        ax.plot(np.arange(1, len(values) + 1), values, label=f"seed {m.config.seed}")
+    title = "ensemble members" + (", each on its own fold" if split == "folds" else "")
+    ax.set(xlabel="epoch", ylabel="validation RMSE (cycles)", title=title)
+    ax.legend(fontsize="small")
+    return fig

@@ -1,4 +1,4 @@
-"""Predictions over a split's windows, and the peak memory a run used."""
+"""A network's predictions over a split's windows."""
 
 import numpy as np
 import torch
@@ -18,12 +18,3 @@ def predict_windows(model, batches: WindowBatches, batch_size: int = 4096):
     for x, _ in batches.in_order(batch_size):
         outputs.append(model(x).float())
     return torch.cat(outputs).cpu().numpy() if outputs else np.empty(0, np.float32)
-
-
-def peak_memory_mb(device: torch.device) -> float:
-    """CUDA: peak allocated by torch; CPU: the process's peak resident set size (Linux)."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB

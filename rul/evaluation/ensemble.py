@@ -1,0 +1,86 @@
+"""An ensemble of trained members: their averaged prediction, its metrics and its interval.
+
+Nothing here is chosen on the test units; the test windows are the same for every member.
+The validation figure depends on how the members split the training units: on one shared
+split, the averaged prediction on the shared validation windows (the same measure as a single
+run's best_val_rmse); on folds, the out-of-fold RMSE over every training unit (each window
+predicted by the one member that validates on it).
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from rul.evaluation.conformal import Interval
+from rul.evaluation.intervals import calibrate_interval
+from rul.evaluation.metrics import rmse, rul_metrics
+from rul.serving.predictor import average_members
+from rul.training.batching import WindowBatches
+from rul.training.predict import predict_windows
+
+
+@dataclass
+class EnsembleOutcome:
+    config: object  # ensemble=N; seed: the first member's, whose split (or folds) they share
+    members: list  # TrainingOutcome of each member (rul.training.run)
+    metrics: dict  # val_rmse and test metrics of the averaged prediction, members' means
+    predictions: pd.DataFrame  # unit, true_rul, true_rul_capped, predicted_rul, predicted_std
+    interval: Interval | None = None  # calibrated on the averaged validation predictions
+    member_run_ids: list[str] = field(default_factory=list)
+    model_uri: str | None = None
+
+    @property
+    def data(self):
+        """The first member's: the shared preprocessor and test windows."""
+        return self.members[0].data
+
+    @property
+    def network_spec(self):
+        """The members' network (one architecture, their own weights)."""
+        return self.members[0].plan.network
+
+    @property
+    def models(self) -> list:
+        return [m.model for m in self.members]
+
+
+def averaged(members: list, windows) -> tuple[np.ndarray, np.ndarray]:
+    """The members' mean prediction of each window of `windows` and their spread."""
+    predictions = []
+    for m in members:
+        device = next(m.model.parameters()).device
+        predictions.append(predict_windows(m.model, WindowBatches(windows, device)))
+    return average_members(predictions)
+
+
+def validation_residuals(members: list) -> np.ndarray:
+    """Predicted - capped target for every validation window of the members, each window
+    predicted by the mean of the members that validate on it: all of them on one shared split,
+    only its own member on a fold (out-of-fold)."""
+    groups: dict[bytes, list] = {}
+    for m in members:
+        groups.setdefault(np.asarray(m.data.val_units).tobytes(), []).append(m)
+    return np.concatenate([averaged(group, group[0].data.val)[0] - group[0].data.val.targets
+                           for group in groups.values()])
+
+
+def combine(config, members: list) -> EnsembleOutcome:
+    """The ensemble of trained `members`: its averaged predictions and metrics."""
+    data = members[0].data
+    residuals = validation_residuals(members)
+    test_mean, test_std = averaged(members, data.test)
+    test = rul_metrics(test_mean, data.subset.test_rul, config.rul_cap)
+    metrics = {
+        "val_rmse": rmse(residuals, 0.0),
+        **{f"test_{k}": v for k, v in test.items()},
+        "member_val_rmse_mean": float(np.mean([m.state.best_val_rmse for m in members])),
+        "member_test_rmse_mean": float(np.mean([m.metrics["test_rmse"] for m in members])),
+    }
+    predictions = pd.DataFrame({"unit": data.test_units, "true_rul": data.subset.test_rul,
+                                "true_rul_capped": data.test.targets,
+                                "predicted_rul": test_mean, "predicted_std": test_std})
+    interval = None
+    if config.interval_coverage is not None:
+        interval = calibrate_interval(residuals, config, predictions, metrics)
+    return EnsembleOutcome(config, members, metrics, predictions, interval)

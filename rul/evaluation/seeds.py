@@ -1,0 +1,64 @@
+"""How good a config is over N seeds: each seed's reported metrics, their mean ± std, the
+table `rul evaluate` prints. Nothing here selects on the test set: every seed counts."""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+REPORTED = ("val_rmse", "test_rmse", "test_mae", "test_score", "test_rmse_uncapped")
+INTERVAL_REPORTED = ("test_interval_coverage", "test_interval_width")  # with interval_coverage
+
+
+@dataclass
+class Evaluation:
+    parent_run_id: str
+    name: str
+    rows: list[dict]  # per seed: seed, run_id, REPORTED metrics, seconds
+    aggregates: dict  # <metric>_mean, <metric>_std (std only with 2 or more seeds)
+    seconds: float
+
+
+def reported_metrics(outcome) -> dict[str, float]:
+    """A single run's val_rmse is its best epoch's (the model it keeps); an ensemble's is its
+    averaged prediction's."""
+    m = outcome.metrics
+    return {"val_rmse": m["val_rmse"] if "val_rmse" in m else m["best_val_rmse"],
+            **{k: m[k] for k in REPORTED[1:]},
+            **{k: m[k] for k in INTERVAL_REPORTED if k in m}}
+
+
+def reported_keys(rows: list[dict]) -> list[str]:
+    """REPORTED, and the interval's test coverage and width when every seed has them."""
+    return [*REPORTED, *(k for k in INTERVAL_REPORTED if all(k in row for row in rows))]
+
+
+def aggregate(rows: list[dict], keys=None) -> dict[str, float]:
+    """<key>_mean and <key>_std (the sample standard deviation, n - 1; none for one row)."""
+    found = {}
+    for key in keys or reported_keys(rows):
+        values = np.array([row[key] for row in rows], dtype=np.float64)
+        found[f"{key}_mean"] = float(values.mean())
+        if len(values) > 1:
+            found[f"{key}_std"] = float(values.std(ddof=1))
+    return found
+
+
+def summary_table(evaluation: Evaluation) -> str:
+    """Each seed, then mean ± std, then the wall time."""
+    keys = reported_keys(evaluation.rows)
+    header = f"{'seed':>6}  " + "  ".join(f"{k:>18}" for k in keys) + f"  {'time':>7}"
+    lines = [f"{evaluation.name}: {len(evaluation.rows)} seed(s), nothing selected on the "
+             "test set", header]
+    for row in evaluation.rows:
+        lines.append(f"{row['seed']:>6}  " + "  ".join(f"{row[k]:>18.2f}" for k in keys)
+                     + f"  {row['seconds']:>6.0f}s")
+    a = evaluation.aggregates
+    cells = []
+    for key in keys:
+        std = a.get(f"{key}_std", math.nan)
+        cells.append(f"{a[f'{key}_mean']:>9.2f} ± {std:<6.2f}" if not math.isnan(std)
+                     else f"{a[f'{key}_mean']:>18.2f}")
+    lines.append(f"{'mean':>6}  " + "  ".join(cells))
+    lines.append(f"wall time {evaluation.seconds:.0f} s; parent run {evaluation.parent_run_id}")
+    return "\n".join(lines)

@@ -1,0 +1,50 @@
+"""The network of each kind, wrapped to predict RUL in cycles."""
+
+import torch
+from torch import nn
+
+from rul.models.cnn import DCNN
+from rul.models.recurrent import RecurrentRegressor
+from rul.models.spec import ARCHITECTURE_ARGS, ARCHITECTURE_DEFAULTS, NetworkSpec
+from rul.models.transformer import TransformerRegressor
+
+
+class RULNet(nn.Module):
+    """A backbone predicting RUL / rul_cap, scaled back to cycles (keeps targets O(1)).
+
+    In eval mode predictions are clamped to the target's range [0, rul_cap]: no capped RUL lies
+    outside it, so the clamp never moves a prediction away from any possible truth. Training
+    sees the raw output, so gradients do not vanish outside the range.
+    """
+
+    def __init__(self, backbone: nn.Module, rul_cap: float):
+        super().__init__()
+        self.backbone = backbone
+        self.register_buffer("rul_scale", torch.tensor(float(rul_cap)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rul = self.backbone(x) * self.rul_scale
+        return rul if self.training else torch.clamp(rul, min=0.0, max=self.rul_scale)
+
+
+def build_network(kind: str, n_features: int, window: int, rul_cap: float, **arch) -> RULNet:
+    """The network of `kind` from its architecture arguments (missing ones take defaults;
+    unknown ones are ignored, so a stored spec outlives added or renamed config keys)."""
+    if kind not in ARCHITECTURE_ARGS:
+        raise ValueError(f"unknown model {kind!r}; expected one of {sorted(ARCHITECTURE_ARGS)}")
+    a = {k: arch.get(k, ARCHITECTURE_DEFAULTS[k]) for k in ARCHITECTURE_ARGS[kind]}
+    if kind == "cnn":
+        backbone = DCNN(n_features, window, a["filters"], a["kernel_size"], a["num_layers"],
+                        a["hidden_size"], a["dropout"])
+    elif kind in ("lstm", "gru"):
+        backbone = RecurrentRegressor(n_features, kind, a["hidden_size"], a["num_layers"],
+                                      a["dropout"])
+    else:
+        backbone = TransformerRegressor(n_features, window, a["hidden_size"], a["num_heads"],
+                                        a["num_layers"], a["dropout"])
+    return RULNet(backbone, rul_cap)
+
+
+def build_model(config, n_features: int) -> RULNet:
+    """The network a training config describes."""
+    return NetworkSpec.of(config, n_features).build()

@@ -1,0 +1,107 @@
+"""The data one training reads: the subset's files, split by unit, the preprocessing fitted on
+the training units only, and the windows of each split.
+
+A window longer than every unit of a split is a ConfigError here, so that it is known before
+any run exists.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rul.data import CMAPSSSubset, load_subset
+from rul.data.split import fold_units, rows_of, split_units
+from rul.errors import ConfigError
+from rul.preprocessing.pipeline import Preprocessor
+from rul.preprocessing.target import cap_rul
+from rul.preprocessing.windows import WindowSet
+
+
+@dataclass
+class PreparedData:
+    subset: CMAPSSSubset
+    preprocessor: Preprocessor
+    train_units: np.ndarray
+    val_units: np.ndarray
+    train: WindowSet
+    val: WindowSet
+    test: WindowSet  # last window of each test unit, target = capped true RUL
+    test_units: np.ndarray
+
+
+def preprocessor_for(config) -> Preprocessor:
+    return Preprocessor(
+        features=config.features, include_settings=config.include_settings,
+        include_cycle=config.include_cycle,
+        drop_constant=config.drop_constant, normalization=config.normalization,
+        n_conditions=config.n_conditions, smoothing_alpha=config.smoothing_alpha,
+        window=config.window, rul_cap=config.rul_cap,
+    )
+
+
+def prepare_data(config, split_seed: int, subset: CMAPSSSubset | None = None
+                 ) -> PreparedData:
+    """Load, split by unit (`split_seed`'s permutation: the run's Seeds.split), fit
+    the preprocessing on training units only, cut windows. ConfigError when the window leaves
+    a split without a single window."""
+    subset = subset or load_subset(config.subset, config.data_dir)
+    train_units, val_units = split_units(subset.train["unit"], config.val_fraction, split_seed)
+    preprocessor = preprocessor_for(config).fit(rows_of(subset.train, train_units))
+    return _windows(config, subset, preprocessor, train_units, val_units)
+
+
+def prepare_folds(config, split_seed: int, subset: CMAPSSSubset | None = None
+                  ) -> list[PreparedData]:
+    """The data of each member of a cross-fitted ensemble (ensemble_split: folds): the
+    training units in config.ensemble folds (`split_seed`'s permutation); member i validates
+    on fold i and trains on the others. The preprocessing is fitted once on every training unit
+    (the ensemble's training data; the test units never) and shared, so the members read the
+    same scaled rows and the same test windows, and the model stores one preprocessor.
+    Raises ConfigError like prepare_data."""
+    subset = subset or load_subset(config.subset, config.data_dir)
+    units = np.unique(subset.train["unit"])
+    try:
+        folds = fold_units(units, config.ensemble, split_seed)
+    except ValueError as error:
+        raise ConfigError(f"ensemble={config.ensemble}: {error} (the training units of "
+                          f"{subset.name})") from None
+    preprocessor = preprocessor_for(config).fit(rows_of(subset.train, units))
+    test = _test_windows(config, subset, preprocessor)
+    return [_windows(config, subset, preprocessor, np.setdiff1d(units, fold), fold, test)
+            for fold in folds]
+
+
+def prepare_members(config, split_seed: int, subset: CMAPSSSubset | None = None
+                    ) -> list[PreparedData]:
+    """Each ensemble member's data: one shared object (ensemble_split: shared) or its fold."""
+    if config.ensemble_split == "folds":
+        return prepare_folds(config, split_seed, subset)
+    return [prepare_data(config, split_seed, subset)] * config.ensemble
+
+
+def _windows(config, subset: CMAPSSSubset, preprocessor: Preprocessor,
+             train_units: np.ndarray, val_units: np.ndarray,
+             test: tuple[np.ndarray, WindowSet] | None = None) -> PreparedData:
+    train_rows, val_rows = rows_of(subset.train, train_units), rows_of(subset.train, val_units)
+    train, val = preprocessor.window_set(train_rows), preprocessor.window_set(val_rows)
+    for split, windows, rows in (("training", train, train_rows), ("validation", val, val_rows)):
+        if len(windows) == 0:
+            longest = int(rows.groupby("unit").size().max())
+            raise ConfigError(
+                f"window={config.window}: longer than every {split} unit of {subset.name} "
+                f"(the longest has {longest} cycles), so there is nothing to train on"
+            )
+    test_units, test_windows = test or _test_windows(config, subset, preprocessor)
+    return PreparedData(subset, preprocessor, train_units, val_units, train, val, test_windows,
+                        test_units)
+
+
+def _test_windows(config, subset: CMAPSSSubset, preprocessor: Preprocessor
+                  ) -> tuple[np.ndarray, WindowSet]:
+    """The last window of each test unit, its target the capped true RUL."""
+    test_units, windows = preprocessor.last_windows(subset.test)
+    n, w, f = windows.shape
+    return test_units, WindowSet(windows.reshape(n * w, f), np.arange(n) * w,
+                                 cap_rul(subset.test_rul.astype(np.float32), config.rul_cap),
+                                 test_units, w)
+

@@ -1,0 +1,151 @@
+"""What a tracked run records in MLflow: its plan before training (params, seeds, data,
+environment, precision, the micro-batch probe) and its outcome after (metrics, datasets,
+figures, the model, the test predictions). Everything here writes to the active run."""
+
+import getpass
+import platform
+import subprocess
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import mlflow
+import torch
+from mlflow.utils import mlflow_tags
+
+from rul.data.split import rows_of
+from rul.evaluation import figures
+from rul.models.spec import unused_architecture_keys
+from rul.tracking.model_logging import log_pyfunc
+from rul.training.distributed import rank_seed
+from rul.training.micro_batch import table_rows
+
+MAX_PARAM = 6000  # MLflow's limit on a param's length
+
+
+def config_params(config, **extra) -> dict[str, str]:
+    """A config as run params: its written keys, less empty values and the architecture keys
+    its model does not take; `extra` adds or overrides (e.g. the global effective batch)."""
+    unused = unused_architecture_keys(config.model)
+    values = {k: v for k, v in config.to_dict().items() if v is not None and k not in unused}
+    return {k: str(v)[:MAX_PARAM] for k, v in {**values, **extra}.items()}
+
+
+def data_tags(data) -> dict[str, str]:
+    return {**{f"data.sha256.{role}": d for role, d in data.subset.file_digests().items()},
+            "subset": data.subset.name}
+
+
+def log_plan(plan, tags: dict) -> None:
+    """A new run's params and tags: what it trains, on what, where and how."""
+    config, world, seeds = plan.config, plan.world, plan.seeds
+    mlflow.log_params(config_params(config, effective_batch_size=plan.global_batch_size,
+                                    world_size=world.size))
+    # units shorter than the window give no training window (a ShortUnitWarning said which)
+    dropped = {**plan.data.train.dropped_units, **plan.data.val.dropped_units}
+    mlflow.log_metrics({"short_units_dropped": len(dropped),
+                        "windows_lost": plan.data.train.windows_lost
+                        + plan.data.val.windows_lost})
+    if dropped:
+        mlflow.set_tag("short_units", ", ".join(f"{u} ({n} rows)" for u, n in dropped.items()))
+    mlflow.set_tags({
+        **{f"seed.{k}": v for k, v in seeds.as_dict().items()},
+        **({f"seed.rank_{r}": rank_seed(seeds.torch, r) for r in range(world.size)}
+           if world.distributed else {}),
+        **data_tags(plan.data), **environment_tags(), **tags,
+        "precision.resolved": plan.precision.name, "precision.reason": plan.precision.reason,
+    })
+    _log_split(plan.split)
+
+
+def _log_split(split) -> None:
+    """micro_batch_size: auto -> what the probe measured and chose (params hold the split)."""
+    if split is None:
+        return
+    mlflow.set_tags({"memory.auto": "true", "memory.budget_bytes": str(split.budget)})
+    mlflow.log_metric("memory.chosen_peak_mb", split.peak_bytes / 2**20)
+    rows = table_rows(split.table)
+    mlflow.log_table({k: [row[k] for row in rows] for k in rows[0]}, "memory_probe.json")
+
+
+def log_outcome(outcome) -> None:
+    """A finished training's results; sets outcome.model_uri."""
+    mlflow.set_tag("device", str(outcome.precision.device))
+    mlflow.log_metrics(outcome.metrics, step=outcome.state.step)
+    _log_inputs(outcome.data)
+    log_figures({
+        "learning_curves.png": figures.learning_curves(outcome.state.history),
+        "predicted_vs_true.png": figures.predicted_vs_true(outcome.predictions),
+        "error_histogram.png": figures.error_histogram(outcome.predictions),
+        "grad_norm.png": figures.grad_norm_trace(outcome.state.grad_norms,
+                                                 outcome.config.max_grad_norm),
+    })
+    log_model_and_predictions(outcome)
+
+
+def log_model_and_predictions(outcome) -> None:
+    """The pyfunc model (a single network or an ensemble) and the test predictions."""
+    with tempfile.TemporaryDirectory() as scratch:
+        outcome.model_uri = log_pyfunc(outcome, Path(scratch) / "model")
+        outcome.predictions.to_csv(Path(scratch) / "test_predictions.csv", index=False)
+        mlflow.log_artifact(str(Path(scratch) / "test_predictions.csv"))
+
+
+def log_figures(named: dict) -> None:
+    for name, fig in named.items():
+        mlflow.log_figure(fig, f"figures/{name}")
+
+
+def _log_inputs(data) -> None:
+    sources = {role: str(path) for role, path in data.subset.files.items()}
+    with warnings.catch_warnings():
+        # a local path "can be interpreted in multiple ways"; unit/cycle are never missing
+        warnings.filterwarnings("ignore", message="The specified dataset source")
+        warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
+        for context, frame, source in (
+            ("training", rows_of(data.subset.train, data.train_units), sources["train"]),
+            ("validation", rows_of(data.subset.train, data.val_units), sources["train"]),
+            ("testing", data.subset.test, sources["test"]),
+        ):
+            dataset = mlflow.data.from_pandas(frame, source=source,
+                                              name=f"{data.subset.name}-{context}")
+            for attempt in range(5):  # parallel tuning workers may insert the same dataset row
+                try:
+                    mlflow.log_input(dataset, context=context)
+                    break
+                except mlflow.exceptions.MlflowException as error:
+                    if "UNIQUE constraint" not in str(error) or attempt == 4:
+                        raise
+                    time.sleep(0.2 * (attempt + 1))
+
+
+def source_tags() -> dict:
+    """MLflow's standard source, user and git tags, so the runs table shows them."""
+    tags = {mlflow_tags.MLFLOW_SOURCE_NAME: "rul", mlflow_tags.MLFLOW_SOURCE_TYPE: "LOCAL",
+            mlflow_tags.MLFLOW_USER: getpass.getuser()}
+    commit = _git("rev-parse", "HEAD")
+    if commit:
+        tags[mlflow_tags.MLFLOW_GIT_COMMIT] = commit
+    return tags
+
+
+def _git(*args) -> str | None:
+    try:
+        root = Path(__file__).resolve().parents[2]
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def environment_tags() -> dict:
+    tags = {"torch_version": torch.__version__, "cuda_version": str(torch.version.cuda),
+            "python_version": platform.python_version(),
+            "torch_threads": str(torch.get_num_threads()),
+            "device_name": torch.cuda.get_device_name() if torch.cuda.is_available()
+            else platform.processor() or platform.machine()}
+    commit, dirty = _git("rev-parse", "HEAD"), _git("status", "--porcelain")
+    tags.update({"git_commit": commit or "unknown",
+                 "git_dirty": "unknown" if dirty is None else str(bool(dirty)).lower()})
+    return tags

@@ -1,0 +1,81 @@
+"""Execute a plan: build its network, fit it, predict the test units, calibrate the interval.
+
+Tracking plugs in through the engine's TrainingListener and a Checkpointer; this module knows
+nothing about MLflow. Under torchrun every rank executes its own plan (rank 0 with the
+tracking listener and checkpointer, the others with neither) and evaluates the test units
+itself (identical numbers).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from rul.evaluation.conformal import Interval
+from rul.evaluation.intervals import calibrate_interval
+from rul.evaluation.metrics import rul_metrics
+from rul.training.batching import WindowBatches
+from rul.training.checkpoint import Checkpointer
+from rul.training.engine import TrainState, fit
+from rul.training.listener import TrainingListener
+from rul.training.predict import predict_windows
+from rul.training.seeding import seed_everything
+
+
+@dataclass
+class TrainingOutcome:
+    plan: object  # the RunPlan that was executed (rul.plan)
+    model: object
+    state: TrainState
+    metrics: dict  # test metrics + best_epoch
+    predictions: pd.DataFrame  # unit, true_rul, predicted_rul (+ its interval's bounds)
+    interval: Interval | None = None  # calibrated on the validation windows; None: disabled
+    model_uri: str | None = None  # set once the model is logged to MLflow
+
+    @property
+    def config(self):
+        return self.plan.config
+
+    @property
+    def data(self):
+        return self.plan.data
+
+    @property
+    def seeds(self):
+        return self.plan.seeds
+
+    @property
+    def precision(self):
+        return self.plan.precision
+
+    @property
+    def network_spec(self):
+        return self.plan.network
+
+    @property
+    def models(self) -> list:
+        return [self.model]
+
+
+def train(plan, listener: TrainingListener | None = None,
+          checkpointer: Checkpointer | None = None, progress: bool = True) -> TrainingOutcome:
+    """Train `plan`'s network (from its checkpoint when it resumes one) and evaluate it on
+    the test units."""
+    config, device, data = plan.config, plan.device, plan.data
+    seed_everything(plan.seeds, config.deterministic)
+    model = plan.network.build().to(device)
+    state = fit(model, config, plan.precision, plan.seeds, WindowBatches(data.train, device),
+                WindowBatches(data.val, device), listener=listener, checkpointer=checkpointer,
+                resume_from=plan.resume, progress=progress, world=plan.world)
+    predicted = predict_windows(model, WindowBatches(data.test, device))
+    metrics = {**{f"test_{k}": v for k, v in
+                  rul_metrics(predicted, data.subset.test_rul, config.rul_cap).items()},
+               "best_epoch": state.best_epoch, "best_val_rmse": state.best_val_rmse}
+    predictions = pd.DataFrame({"unit": data.test_units, "true_rul": data.subset.test_rul,
+                                "true_rul_capped": data.test.targets, "predicted_rul": predicted})
+    interval = None
+    if config.interval_coverage is not None:
+        validation = predict_windows(model, WindowBatches(data.val, device))
+        residuals = np.asarray(validation, dtype=np.float64) - data.val.targets
+        interval = calibrate_interval(residuals, config, predictions, metrics)
+    return TrainingOutcome(plan, model, state, metrics, predictions, interval)
