@@ -19,10 +19,10 @@ from rul.training.backoff import BackoffStep
 from rul.training.batching import WindowBatches, effective_batches
 from rul.training.distributed import World, collectives, epoch_seed, global_batch_size
 from rul.training.early_stopping import EarlyStopping
-from rul.training.peak_memory import peak_memory_mb
-from rul.training.predict import predict_windows
 from rul.training.listener import TrainingListener
 from rul.training.optim import make_optimizer, make_scheduler, steps_per_epoch
+from rul.training.peak_memory import peak_memory_mb
+from rul.training.predict import predict_windows
 from rul.training.step import StepResult
 from rul.training.weight_average import weight_average
 
