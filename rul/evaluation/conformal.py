@@ -1,14 +1,26 @@
-"""Split conformal prediction intervals: calibrate a half-width on held-out residuals.
+"""Split conformal prediction intervals, and the predictive distribution behind them.
 
 Given n calibration residuals r_i = predicted_i - true_i, exchangeable with a new unit's, the
 interval pred +- q covers the new truth with probability at least `coverage`, where q is the
 k-th smallest score |r_i|, k = ceil((n + 1) * coverage) (the finite-sample conformal
 quantile; plain np.quantile(..., method="higher") at k / n picks the (k+1)-th, one too far).
 
-Two scores, so that an ensemble can later give each prediction its own width:
+Methods (`Interval.method`):
 - "absolute": score |r|, interval pred +- q (q in cycles);
 - "scaled":   score |r| / spread (spread > 0, e.g. the ensemble's standard deviation),
-  interval pred +- q * spread (q in units of spread).
+  interval pred +- q * spread (q in units of spread);
+- "banded":   Mondrian by predicted RUL: the predictions fall in bands (`band_edges`, upper
+  edges: a prediction <= edges[0] is in band 0), and each band has its own weighted
+  distribution of the error e = true - predicted (calibration points weighted so that each
+  engine counts once: rul.evaluation.truncation). The interval is [pred + lower, pred +
+  upper] of its band: the error's weighted (1 - coverage) / 2 and (1 + coverage) / 2
+  quantiles. A test unit is one more engine, so the finite-sample widening would count
+  engines, (m + 1) / m for m of them, and a 95 % one-sided quantile needs 19 engines in a band
+  to be finite: more than a 20-engine validation split puts in most bands. So the levels are
+  not widened; what they cover was measured on validation engines, each left out in turn
+  (README: Prediction intervals). The band's error quantiles at ERROR_LEVELS are stored too:
+  they are the predictive distribution of the true RUL, pred + e, from which
+  `failure_probability` reads P(true RUL <= horizon).
 
 Numpy only: the serving path imports this module.
 """
@@ -18,7 +30,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-METHODS = ("absolute", "scaled")
+METHODS = ("absolute", "scaled", "banded")
+ERROR_LEVELS = np.linspace(0.0, 1.0, 101)  # the banded predictive distribution's quantile levels
+DEFAULT_HORIZON = 20.0  # cycles: failure_probability's horizon unless a request names one
 _TOLERANCE = 1e-9  # (n + 1) * 0.9 may come out as 9.000000000000002 for n = 9
 
 
@@ -48,39 +62,101 @@ def conformal_quantile(scores, coverage: float) -> float:
     return float(np.partition(scores, k - 1)[k - 1])
 
 
+def weighted_quantile(values, weights, level: float) -> float:
+    """The smallest value whose share of the total weight at or below it reaches `level`;
+    +inf above level 1 (the conformal "one more point at infinity"), -inf below 0."""
+    if level > 1:
+        return math.inf
+    if level < 0:
+        return -math.inf
+    values = np.asarray(values, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    order = np.argsort(values, kind="stable")
+    share = np.cumsum(weights[order]) / weights.sum()
+    return float(values[order][min(np.searchsorted(share, level - _TOLERANCE), len(values) - 1)])
+
+
 @dataclass(frozen=True)
 class Interval:
     """A fitted conformal interval: stored with the model (InferenceSpec JSON) as a dict."""
 
     coverage: float  # the target, e.g. 0.9
-    half_width: float  # the conformal quantile of the score (cycles for "absolute")
-    n_calibration: int  # residuals it was calibrated on
+    half_width: float | None  # "absolute"/"scaled": the score's conformal quantile
+    n_calibration: int  # residuals it was calibrated on ("banded": engines)
     method: str = "absolute"
+    band_edges: tuple[float, ...] = ()  # "banded": upper edges of the predicted-RUL bands
+    lower: tuple[float, ...] = ()  # "banded": per band, the lower bound's offset (cycles)
+    upper: tuple[float, ...] = ()  # "banded": per band, the upper bound's offset (cycles)
+    errors: tuple[tuple[float, ...], ...] = ()  # "banded": per band, e quantiles at ERROR_LEVELS
+
+    def band(self, predicted) -> np.ndarray:
+        """The band of each prediction ("banded"): i where edges[i-1] < predicted <= edges[i]."""
+        return np.searchsorted(np.asarray(self.band_edges, dtype=np.float64),
+                               np.asarray(predicted, dtype=np.float64), side="left")
 
     def bounds(self, predicted, spread=None, low: float = 0.0,
                high: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) around `predicted`, clipped to [low, high] like the prediction."""
         predicted = np.asarray(predicted, dtype=np.float64)
-        width = self.half_width * _spread(self.method, spread, predicted.shape)
         upper_clip = np.inf if high is None else high
-        return (np.clip(predicted - width, low, upper_clip),
-                np.clip(predicted + width, low, upper_clip))
+        if self.method == "banded":
+            _no_spread(spread)
+            band = self.band(predicted)
+            lower = predicted + np.asarray(self.lower)[band]
+            upper = predicted + np.asarray(self.upper)[band]
+        else:
+            width = self.half_width * _spread(self.method, spread, predicted.shape)
+            lower, upper = predicted - width, predicted + width
+        return np.clip(lower, low, upper_clip), np.clip(upper, low, upper_clip)
+
+    def failure_probability(self, predicted, horizon: float, spread=None) -> np.ndarray:
+        """P(true RUL <= horizon) for each prediction: the band's predictive distribution,
+        pred + e, read at `horizon` (linear between the stored quantiles; 0 below the
+        smallest error, 1 from the largest). Only a "banded" interval stores one."""
+        if self.method != "banded":
+            raise ValueError(f"a {self.method!r} interval stores no predictive distribution")
+        _no_spread(spread)
+        predicted = np.asarray(predicted, dtype=np.float64)
+        gap = float(horizon) - predicted  # true <= horizon <=> e <= horizon - predicted
+        band = self.band(predicted)
+        probability = np.empty(predicted.shape)
+        for index, quantiles in enumerate(self.errors):
+            inside = band == index
+            probability[inside] = _cdf(np.asarray(quantiles), gap[inside])
+        return probability
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The stored form; an "absolute" or "scaled" interval writes the keys it always had."""
+        values = asdict(self)
+        if self.method != "banded":
+            for key in ("band_edges", "lower", "upper", "errors"):
+                del values[key]
+        else:
+            del values["half_width"]
+            values.update(band_edges=list(self.band_edges), lower=list(self.lower),
+                          upper=list(self.upper), errors=[list(e) for e in self.errors])
+        return values
 
     @classmethod
     def from_dict(cls, values: dict) -> "Interval":
         """Read a stored interval; ValueError naming what is wrong."""
         if not isinstance(values, dict):
             raise ValueError(f"interval must be a mapping, got {values!r}")
-        missing = [k for k in ("coverage", "half_width", "n_calibration") if k not in values]
+        method = str(values.get("method", "absolute"))
+        if method not in METHODS:
+            raise ValueError(f"interval: unknown method {method!r} (known: {METHODS})")
+        needed = (("coverage", "n_calibration", "band_edges", "lower", "upper", "errors")
+                  if method == "banded" else ("coverage", "half_width", "n_calibration"))
+        missing = [k for k in needed if k not in values]
         if missing:
             raise ValueError(f"interval lacks {missing}")
+        if method == "banded":
+            interval = _read_banded(values)
+            if not 0 < interval.coverage < 1:
+                raise ValueError(f"interval: coverage {interval.coverage} out of range")
+            return interval
         interval = cls(float(values["coverage"]), float(values["half_width"]),
-                       int(values["n_calibration"]), str(values.get("method", "absolute")))
-        if interval.method not in METHODS:
-            raise ValueError(f"interval: unknown method {interval.method!r} (known: {METHODS})")
+                       int(values["n_calibration"]), method)
         if not (0 < interval.coverage < 1 and math.isfinite(interval.half_width)
                 and interval.half_width >= 0):
             raise ValueError(f"interval: coverage {interval.coverage} or half_width "
@@ -98,11 +174,83 @@ def fit_conformal(residuals, coverage: float, spread=None) -> Interval:
                     method)
 
 
+def fit_banded(predicted, true, coverage: float, band_edges, weights=None,
+               engines=None) -> Interval:
+    """The "banded" interval of `coverage` from calibration predictions and their true
+    (capped) RUL: each point weighs `weights` (default equal), and `engines` names the engine
+    of each (default: every point its own), which the finite-sample correction counts. A band
+    no calibration point falls in takes the distribution of all of them."""
+    predicted = np.asarray(predicted, dtype=np.float64).ravel()
+    errors = np.asarray(true, dtype=np.float64).ravel() - predicted
+    weights = (np.ones(len(errors)) if weights is None
+               else np.asarray(weights, dtype=np.float64).ravel())
+    engines = np.arange(len(errors)) if engines is None else np.asarray(engines).ravel()
+    if not 0 < coverage < 1:
+        raise ValueError(f"coverage must be strictly between 0 and 1, got {coverage!r}")
+    if not (np.isfinite(errors).all() and np.isfinite(weights).all() and (weights >= 0).all()
+            and weights.sum() > 0):
+        raise ValueError("calibration errors and weights must be finite, weights >= 0, "
+                         "not all 0")
+    edges = tuple(float(e) for e in band_edges)
+    if list(edges) != sorted(set(edges)):
+        raise ValueError(f"band edges must increase, got {list(edges)}")
+    interval = Interval(float(coverage), None, 0, "banded", edges)
+    band = interval.band(predicted)
+    lower, upper, quantiles = [], [], []
+    used = weights > 0
+    for index in range(len(edges) + 1):
+        inside = (band == index) & used
+        if not inside.any():
+            inside = used
+        e, w = errors[inside], weights[inside]
+        lower.append(-weighted_quantile(-e, w, (1 + coverage) / 2))
+        upper.append(weighted_quantile(e, w, (1 + coverage) / 2))
+        quantiles.append(tuple(weighted_quantile(e, w, p) if p > 0 else float(e.min())
+                               for p in ERROR_LEVELS))
+    return Interval(float(coverage), None, len(np.unique(engines[used])), "banded", edges,
+                    tuple(lower), tuple(upper), tuple(quantiles))
+
+
 def interval_scores(lower, upper, true) -> dict[str, float]:
     """Empirical coverage (share of `true` inside [lower, upper]) and mean width."""
     lower, upper, true = (np.asarray(a, dtype=np.float64) for a in (lower, upper, true))
     return {"coverage": float(np.mean((lower <= true) & (true <= upper))),
             "width": float(np.mean(upper - lower))}
+
+
+def _cdf(quantiles: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """P(e <= x) from e's quantiles at ERROR_LEVELS: linear between them, right-continuous
+    at ties (a repeated quantile takes its highest level)."""
+    last = np.r_[quantiles[1:] != quantiles[:-1], True]
+    return np.interp(x, quantiles[last], ERROR_LEVELS[last], left=0.0, right=1.0)
+
+
+def _read_banded(values: dict) -> Interval:
+    try:
+        edges = tuple(float(e) for e in values["band_edges"])
+        lower = tuple(float(v) for v in values["lower"])
+        upper = tuple(float(v) for v in values["upper"])
+        errors = tuple(tuple(float(v) for v in band) for band in values["errors"])
+    except (TypeError, ValueError):
+        raise ValueError("interval: band_edges, lower, upper and errors must be lists of "
+                         "numbers") from None
+    bands = len(edges) + 1
+    if not (len(lower) == len(upper) == len(errors) == bands
+            and all(len(e) == len(ERROR_LEVELS) for e in errors)):
+        raise ValueError(f"interval: {bands} band(s) need {bands} lower, upper and errors "
+                         f"entries of {len(ERROR_LEVELS)} quantiles each")
+    numbers = np.array([*edges, *lower, *upper, *(v for e in errors for v in e)])
+    if not (np.isfinite(numbers).all() and all(lo <= up for lo, up in zip(lower, upper))
+            and list(edges) == sorted(set(edges))
+            and all(list(e) == sorted(e) for e in errors)):
+        raise ValueError("interval: band edges, bounds or error quantiles out of order")
+    return Interval(float(values["coverage"]), None, int(values["n_calibration"]), "banded",
+                    edges, lower, upper, errors)
+
+
+def _no_spread(spread) -> None:
+    if spread is not None:
+        raise ValueError("a banded interval takes no spread")
 
 
 def _spread(method: str, spread, shape) -> np.ndarray | float:

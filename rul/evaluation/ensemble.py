@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from rul.evaluation.conformal import Interval
-from rul.evaluation.intervals import calibrate_interval
+from rul.evaluation.intervals import CalibrationSet, calibrate_interval
 from rul.evaluation.metrics import rmse, rul_metrics
 from rul.serving.predictor import average_members
 from rul.training.batching import WindowBatches
@@ -54,25 +54,26 @@ def averaged(members: list, windows) -> tuple[np.ndarray, np.ndarray]:
     return average_members(predictions)
 
 
-def validation_residuals(members: list) -> np.ndarray:
-    """Predicted - capped target for every validation window of the members, each window
-    predicted by the mean of the members that validate on it: all of them on one shared split,
-    only its own member on a fold (out-of-fold)."""
+def validation_predictions(members: list) -> CalibrationSet:
+    """Every validation window of the members, each predicted by the mean of the members
+    that validate on it: all of them on one shared split, only its own member on a fold
+    (out-of-fold)."""
     groups: dict[bytes, list] = {}
     for m in members:
         groups.setdefault(np.asarray(m.data.val_units).tobytes(), []).append(m)
-    return np.concatenate([averaged(group, group[0].data.val)[0] - group[0].data.val.targets
-                           for group in groups.values()])
+    return CalibrationSet.joined([CalibrationSet.of(averaged(group, group[0].data.val)[0],
+                                                    group[0].data.val)
+                                  for group in groups.values()])
 
 
 def combine(config, members: list) -> EnsembleOutcome:
     """The ensemble of trained `members`: its averaged predictions and metrics."""
     data = members[0].data
-    residuals = validation_residuals(members)
+    validation = validation_predictions(members)
     test_mean, test_std = averaged(members, data.test)
     test = rul_metrics(test_mean, data.subset.test_rul, config.rul_cap)
     metrics = {
-        "val_rmse": rmse(residuals, 0.0),
+        "val_rmse": rmse(validation.predicted, validation.targets),
         **{f"test_{k}": v for k, v in test.items()},
         "member_val_rmse_mean": float(np.mean([m.state.best_val_rmse for m in members])),
         "member_test_rmse_mean": float(np.mean([m.metrics["test_rmse"] for m in members])),
@@ -82,5 +83,6 @@ def combine(config, members: list) -> EnsembleOutcome:
                                 "predicted_rul": test_mean, "predicted_std": test_std})
     interval = None
     if config.interval_coverage is not None:
-        interval = calibrate_interval(residuals, config, predictions, metrics)
+        interval = calibrate_interval(validation, config, members[0].seeds.split,
+                                      predictions, metrics)
     return EnsembleOutcome(config, members, metrics, predictions, interval)

@@ -1,27 +1,100 @@
-"""A model's prediction interval: calibrated on its validation residuals, applied to its test
-predictions, reported (never calibrated) on the test units."""
+"""A model's prediction interval and failure probability: calibrated on its validation engines
+truncated as the test units are, applied to its test predictions, reported (never calibrated)
+on the test units.
 
+The calibration points are the validation windows, each one truncation point of an engine that
+ran to failure, weighted by test-like draws so that each engine counts once
+(rul.evaluation.truncation). The interval is Mondrian by predicted RUL (BAND_EDGES): near the
+end of life, where the model errs by a few cycles, its band is narrow; in mid-life, where it
+errs most, wide (rul.evaluation.conformal, method "banded"). The same bands hold the
+predictive distribution that `Interval.failure_probability` reads.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
 import pandas as pd
 
-from rul.evaluation.conformal import Interval, fit_conformal, interval_scores
+from rul.evaluation.conformal import DEFAULT_HORIZON, Interval, fit_banded, interval_scores
+from rul.evaluation.truncation import truncation_weights
+
+# Upper edges of the predicted-RUL bands, chosen on validation engines (README: Prediction
+# intervals): the fewest bands that keep each true-RUL band's coverage and the narrowest
+# end-of-life band.
+BAND_EDGES = (25.0, 50.0, 75.0, 100.0)
+# How coverage and width are reported: by the true (capped) RUL of the unit.
+TRUE_RUL_BANDS = {"rul_le25": (0, 25), "rul_26_75": (26, 75), "rul_gt75": (76, np.inf)}
 
 
-def calibrate_interval(residuals, config, predictions: pd.DataFrame, metrics: dict) -> Interval:
-    """Calibrate the split conformal interval of config.interval_coverage on the validation
-    windows' `residuals` (predicted - capped target), add its bounds to the test `predictions`
-    (columns predicted_rul_lower/_upper, clipped to [0, rul_cap]) and its figures to
-    `metrics`; return it.
+@dataclass(frozen=True)
+class CalibrationSet:
+    """Validation windows of engines that ran to failure: each window's prediction, its
+    capped target, its engine, in the windows' order (every full window of each engine, in
+    order: a WindowSet's), and the window length."""
 
-    A served prediction reads the last window of a unit's history, truncated anywhere; the
-    validation units run to failure, so each of their windows is one such truncation point,
-    its target the capped RUL the model was trained on. The test units are never used to
-    calibrate: their coverage and mean width are reported only.
-    """
-    interval = fit_conformal(residuals, config.interval_coverage)
-    lower, upper = interval.bounds(predictions["predicted_rul"].to_numpy(), high=config.rul_cap)
+    predicted: np.ndarray
+    targets: np.ndarray
+    units: np.ndarray
+    window: int
+
+    @classmethod
+    def of(cls, predicted, windows) -> "CalibrationSet":
+        """From predictions of a WindowSet's windows."""
+        return cls(np.asarray(predicted, dtype=np.float64),
+                   np.asarray(windows.targets, dtype=np.float64), np.asarray(windows.units),
+                   windows.window)
+
+    @classmethod
+    def joined(cls, sets: list["CalibrationSet"]) -> "CalibrationSet":
+        """Several sets of distinct engines (an ensemble's folds) as one."""
+        return cls(*(np.concatenate([getattr(s, k) for s in sets])
+                     for k in ("predicted", "targets", "units")), sets[0].window)
+
+
+def fit_interval(calibration: CalibrationSet, coverage: float, seed: int) -> Interval:
+    """The banded interval of `coverage`, its weights drawn with `seed` (the run's split
+    seed)."""
+    weights = truncation_weights(calibration.units, calibration.window, seed)
+    return fit_banded(calibration.predicted, calibration.targets, coverage, BAND_EDGES,
+                      weights, calibration.units)
+
+
+def interval_metrics(interval: Interval, predicted, true_capped, rul_cap: float,
+                     horizon: float = DEFAULT_HORIZON) -> dict[str, float]:
+    """Coverage and mean width over the units and per true-RUL band (absent when a band has
+    no unit), and, for an interval with a predictive distribution, the Brier score of
+    P(RUL <= horizon) against what happened."""
+    predicted, true_capped = (np.asarray(a, dtype=np.float64) for a in (predicted, true_capped))
+    lower, upper = interval.bounds(predicted, high=rul_cap)
+    overall = interval_scores(lower, upper, true_capped)
+    found = {"coverage": overall["coverage"], "width": overall["width"]}
+    for name, (low, high) in TRUE_RUL_BANDS.items():
+        inside = (true_capped >= low) & (true_capped <= high)
+        if inside.any():
+            band = interval_scores(lower[inside], upper[inside], true_capped[inside])
+            found[f"coverage_{name}"], found[f"width_{name}"] = band["coverage"], band["width"]
+    if interval.method == "banded":
+        p_fail = interval.failure_probability(predicted, horizon)
+        found["p_fail_brier"] = float(np.mean((p_fail - (true_capped <= horizon)) ** 2))
+    return found
+
+
+def calibrate_interval(calibration: CalibrationSet, config, seed: int,
+                       predictions: pd.DataFrame, metrics: dict) -> Interval:
+    """Calibrate the interval of config.interval_coverage on `calibration` (weights drawn
+    with `seed`), add its bounds to the test `predictions` (columns predicted_rul_lower/_upper,
+    clipped to [0, rul_cap], and p_fail_within at DEFAULT_HORIZON) and its figures to
+    `metrics`; return it. The test units are never used to calibrate: their coverage, width
+    and Brier score are reported only."""
+    interval = fit_interval(calibration, config.interval_coverage, seed)
+    predicted = predictions["predicted_rul"].to_numpy()
+    lower, upper = interval.bounds(predicted, high=config.rul_cap)
     predictions["predicted_rul_lower"], predictions["predicted_rul_upper"] = lower, upper
-    test = interval_scores(lower, upper, predictions["true_rul_capped"].to_numpy())
+    predictions["p_fail_within"] = interval.failure_probability(predicted, DEFAULT_HORIZON)
+    test = interval_metrics(interval, predicted, predictions["true_rul_capped"].to_numpy(),
+                            config.rul_cap)
     metrics.update(interval_coverage_target=interval.coverage,
-                   interval_half_width=interval.half_width,
-                   test_interval_coverage=test["coverage"], test_interval_width=test["width"])
+                   interval_engines=interval.n_calibration,
+                   **{f"test_interval_{k}" if not k.startswith("p_fail") else f"test_{k}": v
+                      for k, v in test.items()})
     return interval

@@ -6,8 +6,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rul.evaluation.intervals import TRUE_RUL_BANDS
+
 REPORTED = ("val_rmse", "test_rmse", "test_mae", "test_score", "test_rmse_uncapped")
 INTERVAL_REPORTED = ("test_interval_coverage", "test_interval_width")  # with interval_coverage
+# the interval by true-RUL band and the failure probability's Brier score (models with a
+# banded interval): aggregated on the parent run, printed as one line under the table
+BAND_REPORTED = (*(f"test_interval_{what}_{band}" for what in ("coverage", "width")
+                   for band in TRUE_RUL_BANDS), "test_p_fail_brier")
 
 
 @dataclass
@@ -25,7 +31,7 @@ def reported_metrics(outcome) -> dict[str, float]:
     m = outcome.metrics
     return {"val_rmse": m["val_rmse"] if "val_rmse" in m else m["best_val_rmse"],
             **{k: m[k] for k in REPORTED[1:]},
-            **{k: m[k] for k in INTERVAL_REPORTED if k in m}}
+            **{k: m[k] for k in (*INTERVAL_REPORTED, *BAND_REPORTED) if k in m}}
 
 
 def reported_keys(rows: list[dict]) -> list[str]:
@@ -33,10 +39,15 @@ def reported_keys(rows: list[dict]) -> list[str]:
     return [*REPORTED, *(k for k in INTERVAL_REPORTED if all(k in row for row in rows))]
 
 
+def band_keys(rows: list[dict]) -> list[str]:
+    """BAND_REPORTED keys every seed has."""
+    return [k for k in BAND_REPORTED if all(k in row for row in rows)]
+
+
 def aggregate(rows: list[dict], keys=None) -> dict[str, float]:
     """<key>_mean and <key>_std (the sample standard deviation, n - 1; none for one row)."""
     found = {}
-    for key in keys or reported_keys(rows):
+    for key in keys or [*reported_keys(rows), *band_keys(rows)]:
         values = np.array([row[key] for row in rows], dtype=np.float64)
         found[f"{key}_mean"] = float(values.mean())
         if len(values) > 1:
@@ -60,5 +71,12 @@ def summary_table(evaluation: Evaluation) -> str:
         cells.append(f"{a[f'{key}_mean']:>9.2f} ± {std:<6.2f}" if not math.isnan(std)
                      else f"{a[f'{key}_mean']:>18.2f}")
     lines.append(f"{'mean':>6}  " + "  ".join(cells))
+    if all(f"{k}_mean" in a for k in BAND_REPORTED):
+        cover, width = ([f"{a[f'test_interval_{what}_{band}_mean']:{form}}"
+                         for band in TRUE_RUL_BANDS]
+                        for what, form in (("coverage", ".0%"), ("width", ".1f")))
+        lines.append(f"interval by true RUL (<= 25 / 26-75 / > 75 cycles), mean: coverage "
+                     f"{' / '.join(cover)}, width {' / '.join(width)}; p_fail_within(20) "
+                     f"Brier {a['test_p_fail_brier_mean']:.3f}")
     lines.append(f"wall time {evaluation.seconds:.0f} s; parent run {evaluation.parent_run_id}")
     return "\n".join(lines)

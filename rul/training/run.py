@@ -8,11 +8,10 @@ itself (identical numbers).
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from rul.evaluation.conformal import Interval
-from rul.evaluation.intervals import calibrate_interval
+from rul.evaluation.intervals import CalibrationSet, calibrate_interval
 from rul.evaluation.metrics import rul_metrics
 from rul.training.batching import WindowBatches
 from rul.training.checkpoint import Checkpointer
@@ -76,6 +75,6 @@ def train(plan, listener: TrainingListener | None = None,
     interval = None
     if config.interval_coverage is not None:
         validation = predict_windows(model, WindowBatches(data.val, device))
-        residuals = np.asarray(validation, dtype=np.float64) - data.val.targets
-        interval = calibrate_interval(residuals, config, predictions, metrics)
+        interval = calibrate_interval(CalibrationSet.of(validation, data.val), config,
+                                      plan.seeds.split, predictions, metrics)
     return TrainingOutcome(plan, model, state, metrics, predictions, interval)
