@@ -188,15 +188,19 @@ def browse_hint(tracking_uri: str, experiment_id: str) -> str:
               show_default=True,
               help="A unit with fewer rows than the window: edge-pad it (flagged `padded`) "
                    "or reject the input.")
-def predict(model_uri, input_path, output, tracking_uri, short_history):
+@click.option("--horizon", type=float, default=None,
+              help="Cycles ahead for p_fail_within, the probability that the engine fails "
+                   "within them (default 20; below the model's RUL cap).")
+def predict(model_uri, input_path, output, tracking_uri, short_history, horizon):
     """Predict the RUL of each engine at its last cycle; writes CSV
-    `unit,rul,rul_lower,rul_upper,padded` (bounds: the model's calibrated interval, if any)."""
+    `unit,rul,rul_lower,rul_upper,p_fail_within,padded` (bounds: the model's calibrated
+    interval, if any; p_fail_within: the probability of failing within --horizon cycles)."""
     from rul.inference import predict_file, write_predictions
 
     try:
         if output and not Path(output).parent.is_dir():  # before the work, not after it
             raise UserError(f"{output}: folder {Path(output).parent} does not exist")
-        result = predict_file(model_uri, input_path, tracking_uri, short_history)
+        result = predict_file(model_uri, input_path, tracking_uri, short_history, horizon)
         if output:
             write_predictions(result, output)
     except (*_user_errors(), ValueError) as error:

@@ -44,10 +44,12 @@ def read_rows(path: str | Path) -> pd.DataFrame:
 
 
 def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
-                 short_history: str = "pad") -> pd.DataFrame:
-    """Columns unit, rul, rul_lower, rul_upper, padded: one row per unit, in the file's
-    order. rul_lower/rul_upper are the model's calibrated prediction interval (clipped to
-    [0, rul_cap]); a model logged without an interval gives unit, rul, padded only."""
+                 short_history: str = "pad", horizon: float | None = None) -> pd.DataFrame:
+    """Columns unit, rul, rul_lower, rul_upper, p_fail_within, padded: one row per unit, in
+    the file's order. rul_lower/rul_upper are the model's calibrated prediction interval
+    (clipped to [0, rul_cap]), p_fail_within the probability of failing within `horizon`
+    cycles (None: the model's default, 20); a model logged without an interval gives unit,
+    rul, padded only."""
     import mlflow
 
     from rul.tracking.store import configure
@@ -56,7 +58,10 @@ def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
     configure(tracking_uri)
     model = mlflow.pyfunc.load_model(model_uri)
     try:
-        return model.predict(rows, params={"short_history": short_history})
+        params = {"short_history": short_history}
+        if horizon is not None:  # a model logged before the horizon existed takes none
+            params["horizon"] = float(horizon)
+        return model.predict(rows, params=params)
     except mlflow.exceptions.MlflowException as error:  # the model names its source "input"
         message = str(error.message)
         if message.startswith("input: "):

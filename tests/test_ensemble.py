@@ -18,7 +18,8 @@ from click.testing import CliRunner
 
 from rul import config as cfg
 from rul.cli import main
-from rul.evaluation.ensemble import combine
+from rul.evaluation.ensemble import averaged, combine
+from rul.evaluation.intervals import CalibrationSet, fit_interval
 from rul.preprocessing.prepared import prepare_folds, preprocessor_for
 from rul.serving.predictor import average_members, predict_frame
 from rul.tracking import ensemble_run
@@ -129,16 +130,20 @@ def test_model_by_alias_averages_the_members_on_raw_rows(ensemble, fd001_client,
     rows = fd001.test
     result = by_alias.predict(rows)
     pd.testing.assert_frame_equal(result, model.predict(rows))
-    assert list(result.columns) == ["unit", "rul", "rul_lower", "rul_upper", "padded", "rul_std"]
+    assert list(result.columns) == ["unit", "rul", "rul_lower", "rul_upper", "p_fail_within",
+                                    "padded", "rul_std"]
     # the ensemble's own interval: calibrated on its averaged validation predictions
     interval = ensemble.outcome.interval
-    assert interval.half_width != pytest.approx(ensemble.outcome.members[0].interval.half_width)
-    assert ensemble.parent.data.metrics["interval_half_width"] == pytest.approx(
-        interval.half_width)
-    np.testing.assert_allclose(result["rul_lower"], np.clip(result["rul"] - interval.half_width,
-                                                            0, ensemble.outcome.config.rul_cap))
-    np.testing.assert_allclose(result["rul_upper"], np.clip(result["rul"] + interval.half_width,
-                                                            0, ensemble.outcome.config.rul_cap))
+    member = ensemble.outcome.members[0]
+    expected = fit_interval(CalibrationSet.of(averaged(ensemble.outcome.members, member.data.val)
+                                              [0], member.data.val), 0.9, member.seeds.split)
+    assert interval == expected != member.interval
+    assert ensemble.parent.data.metrics["interval_engines"] == 20
+    lower, upper = interval.bounds(result["rul"].to_numpy(), high=ensemble.outcome.config.rul_cap)
+    np.testing.assert_allclose(result["rul_lower"], lower)
+    np.testing.assert_allclose(result["rul_upper"], upper)
+    np.testing.assert_allclose(result["p_fail_within"],
+                               interval.failure_probability(result["rul"].to_numpy(), 20))
     members = [mlflow.pyfunc.load_model(f"runs:/{m.info.run_id}/model").predict(rows)
                for m in ensemble.members]
     stacked = np.array([m["rul"].to_numpy() for m in members])
@@ -254,9 +259,10 @@ def test_folds_ensemble_validates_out_of_fold(folds_ensemble, fd001):
     assert len(residuals) == sum(n - 30 + 1 for n in fd001.train.groupby("unit").size())
     assert parent.data.metrics["val_rmse"] == pytest.approx(np.sqrt(np.mean(residuals ** 2)),
                                                            rel=1e-6)
-    assert outcome.interval.n_calibration == len(residuals)
-    assert outcome.interval.half_width == pytest.approx(
-        np.sort(np.abs(residuals))[int(np.ceil((len(residuals) + 1) * 0.9)) - 1], rel=1e-6)
+    assert outcome.interval.n_calibration == 100  # every training engine, out of fold
+    assert outcome.interval == fit_interval(CalibrationSet.joined(
+        [CalibrationSet.of(member_predictions_on(m, m.data.val), m.data.val)
+         for m in outcome.members]), 0.9, outcome.members[0].seeds.split)
     # the test prediction is still the mean of both members on the same test windows
     np.testing.assert_allclose(
         outcome.predictions["predicted_rul"],
@@ -266,7 +272,8 @@ def test_folds_ensemble_validates_out_of_fold(folds_ensemble, fd001):
 def test_folds_ensemble_serves_like_any_ensemble(folds_ensemble, fd001):
     model = mlflow.pyfunc.load_model(f"runs:/{folds_ensemble.run_id}/model")
     result = model.predict(fd001.test)
-    assert list(result.columns) == ["unit", "rul", "rul_lower", "rul_upper", "padded", "rul_std"]
+    assert list(result.columns) == ["unit", "rul", "rul_lower", "rul_upper", "p_fail_within",
+                                    "padded", "rul_std"]
     np.testing.assert_allclose(result["rul"], folds_ensemble.outcome.predictions["predicted_rul"],
                                rtol=1e-5)
 

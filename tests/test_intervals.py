@@ -1,5 +1,7 @@
-"""Prediction intervals: the conformal math, the config key, the stored spec, a trained model's
-bounds through MLflow (pyfunc by URI, `rul predict`), and FD001's test coverage (slow)."""
+"""Prediction intervals: the conformal math, the calibration split (test-like truncation
+points), the bands and the failure probability, the config key, the stored spec, a trained
+model's bounds and p_fail_within through MLflow (pyfunc by URI, `rul predict`), and FD001's
+test coverage and reliability (slow)."""
 
 import json
 import math
@@ -16,12 +18,17 @@ from rul import config as cfg
 from rul.cli import main
 from rul.evaluation import figures
 from rul.evaluation.conformal import (
+    ERROR_LEVELS,
     Interval,
     conformal_quantile,
+    fit_banded,
     fit_conformal,
     interval_scores,
     min_calibration_size,
+    weighted_quantile,
 )
+from rul.evaluation.intervals import BAND_EDGES, CalibrationSet, fit_interval
+from rul.evaluation.truncation import LIFE_FRACTION, truncation_points, truncation_weights
 from rul.inference import read_rows
 from rul.serving.predictor import InferenceSpec, predict_frame
 from rul.tracking.tracked_run import train_tracked
@@ -31,6 +38,7 @@ CONFIG_PATH = ROOT / "experiments" / "fd001.yaml"
 TINY = {"epochs": 2, "window": 10, "kernel_size": 3, "filters": 4, "num_layers": 2,
         "hidden_size": 16, "micro_batch_size": 64, "accumulation_steps": 1, "patience": 5}
 BOUNDS = ["unit", "rul", "rul_lower", "rul_upper", "padded"]
+BANDED = ["unit", "rul", "rul_lower", "rul_upper", "p_fail_within", "padded"]
 
 
 # ------------------------------------------------------------------ the conformal quantile
@@ -98,6 +106,166 @@ def test_scaled_score_gives_each_prediction_its_own_width():
         Interval(0.9, 5.0, 10).bounds([50.0], spread=[1.0])
     with pytest.raises(ValueError, match="spread must be finite and > 0"):
         fit_conformal(residuals, 0.9, spread=np.zeros(10))
+
+
+# ------------------------------------------------------------------ the calibration split
+
+
+def test_truncation_points_are_each_windows_cycle_and_its_engines_life(make_frame):
+    """Every full window of run-to-failure engines is one truncation point: its last row's
+    cycle t and the engine's life L, so that its target is min(L - t, cap)."""
+    from rul.preprocessing import Preprocessor
+
+    frame = make_frame((40, 31, 55))
+    windows = Preprocessor(window=30).fit(frame).window_set(frame)
+    t, life = truncation_points(windows.units, 30)
+    assert t.tolist() == [*range(30, 41), *range(30, 32), *range(30, 56)]
+    assert life.tolist() == [40] * 11 + [31] * 2 + [55] * 26
+    np.testing.assert_array_equal(np.minimum(life - t, 125), windows.targets)
+    np.testing.assert_array_equal(np.minimum(life - t, 20),
+                                  Preprocessor(window=30, rul_cap=20).fit(frame)
+                                  .window_set(frame).targets)
+
+
+def test_truncation_weights_count_each_engine_once_at_test_like_life_fractions():
+    """Each engine weighs 1 / engines whatever its length; the draws fall at life fractions in
+    LIFE_FRACTION (at least the window); the same seed draws the same points."""
+    lives = {1: 360, 2: 130, 3: 200}
+    units = np.concatenate([np.full(life - 30 + 1, u) for u, life in lives.items()])
+    weights = truncation_weights(units, 30, seed=7)
+    t, life = truncation_points(units, 30)
+    for u in lives:
+        assert weights[units == u].sum() == pytest.approx(1 / 3)
+    drawn = weights > 0
+    low, high = LIFE_FRACTION
+    assert (t[drawn] >= np.maximum(np.rint(low * life[drawn]) - 1, 30)).all()
+    assert (t[drawn] <= np.rint(high * life[drawn]) + 1).all()
+    np.testing.assert_array_equal(weights, truncation_weights(units, 30, seed=7))
+    assert not np.array_equal(weights, truncation_weights(units, 30, seed=8))
+    # the short engine's early fractions fall before the window: its first window takes them
+    short = units == 2
+    assert weights[short][0] > 2 * np.median(weights[short][weights[short] > 0])
+    # the weighted mean life fraction is the uniform law's mean, 0.585 (the first window's
+    # pile-up lifts it a little)
+    assert np.sum(weights * t / life) == pytest.approx(sum(LIFE_FRACTION) / 2, abs=0.03)
+
+
+def test_calibration_weighs_engines_not_windows():
+    """A long engine with small errors at its 1000 windows, a short one with large errors at
+    its 40. On every window alike the long engine decides the 95 % quantile (the short one is
+    4 % of the windows); on test-like weights each engine counts once and the upper bound
+    holds the short engine's error."""
+    units = np.r_[np.full(1000, 1), np.full(40, 2)]
+    predicted = np.full(len(units), 60.0)
+    true = predicted + np.r_[np.full(1000, 1.0), np.full(40, 20.0)]
+    band = Interval(0.9, None, 1, "banded", BAND_EDGES).band([60.0])[0]
+    test_like = fit_interval(CalibrationSet(predicted, true, units, 30), 0.9, seed=0)
+    every_window = fit_banded(predicted, true, 0.9, BAND_EDGES, engines=units)
+    assert (test_like.lower[band], test_like.upper[band]) == (1.0, 20.0)
+    assert (every_window.lower[band], every_window.upper[band]) == (1.0, 1.0)
+    assert test_like.n_calibration == every_window.n_calibration == 2
+
+
+# ------------------------------------------------------------------ bands and p_fail
+
+
+def test_weighted_quantile_is_the_smallest_value_whose_weight_share_reaches_the_level():
+    values, weights = np.array([3.0, 1.0, 2.0, 4.0]), np.array([0.1, 0.4, 0.2, 0.3])
+    assert weighted_quantile(values, weights, 0.4) == 1.0
+    assert weighted_quantile(values, weights, 0.41) == 2.0
+    assert weighted_quantile(values, weights, 0.7) == 3.0
+    assert weighted_quantile(values, weights, 0.71) == 4.0
+    assert weighted_quantile(values, np.ones(4), 0.5) == 2.0
+    assert weighted_quantile(values, weights, 1.01) == math.inf
+
+
+@pytest.mark.parametrize(("predicted", "band"), [(0.0, 0), (25.0, 0), (25.001, 1), (50.0, 1),
+                                                 (75.0, 2), (99.9, 3), (100.0, 3),
+                                                 (100.5, 4), (125.0, 4)])
+def test_a_prediction_falls_in_the_band_whose_upper_edge_it_does_not_pass(predicted, band):
+    interval = Interval(0.9, None, 1, "banded", BAND_EDGES)
+    assert interval.band([predicted]).tolist() == [band]
+
+
+def test_each_band_has_its_own_bounds_from_its_own_errors():
+    """Errors grow with the predicted RUL: each band's offsets are its own errors' 5 % and 95 %
+    quantiles (equal-tailed, so a band whose errors lean one way gets an asymmetric interval);
+    a band nothing falls in takes the distribution of all points."""
+    rng = np.random.default_rng(0)
+    predicted = rng.uniform(0, 90, 20000)  # nothing above 100: band 4 is empty
+    scale = np.where(predicted <= 25, 2.0, 10.0)
+    error = rng.normal(0, 1, len(predicted)) * scale + np.where(predicted > 75, -5.0, 0.0)
+    interval = fit_banded(predicted, predicted + error, 0.9, BAND_EDGES)
+    assert interval.method == "banded" and interval.n_calibration == 20000
+    z = 1.6449
+    assert interval.lower[0] == pytest.approx(-2 * z, rel=0.05)
+    assert interval.upper[0] == pytest.approx(2 * z, rel=0.05)
+    assert interval.upper[1] == pytest.approx(10 * z, rel=0.05)
+    assert interval.lower[3] == pytest.approx(-5 - 10 * z, rel=0.05)
+    assert interval.upper[3] == pytest.approx(-5 + 10 * z, rel=0.1)
+    everything = fit_banded(predicted, predicted + error, 0.9, ())
+    assert (interval.lower[4], interval.upper[4]) == (everything.lower[0], everything.upper[0])
+    lower, upper = interval.bounds([10.0, 80.0, 124.0], high=125)
+    np.testing.assert_allclose(lower, [max(10 + interval.lower[0], 0), 80 + interval.lower[3],
+                                       124 + interval.lower[4]])
+    np.testing.assert_allclose(upper, [10 + interval.upper[0], 80 + interval.upper[3], 125.0])
+    with pytest.raises(ValueError, match="takes no spread"):
+        interval.bounds([10.0], spread=[1.0])
+    with pytest.raises(ValueError, match="band edges must increase"):
+        fit_banded(predicted, predicted + error, 0.9, (50.0, 25.0))
+
+
+def test_failure_probability_reads_the_bands_predictive_distribution():
+    """Errors N(0, 8) in one band: P(true <= h) = Phi((h - pred) / 8)."""
+    from statistics import NormalDist
+
+    rng = np.random.default_rng(1)
+    predicted = rng.uniform(0, 125, 50000)
+    interval = fit_banded(predicted, predicted + rng.normal(0, 8, len(predicted)), 0.9, ())
+    for pred, horizon in ((20.0, 20.0), (10.0, 20.0), (30.0, 20.0), (35.0, 10.0)):
+        expected = NormalDist(0, 8).cdf(horizon - pred)
+        assert interval.failure_probability([pred], horizon)[0] == pytest.approx(
+            expected, abs=0.01)
+    assert interval.failure_probability([120.0], 20)[0] == 0.0  # beyond the largest error
+    assert interval.failure_probability([0.0], 60)[0] == 1.0
+    assert len(interval.errors[0]) == len(ERROR_LEVELS)
+    with pytest.raises(ValueError, match="stores no predictive distribution"):
+        Interval(0.9, 10.0, 50).failure_probability([20.0], 20)
+
+
+def test_failure_probability_is_calibrated_on_exchangeable_engines():
+    """Engines whose error spread and bias depend on the band of the prediction (what the
+    bands assume), calibrated on 300 engines and checked on 1000 fresh ones: in every bucket of
+    the predicted probability the share that failed within the horizon is the mean predicted
+    probability (within 0.03), and the interval covers 90 % of the fresh ones in every band."""
+    rng = np.random.default_rng(2)
+    spread, bias = np.array([2.0, 6.0, 10.0, 12.0, 8.0]), np.array([1.0, 0, 0, -3.0, 6.0])
+    bands = Interval(0.9, None, 1, "banded", BAND_EDGES)
+
+    def engines(n):
+        predicted = rng.uniform(0, 125, (n, 30))
+        band = bands.band(predicted)
+        true = predicted + bias[band] + rng.standard_t(5, (n, 30)) * spread[band]
+        return predicted.ravel(), true.ravel(), np.repeat(np.arange(n), 30)
+
+    predicted, true, units = engines(300)
+    interval = fit_banded(predicted, true, 0.9, BAND_EDGES, engines=units)
+    assert interval.n_calibration == 300
+    fresh_predicted, fresh_true, _ = engines(1000)
+    p_fail = interval.failure_probability(fresh_predicted, 20.0)
+    failed = fresh_true <= 20.0
+    checked = 0
+    for low, high in ((0, 0.05), (0.05, 0.2), (0.2, 0.5), (0.5, 0.8), (0.8, 0.95), (0.95, 1.01)):
+        inside = (p_fail >= low) & (p_fail < high)
+        if inside.sum() >= 500:
+            assert failed[inside].mean() == pytest.approx(p_fail[inside].mean(), abs=0.03)
+            checked += 1
+    assert checked >= 4
+    lower, upper = interval.bounds(fresh_predicted, low=-np.inf)
+    covered = (lower <= fresh_true) & (fresh_true <= upper)
+    for band in range(len(BAND_EDGES) + 1):
+        inside = interval.band(fresh_predicted) == band
+        assert covered[inside].mean() == pytest.approx(0.9, abs=0.02)
 
 
 # ------------------------------------------------------------------ the config key
@@ -176,6 +344,55 @@ def test_old_format_spec_without_interval_loads_and_predicts_no_bounds(fd001):
                                np.minimum(plain["rul"] + 20.0, 125.0))
 
 
+def banded_interval() -> Interval:
+    rng = np.random.default_rng(3)
+    predicted = rng.uniform(0, 125, 2000)
+    return fit_banded(predicted, predicted + rng.normal(0, 5, 2000), 0.9, BAND_EDGES,
+                      engines=np.repeat(np.arange(20), 100))
+
+
+def test_spec_stores_a_banded_interval_as_plain_numbers_and_reads_it_back(tmp_path):
+    """Bands, bounds and the predictive distribution as JSON numbers, read back by numpy
+    alone; the track too."""
+    interval = banded_interval()
+    spec = InferenceSpec.from_dict({**SPEC, "interval": interval.to_dict(),
+                                    "track": "sensors+age"})
+    spec.write(tmp_path / "spec.json")
+    stored = json.loads((tmp_path / "spec.json").read_text())
+    assert stored["track"] == "sensors+age"
+    assert set(stored["interval"]) == {"coverage", "n_calibration", "method", "band_edges",
+                                       "lower", "upper", "errors"}
+    assert stored["interval"]["band_edges"] == [25.0, 50.0, 75.0, 100.0]
+    assert len(stored["interval"]["errors"]) == 5
+    assert all(len(band) == 101 for band in stored["interval"]["errors"])
+    read = InferenceSpec.read(tmp_path / "spec.json").interval
+    assert read == interval
+    predicted = np.array([5.0, 30.0, 60.0, 90.0, 120.0])
+    for a, b in zip(read.bounds(predicted, high=125), interval.bounds(predicted, high=125)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(read.failure_probability(predicted, 20),
+                                  interval.failure_probability(predicted, 20))
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    ({"lower": [1.0]}, "5 band(s) need 5 lower, upper and errors entries of 101 quantiles"),
+    ({"errors": [[0.0] * 100] * 5}, "entries of 101 quantiles each"),
+    ({"band_edges": [50.0, 25.0, 75.0, 100.0]}, "out of order"),
+    ({"upper": [-99.0] * 5}, "out of order"),
+    ({"lower": ["x"] * 5}, "must be lists of numbers"),
+    ({"band_edges": None}, "must be lists of numbers"),
+    ({"coverage": 1.5}, "coverage 1.5 out of range"),
+])
+def test_a_damaged_banded_interval_is_named(change, problem):
+    values = {**banded_interval().to_dict(), **change}
+    with pytest.raises(ValueError) as info:
+        InferenceSpec.from_dict({**SPEC, "interval": values})
+    assert problem in str(info.value) and str(info.value).startswith("inference spec: ")
+    missing = {k: v for k, v in banded_interval().to_dict().items() if k != "errors"}
+    with pytest.raises(ValueError, match=r"interval lacks \['errors'\]"):
+        InferenceSpec.from_dict({**SPEC, "interval": missing})
+
+
 @pytest.mark.parametrize(("interval", "problem"), [
     ({"coverage": 0.9}, "inference spec: interval lacks ['half_width', 'n_calibration']"),
     ({"coverage": 1.2, "half_width": 3, "n_calibration": 9}, "coverage 1.2 or half_width 3.0"),
@@ -223,18 +440,19 @@ def synthetic_run(tmp_path_factory, mlflow_store_at):
         yield store, config, outcome, run_id, data, test
 
 
-def test_interval_is_the_conformal_quantile_of_the_validation_residuals(synthetic_run):
+def test_interval_is_calibrated_on_the_validation_windows_with_test_like_weights(synthetic_run):
+    """Training calibrates the banded interval on every validation window, weighted by the
+    test-like draws of the run's split seed: the same interval fit_interval gives."""
     _, config, outcome, _, _, _ = synthetic_run
     from rul.training.batching import WindowBatches
     from rul.training.predict import predict_windows
 
     val = outcome.data.val
-    assert outcome.interval.n_calibration == len(val) == 2 * (60 - 10 + 1)  # all windows
-    predicted = predict_windows(outcome.model, WindowBatches(val, "cpu"))
-    scores = np.abs(predicted.astype(np.float64) - val.targets)
-    q, k = outcome.interval.half_width, math.ceil((len(val) + 1) * 0.9)
-    assert (scores <= q).sum() >= k > (scores < q).sum()  # q is the k-th smallest
     assert val.targets.max() == 60 - 10 and val.targets.min() == 0  # every truncation point
+    predicted = predict_windows(outcome.model, WindowBatches(val, "cpu"))
+    expected = fit_interval(CalibrationSet.of(predicted, val), 0.9, outcome.seeds.split)
+    assert outcome.interval == expected
+    assert outcome.interval.method == "banded" and outcome.interval.n_calibration == 2
 
 
 def test_run_logs_interval_metrics_and_test_coverage(synthetic_run):
@@ -244,37 +462,72 @@ def test_run_logs_interval_metrics_and_test_coverage(synthetic_run):
     inside = (p.predicted_rul_lower <= p.true_rul_capped) & (p.true_rul_capped
                                                              <= p.predicted_rul_upper)
     assert metrics["interval_coverage_target"] == 0.9
-    assert metrics["interval_half_width"] == pytest.approx(outcome.interval.half_width)
+    assert metrics["interval_engines"] == 2
     assert metrics["test_interval_coverage"] == pytest.approx(inside.mean())
     assert metrics["test_interval_width"] == pytest.approx(
         (p.predicted_rul_upper - p.predicted_rul_lower).mean())
     assert (p.predicted_rul_lower >= 0).all() and (p.predicted_rul_upper <= 125).all()
+    # per true-RUL band: 10, 17, 24 <= 25; 31 in 26-75; 90 > 75
+    low = p.true_rul_capped <= 25
+    assert metrics["test_interval_coverage_rul_le25"] == pytest.approx(inside[low].mean())
+    assert metrics["test_interval_width_rul_gt75"] == pytest.approx(
+        (p.predicted_rul_upper - p.predicted_rul_lower)[p.true_rul_capped > 75].mean())
+    failed = p.true_rul <= 20
+    assert metrics["test_p_fail_brier"] == pytest.approx(
+        np.mean((p.p_fail_within - failed) ** 2))
+    tags = MlflowClient(store.uri).get_run(run_id).data.tags
+    assert tags["rul.track"] == "sensors+age"  # experiments/fd001.yaml reads the age
 
 
-def test_model_loaded_by_uri_returns_bounds_with_the_stored_half_width(synthetic_run, tmp_path):
+def test_model_loaded_by_uri_returns_bounds_and_failure_probability(synthetic_run, tmp_path):
     store, _, outcome, run_id, data, _ = synthetic_run
     model = mlflow.pyfunc.load_model(outcome.model_uri)
     result = model.predict(read_rows(data / "test_FD001.txt"))  # as written: rounded values
-    assert list(result.columns) == BOUNDS
-    assert "rul_lower" in model.metadata.get_output_schema().input_names()
+    assert list(result.columns) == BANDED
+    outputs = model.metadata.get_output_schema().input_names()
+    assert "rul_lower" in outputs and "p_fail_within" in outputs
     spec = json.loads(Path(mlflow.artifacts.download_artifacts(
         f"runs:/{run_id}/model/artifacts/inference_spec.json", dst_path=str(tmp_path))).read_text())
-    q = spec["interval"]["half_width"]
-    assert q == pytest.approx(outcome.interval.half_width) and q > 0
-    assert spec["interval"]["n_calibration"] == outcome.interval.n_calibration
+    assert spec["track"] == "sensors+age"
+    interval = Interval.from_dict(spec["interval"])
+    assert interval == outcome.interval
     assert (result.rul_lower <= result.rul).all() and (result.rul <= result.rul_upper).all()
-    np.testing.assert_allclose(result.rul_upper, np.minimum(result.rul + q, 125), atol=1e-9)
-    np.testing.assert_allclose(result.rul_lower, np.maximum(result.rul - q, 0), atol=1e-9)
+    lower, upper = interval.bounds(result.rul.to_numpy(), high=125)
+    np.testing.assert_allclose(result.rul_lower, lower, atol=1e-9)
+    np.testing.assert_allclose(result.rul_upper, upper, atol=1e-9)
+    np.testing.assert_allclose(result.p_fail_within,
+                               interval.failure_probability(result.rul.to_numpy(), 20.0))
     np.testing.assert_allclose(result.rul, outcome.predictions.predicted_rul, atol=1e-4)
+    # another horizon: a later failure is at least as likely
+    later = model.predict(read_rows(data / "test_FD001.txt"), params={"horizon": 40})
+    assert (later.p_fail_within >= result.p_fail_within).all()
+    assert (later.p_fail_within > result.p_fail_within).any()
+    np.testing.assert_allclose(later.p_fail_within,
+                               interval.failure_probability(result.rul.to_numpy(), 40.0))
 
     printed = CliRunner().invoke(main, ["predict", "--model", outcome.model_uri, "--input",
                                         str(data / "test_FD001.txt"), "--tracking-uri",
-                                        store.uri])
+                                        store.uri, "--horizon", "40"])
     assert printed.exit_code == 0, printed.output
     from io import StringIO
 
-    pd.testing.assert_frame_equal(pd.read_csv(StringIO(printed.stdout)), result,
+    pd.testing.assert_frame_equal(pd.read_csv(StringIO(printed.stdout)), later,
                                   check_exact=False, atol=1e-4)
+
+
+@pytest.mark.parametrize("horizon", ["0", "125", "-3", "200"])
+def test_a_horizon_outside_the_models_range_is_one_line_exit_2(synthetic_run, horizon):
+    store, _, outcome, _, data, _ = synthetic_run
+    printed = CliRunner().invoke(main, ["predict", "--model", outcome.model_uri, "--input",
+                                        str(data / "test_FD001.txt"), "--tracking-uri",
+                                        store.uri, "--horizon", horizon])
+    assert printed.exit_code == 2, printed.output
+    assert ("horizon must be a number of cycles between 0 and the model's RUL cap (125), "
+            f"exclusive; got {float(horizon)!r}") in printed.output
+    assert "Traceback" not in printed.output
+    model = mlflow.pyfunc.load_model(outcome.model_uri)
+    with pytest.raises(mlflow.exceptions.MlflowException, match="horizon must be a number"):
+        model.predict(read_rows(data / "test_FD001.txt"), params={"horizon": float(horizon)})
 
 
 def test_interval_coverage_null_logs_a_model_without_bounds(synthetic_run):

@@ -200,7 +200,8 @@ def test_champion_loads_in_a_fresh_process(fd001_store, trained, real_data_dir):
     assert done.returncode == 0, done.stderr[-3000:]
     result = pd.read_csv(output)
     expected = trained.outcome.predictions
-    assert list(result.columns) == ["unit", "rul", "rul_lower", "rul_upper", "padded"]
+    assert list(result.columns) == ["unit", "rul", "rul_lower", "rul_upper", "p_fail_within",
+                                    "padded"]
     np.testing.assert_array_equal(result["unit"], expected["unit"])
     np.testing.assert_allclose(result["rul"], expected["predicted_rul"], atol=1e-4, rtol=0)
     for bound in ("rul_lower", "rul_upper"):  # the interval calibrated in training

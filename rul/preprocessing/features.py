@@ -7,6 +7,14 @@ from rul.data.schema import INFORMATIVE_SENSORS, SENSOR_COLUMNS, SETTING_COLUMNS
 
 FEATURE_SETS = {"informative": INFORMATIVE_SENSORS, "all": SENSOR_COLUMNS}
 AGE = "cycle"  # include_cycle's column: the engine's age, cycles since its record began
+# Which track a model is on: the sensors alone (comparable with the published FD001 figures)
+# or the sensors and the engine's age (include_cycle).
+SENSORS, SENSORS_AND_AGE = "sensors", "sensors+age"
+
+
+def track(include_cycle: bool) -> str:
+    """The track of a model trained with or without the engine's age."""
+    return SENSORS_AND_AGE if include_cycle else SENSORS
 
 
 def candidate_columns(features: str | list[str], include_settings: bool,

@@ -6,7 +6,10 @@ a format version, the calibrated prediction interval (rul.evaluation.conformal.I
 when the model has one, and `members` for an ensemble. Loading ignores keys it does not know and
 fills missing optional ones with their defaults, so a model registered today still loads after
 config keys are added or renamed; a spec without `interval` (older models, or
-interval_coverage: null) predicts no bounds.
+interval_coverage: null) predicts no bounds. A "banded" interval also gives `p_fail_within`,
+the probability that the engine fails within `horizon` cycles (its true RUL <= horizon). The
+spec's `track` says whether the model reads the engine's age ("sensors+age") or the sensors
+alone ("sensors"); specs written before it existed take it from the preprocessor.
 
 An ensemble model holds `members` networks of one architecture; its prediction is their mean
 (`average_members`), and the members' spread comes out as the column `rul_std`.
@@ -23,7 +26,7 @@ import torch
 
 from rul.data.errors import DataError
 from rul.data.validation import validate_rows
-from rul.evaluation.conformal import Interval
+from rul.evaluation.conformal import DEFAULT_HORIZON, Interval
 from rul.models.spec import ARCHITECTURE_ARGS, NetworkSpec
 from rul.preprocessing.windows import unit_lengths
 
@@ -41,13 +44,15 @@ class InferenceSpec:
     format_version: int = FORMAT_VERSION
     interval: Interval | None = None  # None: the model predicts no bounds
     members: int = 1  # networks averaged (an ensemble); their weights are a list
+    track: str | None = None  # "sensors" or "sensors+age" (rul.preprocessing.features.track)
 
     @classmethod
     def from_network(cls, network, interval: Interval | None = None,
-                     members: int = 1) -> "InferenceSpec":
-        """The spec of a trained rul.models.NetworkSpec (with its interval and members)."""
+                     members: int = 1, track: str | None = None) -> "InferenceSpec":
+        """The spec of a trained rul.models.NetworkSpec (with its interval, members, track)."""
         return cls(network.kind, network.window, network.rul_cap, network.n_features,
-                   dict(network.architecture), interval=interval, members=members)
+                   dict(network.architecture), interval=interval, members=members,
+                   track=track)
 
     @classmethod
     def from_dict(cls, values: dict, defaults: dict | None = None) -> "InferenceSpec":
@@ -71,9 +76,10 @@ class InferenceSpec:
         members = int(values.get("members", 1))
         if members < 1:
             raise ValueError(f"inference spec: members must be >= 1, got {members}")
+        track = values.get("track")
         return cls(str(values["model"]), int(values["window"]), float(values["rul_cap"]),
                    int(values["n_features"]), dict(values.get("architecture") or {}), version,
-                   interval, members)
+                   interval, members, None if track is None else str(track))
 
     @classmethod
     def read(cls, path: str | Path, defaults: dict | None = None) -> "InferenceSpec":
@@ -85,8 +91,12 @@ class InferenceSpec:
         values = asdict(self)
         if self.interval is None:
             del values["interval"]
+        else:
+            values["interval"] = self.interval.to_dict()
         if self.members == 1:
             del values["members"]
+        if self.track is None:
+            del values["track"]
         Path(path).write_text(json.dumps(values, indent=1))
 
     def build_network(self) -> torch.nn.Module:
@@ -109,10 +119,12 @@ def average_members(predictions) -> tuple[np.ndarray, np.ndarray]:
 
 
 def predict_frame(preprocessor, model, rows: pd.DataFrame, source="input",
-                  short_history: str = "pad", interval: Interval | None = None) -> pd.DataFrame:
+                  short_history: str = "pad", interval: Interval | None = None,
+                  horizon: float = DEFAULT_HORIZON) -> pd.DataFrame:
     """RUL at the last cycle of each unit in `rows`: columns unit, rul, padded; with an
     `interval`, also rul_lower and rul_upper (between rul and padded), clipped to
-    [0, rul_cap] like rul.
+    [0, rul_cap] like rul, and with a "banded" one p_fail_within after them: the probability
+    that the true RUL is at most `horizon` cycles (0 < horizon < rul_cap).
 
     `model` is a network, or a list of networks (an ensemble): then `rul` is their mean and
     the column `rul_std` their spread per unit (see `average_members`).
@@ -126,6 +138,7 @@ def predict_frame(preprocessor, model, rows: pd.DataFrame, source="input",
     """
     if short_history not in SHORT_HISTORY:
         raise ValueError(f"short_history must be one of {SHORT_HISTORY}, got {short_history!r}")
+    check_horizon(horizon, preprocessor.rul_cap)
     rows = validate_rows(rows, source)
     ids, lengths = unit_lengths(rows["unit"].to_numpy())
     padded = lengths < preprocessor.window
@@ -139,7 +152,22 @@ def predict_frame(preprocessor, model, rows: pd.DataFrame, source="input",
     result = {"unit": units.astype(np.int64), "rul": rul}
     if interval is not None:
         result["rul_lower"], result["rul_upper"] = interval.bounds(rul, high=preprocessor.rul_cap)
+        if interval.method == "banded":
+            result["p_fail_within"] = interval.failure_probability(rul, horizon)
     frame = pd.DataFrame({**result, "padded": padded})
     if len(networks) > 1:
         frame["rul_std"] = spread
     return frame
+
+
+def check_horizon(horizon, rul_cap: float) -> float:
+    """`horizon` as a number of cycles, 0 < horizon < rul_cap (the RUL the model knows is capped:
+    it cannot tell a failure past the cap from one at it); ValueError naming it otherwise."""
+    try:
+        value = float(horizon)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or isinstance(horizon, bool) or not 0 < value < rul_cap:
+        raise ValueError(f"horizon must be a number of cycles between 0 and the model's RUL cap "
+                         f"({rul_cap:g}), exclusive; got {horizon!r}")
+    return value

@@ -7,10 +7,13 @@ adds the column `rul_std`, the members' spread. The signature
 names the 26 columns but leaves their types to `validate_rows`: MLflow's own enforcement
 would reject integer sensor columns (as read from the NASA files) and float unit/cycle.
 
-Output: unit, rul, rul_lower, rul_upper, padded (one row per unit). rul_lower/rul_upper is the
-split conformal interval calibrated on the validation units (see rul.evaluation.conformal and
-the README's "Prediction intervals"); a model logged without one (interval_coverage: null, or
-logged before intervals existed) returns unit, rul, padded, and its signature says so.
+Output: unit, rul, rul_lower, rul_upper, p_fail_within, padded (one row per unit).
+rul_lower/rul_upper is the split conformal interval calibrated on the validation units (see
+rul.evaluation.conformal and the README's "Prediction intervals"); p_fail_within the
+probability that the engine fails within the param `horizon` cycles (default 20), from the same
+calibration. A model logged without an interval (interval_coverage: null, or logged before
+intervals existed) returns unit, rul, padded, one with an interval of the older, single-width
+kind no p_fail_within; its signature says so.
 """
 
 import json
@@ -27,16 +30,22 @@ from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
 from mlflow.types.schema import AnyType
 
 from rul.data.schema import COLUMNS
-from rul.serving.predictor import InferenceSpec, predict_frame
+from rul.preprocessing.features import track
+from rul.serving.predictor import DEFAULT_HORIZON, InferenceSpec, predict_frame
 
 INPUT_SCHEMA = Schema([ColSpec(AnyType(), c) for c in COLUMNS])
-PARAMS_SCHEMA = ParamSchema([ParamSpec("short_history", "string", "pad")])
+PARAMS_SCHEMA = ParamSchema([ParamSpec("short_history", "string", "pad"),
+                             ParamSpec("horizon", "double", DEFAULT_HORIZON)])
 
 
-def signature(intervals: bool = True, members: int = 1) -> ModelSignature:
+def signature(intervals: bool = True, members: int = 1,
+              failure_probability: bool = False) -> ModelSignature:
     """The logged model's signature; `intervals`: its output has rul_lower and rul_upper;
-    an ensemble (members > 1) adds rul_std, the members' spread."""
+    `failure_probability`: p_fail_within after them; an ensemble (members > 1) adds rul_std,
+    the members' spread."""
     bounds = [ColSpec("double", "rul_lower"), ColSpec("double", "rul_upper")] if intervals else []
+    if failure_probability:
+        bounds.append(ColSpec("double", "p_fail_within"))
     spread = [ColSpec("double", "rul_std")] if members > 1 else []
     outputs = Schema([ColSpec("long", "unit"), ColSpec("double", "rul"), *bounds,
                       ColSpec("boolean", "padded"), *spread])
@@ -58,10 +67,11 @@ class RULModel(mlflow.pyfunc.PythonModel):
         """Bad rows raise an MlflowException carrying validate_rows' message (HTTP 400 when
         served), not a stack trace."""
         short_history = (params or {}).get("short_history", "pad")
+        horizon = (params or {}).get("horizon", DEFAULT_HORIZON)
         try:
             return predict_frame(self.preprocessor, self.model, model_input,
                                  short_history=short_history,
-                                 interval=getattr(self.spec, "interval", None))
+                                 interval=getattr(self.spec, "interval", None), horizon=horizon)
         except ValueError as error:  # DataError included
             raise MlflowException(str(error), error_code=INVALID_PARAMETER_VALUE) from None
 
@@ -85,7 +95,8 @@ def load_spec(artifacts: dict, preprocessor) -> InferenceSpec:
     """The inference spec of a logged model (models logged before specs existed stored the
     whole training config: the spec's keys are read from it)."""
     defaults = {"window": preprocessor.window, "rul_cap": preprocessor.rul_cap,
-                "n_features": preprocessor.n_features}
+                "n_features": preprocessor.n_features,
+                "track": track(getattr(preprocessor, "include_cycle", False))}
     if "inference_spec" in artifacts:
         return InferenceSpec.read(artifacts["inference_spec"], defaults)
     config = json.loads(Path(artifacts["config"]).read_text())

@@ -15,6 +15,7 @@ from pathlib import Path
 import mlflow
 import torch
 
+from rul.preprocessing.features import track
 from rul.serving.predictor import InferenceSpec
 from rul.serving.pyfunc_model import RULModel, signature
 
@@ -45,7 +46,8 @@ def _log_model(spec, data, networks: list, interval, workdir: Path) -> str:
     torch.save(_state(networks[0]) if members == 1 else [_state(n) for n in networks],
                weights_path)
     spec_path = workdir / "inference_spec.json"
-    InferenceSpec.from_network(spec, interval, members).write(spec_path)
+    InferenceSpec.from_network(spec, interval, members,
+                               track(preprocessor.include_cycle)).write(spec_path)
     example = data.subset.test[data.subset.test["unit"].isin([1, 2])]
     with warnings.catch_warnings():
         # unit and cycle are integers that are never missing: MLflow's hint about NaN in
@@ -55,7 +57,9 @@ def _log_model(spec, data, networks: list, interval, workdir: Path) -> str:
             name="model", python_model=RULModel(),
             artifacts={"preprocessor": str(preprocessor_path), "weights": str(weights_path),
                        "inference_spec": str(spec_path)},
-            signature=signature(intervals=interval is not None, members=members),
+            signature=signature(intervals=interval is not None, members=members,
+                                failure_probability=getattr(interval, "method", None)
+                                == "banded"),
             input_example=example.reset_index(drop=True),
             code_paths=[str(Path(__file__).resolve().parents[1])],  # the rul package
             pip_requirements=requirements(),

@@ -69,8 +69,9 @@ def version_tags(run, val_rmse: float) -> dict:
     tags = {VAL_RMSE_TAG: repr(float(val_rmse)), "run_id": run.info.run_id}
     if "test_rmse" in run.data.metrics:
         tags["test_rmse"] = repr(float(run.data.metrics["test_rmse"]))
-    if "subset" in run.data.tags:
-        tags["subset"] = run.data.tags["subset"]
+    for key in ("subset", "rul.track"):  # the track: sensors, or sensors and the age
+        if key in run.data.tags:
+            tags[key] = run.data.tags[key]
     tags.update(data_digests(run.data.tags))
     return tags
 

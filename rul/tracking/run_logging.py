@@ -17,6 +17,7 @@ from mlflow.utils import mlflow_tags
 from rul.data.split import rows_of
 from rul.evaluation import figures
 from rul.models.spec import unused_architecture_keys
+from rul.preprocessing.features import track
 from rul.tracking.model_logging import log_pyfunc
 from rul.training.distributed import rank_seed
 from rul.training.micro_batch import table_rows
@@ -32,9 +33,12 @@ def config_params(config, **extra) -> dict[str, str]:
     return {k: str(v)[:MAX_PARAM] for k, v in {**values, **extra}.items()}
 
 
+TRACK_TAG = "rul.track"  # sensors | sensors+age: which published figures a run compares with
+
+
 def data_tags(data) -> dict[str, str]:
     return {**{f"data.sha256.{role}": d for role, d in data.subset.file_digests().items()},
-            "subset": data.subset.name}
+            "subset": data.subset.name, TRACK_TAG: track(data.preprocessor.include_cycle)}
 
 
 def log_plan(plan, tags: dict) -> None:
