@@ -128,6 +128,10 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         description="'informative', 'all' or a list of sensor columns")] = "informative"
     include_settings: Flag = False
     include_cycle: Flag = False  # the engine's age in cycles as one more input column
+    # each training engine's record starts a random 0..N cycles late (drawn per engine from the
+    # split seed) and is renumbered from 1, as a record begun after wear nobody counted: the
+    # age then stops being exact in training (validation and test records stay as recorded)
+    late_start_max: NonNegativeInt = 0
     drop_constant: Flag = False
     normalization: _one_of("minmax", "zscore") = "minmax"
     condition_scaling: _one_of("auto", "global", "per_condition") = "auto"  # per_condition
@@ -301,7 +305,8 @@ KEY_ROLES = {
     "subset": "dataset",  # which engines: every trial of a study trains on the same
 }
 # Keys added after runs were first tracked, written only when they differ from their default.
-OMITTED_AT_DEFAULT = ("memory_budget", "ensemble", "ensemble_split", "include_cycle")
+OMITTED_AT_DEFAULT = ("memory_budget", "ensemble", "ensemble_split", "include_cycle",
+                      "late_start_max")
 
 
 def keys_with(*roles: str) -> tuple[str, ...]:

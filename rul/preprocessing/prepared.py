@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rul.data import CMAPSSSubset, load_subset
+from rul.data.records import late_starts, start_late
 from rul.data.split import fold_units, rows_of, split_units
 from rul.errors import ConfigError
 from rul.preprocessing.pipeline import Preprocessor
@@ -46,8 +47,22 @@ def prepare_data(config, split_seed: int, subset: CMAPSSSubset | None = None
     a split without a single window."""
     subset = subset or load_subset(config.subset, config.data_dir)
     train_units, val_units = split_units(subset.train["unit"], config.val_fraction, split_seed)
-    preprocessor = preprocessor_for(config).fit(rows_of(subset.train, train_units))
-    return _windows(config, subset, preprocessor, train_units, val_units)
+    train_rows = training_rows(config, subset, train_units, split_seed)
+    preprocessor = preprocessor_for(config).fit(train_rows)
+    return _windows(config, subset, preprocessor, train_rows, val_units)
+
+
+def training_rows(config, subset: CMAPSSSubset, units: np.ndarray, split_seed: int):
+    """The training engines' rows: as recorded, or with `config.late_start_max` each engine's
+    record starting a random 0..late_start_max cycles late, renumbered from 1 (the draws
+    seeded by `split_seed`, one per engine; never so late that no full window is left)."""
+    rows = rows_of(subset.train, units)
+    if config.late_start_max == 0:
+        return rows
+    drawn = late_starts(units, config.late_start_max, split_seed)
+    lengths = rows.groupby("unit").size()
+    return start_late(rows, {u: max(0, min(k, int(lengths[u]) - config.window))
+                             for u, k in drawn.items()})[0]
 
 
 def prepare_folds(config, split_seed: int, subset: CMAPSSSubset | None = None
@@ -67,7 +82,9 @@ def prepare_folds(config, split_seed: int, subset: CMAPSSSubset | None = None
                           f"{subset.name})") from None
     preprocessor = preprocessor_for(config).fit(rows_of(subset.train, units))
     test = _test_windows(config, subset, preprocessor)
-    return [_windows(config, subset, preprocessor, np.setdiff1d(units, fold), fold, test)
+    return [_windows(config, subset, preprocessor,
+                     training_rows(config, subset, np.setdiff1d(units, fold), split_seed), fold,
+                     test)
             for fold in folds]
 
 
@@ -79,10 +96,11 @@ def prepare_members(config, split_seed: int, subset: CMAPSSSubset | None = None
     return [prepare_data(config, split_seed, subset)] * config.ensemble
 
 
-def _windows(config, subset: CMAPSSSubset, preprocessor: Preprocessor,
-             train_units: np.ndarray, val_units: np.ndarray,
+def _windows(config, subset: CMAPSSSubset, preprocessor: Preprocessor, train_rows,
+             val_units: np.ndarray,
              test: tuple[np.ndarray, WindowSet] | None = None) -> PreparedData:
-    train_rows, val_rows = rows_of(subset.train, train_units), rows_of(subset.train, val_units)
+    train_units = np.unique(train_rows["unit"])
+    val_rows = rows_of(subset.train, val_units)
     train, val = preprocessor.window_set(train_rows), preprocessor.window_set(val_rows)
     for split, windows, rows in (("training", train, train_rows), ("validation", val, val_rows)):
         if len(windows) == 0:
