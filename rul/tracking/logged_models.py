@@ -1,0 +1,77 @@
+"""A logged model read back with the engines it was validated on, and its predictions.
+
+Tools that score logged models after the fact (tools/interval_report.py, tools/age_offsets.py)
+need what the run knew: the model (its fitted preprocessor, its networks, its inference spec)
+and its validation engines, rebuilt from the run's `seed.split` tag and `val_fraction` param
+exactly as the training split them. An ensemble of one shared split gives every member's
+prediction; a folds ensemble has no one set of validation engines and is refused.
+"""
+
+from dataclasses import dataclass
+
+import mlflow
+import numpy as np
+from mlflow.tracking import MlflowClient
+
+from rul.data.split import rows_of, split_units
+from rul.serving.predictor import member_predictions
+from rul.training.batching import WindowBatches
+from rul.training.predict import predict_windows
+
+
+@dataclass
+class LoggedModel:
+    run_id: str
+    run_name: str
+    seed: int
+    split_seed: int
+    val_fraction: float
+    preprocessor: object  # the fitted rul.preprocessing.Preprocessor
+    networks: list  # eval-mode networks (one, or an ensemble's members)
+    spec: object  # rul.serving.predictor.InferenceSpec
+    params: dict  # the run's params (its config)
+
+    @property
+    def track(self) -> str:
+        return "sensors+age" if getattr(self.preprocessor, "include_cycle", False) else "sensors"
+
+    def val_units(self, subset) -> np.ndarray:
+        return split_units(subset.train["unit"], self.val_fraction, self.split_seed)[1]
+
+    def validation(self, subset):
+        """(WindowSet of every full window of the validation engines, member predictions of
+        each window: shape (members, windows), float64)."""
+        windows = self.preprocessor.window_set(rows_of(subset.train, self.val_units(subset)))
+        batches = WindowBatches(windows, "cpu")
+        return windows, np.stack([predict_windows(n, batches).astype(np.float64)
+                                  for n in self.networks])
+
+    def last_cycle(self, rows) -> tuple[np.ndarray, np.ndarray]:
+        """(unit ids, member predictions at each unit's last row: (members, units))."""
+        units, windows = self.preprocessor.last_windows(rows)
+        return units, member_predictions(self.networks, windows)
+
+
+def load_logged(run_id: str, client: MlflowClient | None = None) -> LoggedModel:
+    """The model logged by run `run_id` (runs:/<id>/model); ValueError naming what is missing."""
+    client = client or MlflowClient()
+    run = client.get_run(run_id)
+    tags, params = run.data.tags, run.data.params
+    if params.get("ensemble_split") == "folds":
+        raise ValueError(f"run {run_id}: a folds ensemble has no one set of validation engines")
+    if "seed.split" not in tags or "val_fraction" not in params:
+        raise ValueError(f"run {run_id}: no seed.split tag or val_fraction param (not a rul "
+                         "training or ensemble run)")
+    inner = mlflow.pyfunc.load_model(f"runs:/{run_id}/model").unwrap_python_model()
+    return LoggedModel(run_id, run.info.run_name, int(params.get("seed", -1)),
+                       int(tags["seed.split"]), float(params["val_fraction"]),
+                       inner.preprocessor, list(inner.networks), inner.spec, dict(params))
+
+
+def runs_under(parent_run_id: str, client: MlflowClient | None = None) -> list[str]:
+    """The seeds' run ids of a `rul evaluate` parent run, in seed order."""
+    client = client or MlflowClient()
+    parent = client.get_run(parent_run_id)
+    children = client.search_runs([parent.info.experiment_id],
+                                  f"tags.mlflow.parentRunId = '{parent_run_id}'")
+    return [r.info.run_id for r in sorted(children, key=lambda r: int(r.data.params["seed"]))]

@@ -1,0 +1,298 @@
+"""Prediction intervals and failure probabilities of logged models, measured.
+
+For each logged model (a training or a shared-split ensemble run; `--parent` adds every seed
+of a `rul evaluate` run) the validation engines of its split are rebuilt and predicted at
+every truncation point, and the interval is calibrated on them exactly as training does now
+(rul.evaluation.intervals.fit_interval; a model logged before keeps its stored interval, this
+recalibrates). Then, on the validation engines, each left out in turn (calibrated on the
+others, scored on its test-like truncation points), and on the FD001 test units (reported
+only, never calibrated on):
+
+- coverage and mean width, over the units and per true-RUL band (<= 25, 26-75, > 75 cycles),
+  per model and as the mean over models of one track and kind;
+- per engine: each held-out validation engine's coverage, each test unit's over the models;
+- the reliability of p_fail_within: predictions pooled per track and kind, in buckets of the
+  predicted probability, against the share that failed within the horizon.
+
+--study compares calibration methods on the left-out validation engines only (how the
+method was chosen): every window with one width (before), test-like weights with one width,
+and Mondrian bands by predicted RUL with other edges; ensembles also a width scaled by the
+members' spread.
+
+    MLFLOW_TRACKING_URI=sqlite:///mlflow.db python tools/interval_report.py \\
+        --parent <evaluate run id> [RUN_ID ...] [--horizon 20] [--study]
+"""
+
+import argparse
+import warnings
+from collections import defaultdict
+
+import numpy as np
+
+from rul.data import load_subset
+from rul.evaluation.conformal import (
+    DEFAULT_HORIZON,
+    Interval,
+    fit_banded,
+    fit_conformal,
+    weighted_quantile,
+)
+from rul.evaluation.intervals import (
+    BAND_EDGES,
+    TRUE_RUL_BANDS,
+    CalibrationSet,
+    fit_interval,
+    interval_metrics,
+)
+from rul.evaluation.truncation import truncation_weights
+from rul.preprocessing.target import cap_rul
+
+BUCKETS = (0.0, 0.05, 0.2, 0.5, 0.8, 0.95, 1.0)  # predicted-probability buckets [low, high)
+
+
+def scored(logged, subset) -> dict:
+    """What a logged model predicts: validation windows (mean and spread over members) and
+    the test units' last cycles."""
+    windows, members = logged.validation(subset)
+    units, test = logged.last_cycle(subset.test)
+    true = np.asarray(subset.test_rul, dtype=np.float64)
+    return {"name": logged.run_name, "run_id": logged.run_id, "seed": logged.seed,
+            "split_seed": logged.split_seed, "track": logged.track, "members": len(members),
+            "cap": float(logged.preprocessor.rul_cap),
+            "val": CalibrationSet.of(members.mean(axis=0), windows),
+            "val_spread": members.std(axis=0),
+            "test_units": units, "test_predicted": test.mean(axis=0),
+            "test_spread": test.std(axis=0), "test_true": true,
+            "test_capped": cap_rul(true, logged.preprocessor.rul_cap)}
+
+
+def leave_one_engine_out(model: dict, fit, horizon: float) -> list[dict]:
+    """Each validation engine scored on its test-like truncation points by `fit` calibrated
+    on the others: its weights, coverage, width, true-RUL band and p_fail per point."""
+    val = model["val"]
+    weights = truncation_weights(val.units, val.window, model["split_seed"])
+    found = []
+    for engine in np.unique(val.units):
+        out, held = val.units != engine, val.units == engine
+        calibration = CalibrationSet(val.predicted[out], val.targets[out], val.units[out],
+                                     val.window)
+        interval, spread = fit(calibration, weights[out], model["val_spread"][out])
+        predicted, true = val.predicted[held], val.targets[held]
+        lower, upper = interval.bounds(predicted, high=model["cap"],
+                                       **spread(model["val_spread"][held]))
+        point = {"engine": engine, "weight": weights[held] / weights[held].sum(),
+                 "covered": (lower <= true) & (true <= upper), "width": upper - lower,
+                 "true": true}
+        if interval.method == "banded":
+            point["p_fail"] = interval.failure_probability(predicted, horizon)
+            point["failed"] = true <= horizon
+        found.append(point)
+    return found
+
+
+def summarize_points(points: list[dict]) -> dict:
+    """Coverage and width over engines (each counts once) and per true-RUL band."""
+    w = np.concatenate([p["weight"] for p in points])
+    covered = np.concatenate([p["covered"] for p in points])
+    width = np.concatenate([p["width"] for p in points])
+    true = np.concatenate([p["true"] for p in points])
+    found = {"coverage": np.sum(w * covered) / w.sum(), "width": np.sum(w * width) / w.sum()}
+    for name, (low, high) in TRUE_RUL_BANDS.items():
+        inside = (true >= low) & (true <= high)
+        found[f"coverage_{name}"] = np.sum((w * covered)[inside]) / w[inside].sum()
+        found[f"width_{name}"] = np.sum((w * width)[inside]) / w[inside].sum()
+    per_engine = [np.sum(p["weight"] * p["covered"]) for p in points]
+    found["engine_min"], found["engine_median"] = min(per_engine), float(np.median(per_engine))
+    return found
+
+
+# ------------------------------------------------------------------ calibration methods
+
+
+def shipped(calibration, weights, spread):
+    """What training calibrates now (rul.evaluation.intervals.fit_interval)."""
+    return _refit(calibration, weights), _no_spread
+
+
+def _refit(calibration, weights):
+    return fit_banded(calibration.predicted, calibration.targets, 0.9, BAND_EDGES, weights,
+                      calibration.units)
+
+
+def _no_spread(spread):
+    return {}
+
+
+def every_window(calibration, weights, spread):
+    """Before: |error| of every window, one width."""
+    return fit_conformal(calibration.predicted - calibration.targets, 0.9), _no_spread
+
+
+def test_like_absolute(calibration, weights, spread):
+    q = weighted_quantile(np.abs(calibration.predicted - calibration.targets), weights, 0.9)
+    return Interval(0.9, q, len(weights)), _no_spread
+
+
+def banded(edges):
+    def fit(calibration, weights, spread):
+        return fit_banded(calibration.predicted, calibration.targets, 0.9, edges, weights,
+                          calibration.units), _no_spread
+    return fit
+
+
+def scaled(floor):
+    """|error| / (members' spread + floor), one quantile: each prediction its own width."""
+    def fit(calibration, weights, spread):
+        score = np.abs(calibration.predicted - calibration.targets) / (spread + floor)
+        return (Interval(0.9, weighted_quantile(score, weights, 0.9), len(weights), "scaled"),
+                lambda s: {"spread": s + floor})
+    return fit
+
+
+STUDY = {
+    "every window, one width (before)": every_window,
+    "test-like, one width": test_like_absolute,
+    "test-like, signed, one band": banded(()),
+    "test-like, bands 25/75": banded((25.0, 75.0)),
+    "test-like, bands 25/50/75/100 (shipped)": banded((25.0, 50.0, 75.0, 100.0)),
+    "test-like, bands 15/30/50/75/100": banded((15.0, 30.0, 50.0, 75.0, 100.0)),
+    "test-like, bands of 20 cycles": banded((20.0, 40.0, 60.0, 80.0, 100.0)),
+    "test-like, bands of 10 cycles": banded(tuple(float(e) for e in range(10, 121, 10))),
+}
+STUDY_ENSEMBLE = {
+    "test-like, scaled by spread + 1": scaled(1.0),
+    "test-like, scaled by spread + 4": scaled(4.0),
+}
+
+
+# ------------------------------------------------------------------ tables
+
+REPORTED = ("coverage", "coverage_rul_le25", "coverage_rul_26_75", "coverage_rul_gt75",
+            "width", "width_rul_le25", "width_rul_26_75", "width_rul_gt75")
+
+
+def markdown(header: list[str], rows: list[list]) -> str:
+    def cell(value):
+        return f"{value:.3f}" if isinstance(value, float) else str(value)
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def percent_or_cycles(key: str, value: float) -> str:
+    return f"{100 * value:.1f} %" if key.startswith("coverage") or key.startswith(
+        "engine") else f"{value:.1f}"
+
+
+def reliability(p_fail: np.ndarray, failed: np.ndarray, buckets=BUCKETS) -> list[list]:
+    """Rows: bucket, predictions in it, mean predicted probability, observed failure share."""
+    rows = []
+    for low, high in zip(buckets[:-1], buckets[1:]):
+        inside = (p_fail >= low) & ((p_fail < high) if high < 1 else (p_fail <= high))
+        if inside.any():
+            rows.append([f"{low:.2f}-{high:.2f}", int(inside.sum()),
+                         f"{p_fail[inside].mean():.3f}", f"{failed[inside].mean():.3f}"])
+    return rows
+
+
+def report(models: list[dict], horizon: float) -> str:
+    out = []
+    groups = defaultdict(list)
+    per_model = []
+    for m in models:
+        interval = fit_interval(m["val"], 0.9, m["split_seed"])
+        test = interval_metrics(interval, m["test_predicted"], m["test_capped"], m["cap"],
+                                horizon)
+        m["test_lower"], m["test_upper"] = interval.bounds(m["test_predicted"], high=m["cap"])
+        m["test_p_fail"] = interval.failure_probability(m["test_predicted"], horizon)
+        val = summarize_points(leave_one_engine_out(m, shipped, horizon))
+        kind = "ensemble" if m["members"] > 1 else "single"
+        groups[(m["track"], kind)].append((test, val))
+        per_model.append([m["track"], kind, m["seed"], m["name"],
+                          *(percent_or_cycles(k, test[k]) for k in REPORTED),
+                          f"{test['p_fail_brier']:.3f}", percent_or_cycles("c", val["coverage"]),
+                          percent_or_cycles("e", val["engine_min"])])
+    header = ["track", "kind", "seed", "run", "test coverage", "<= 25", "26-75", "> 75",
+              "test width", "<= 25", "26-75", "> 75"]
+    out.append("## Per model (test units; validation engines left out in turn)\n")
+    out.append(markdown([*header, f"Brier p_fail({horizon:g})", "val coverage",
+                         "val worst engine"], per_model))
+    out.append("\n## Mean over models (test units, then validation engines left out)\n")
+    rows = []
+    for (track, kind), pairs in sorted(groups.items()):
+        for where, index in (("test", 0), ("validation", 1)):
+            mean = {k: np.mean([p[index][k] for p in pairs]) for k in REPORTED}
+            rows.append([track, kind, len(pairs), where,
+                         *(percent_or_cycles(k, mean[k]) for k in REPORTED)])
+    out.append(markdown(["track", "kind", "models", "units", "coverage", "<= 25", "26-75",
+                         "> 75", "width", "<= 25", "26-75", "> 75"], rows))
+    out.append(f"\n## Reliability of p_fail_within (horizon {horizon:g} cycles), test units "
+               "pooled over models\n")
+    for (track, kind) in sorted(groups):
+        chosen = [m for m in models if (m["track"], "ensemble" if m["members"] > 1
+                                        else "single") == (track, kind)]
+        p = np.concatenate([m["test_p_fail"] for m in chosen])
+        failed = np.concatenate([m["test_true"] <= horizon for m in chosen])
+        out.append(f"\n{track}, {kind} ({len(chosen)} models x {len(chosen[0]['test_true'])} "
+                   f"units; {failed.mean():.1%} failed within {horizon:g}; Brier "
+                   f"{np.mean((p - failed) ** 2):.4f}, always the base rate "
+                   f"{np.mean((failed.mean() - failed) ** 2):.4f}):\n")
+        out.append(markdown(["predicted", "predictions", "mean predicted", "observed"],
+                            reliability(p, failed)))
+    out.append("\n## Per test unit: covered by how many of the models\n")
+    for (track, kind) in sorted(groups):
+        chosen = [m for m in models if (m["track"], "ensemble" if m["members"] > 1
+                                        else "single") == (track, kind)]
+        hits = np.sum([(m["test_lower"] <= m["test_capped"])
+                       & (m["test_capped"] <= m["test_upper"]) for m in chosen], axis=0)
+        counts = np.bincount(hits, minlength=len(chosen) + 1)
+        missed = [f"{u} (true {t:g})" for u, t, h in zip(chosen[0]["test_units"],
+                                                         chosen[0]["test_true"], hits)
+                  if h <= len(chosen) // 2]
+        out.append(f"- {track}, {kind}: units covered by k of {len(chosen)} models, k = 0.."
+                   f"{len(chosen)}: {counts.tolist()}; missed by most: "
+                   f"{', '.join(missed) or 'none'}")
+    return "\n".join(out)
+
+
+def study(models: list[dict], horizon: float) -> str:
+    rows = []
+    ensembles = all(m["members"] > 1 for m in models)
+    methods = {**STUDY, **(STUDY_ENSEMBLE if ensembles else {})}
+    for name, fit in methods.items():
+        results = [summarize_points(leave_one_engine_out(m, fit, horizon)) for m in models]
+        mean = {k: np.mean([r[k] for r in results]) for k in (*REPORTED, "engine_min")}
+        rows.append([name, *(percent_or_cycles(k, mean[k]) for k in REPORTED),
+                     percent_or_cycles("engine_min", mean["engine_min"])])
+    return ("## Calibration methods on validation engines, each left out in turn "
+            f"({len(models)} models, mean)\n\n"
+            + markdown(["method", "coverage", "<= 25", "26-75", "> 75", "width", "<= 25",
+                        "26-75", "> 75", "worst engine"], rows))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="*", help="training or ensemble run ids")
+    parser.add_argument("--parent", action="append", default=[],
+                        help="a `rul evaluate` parent run: every seed's run")
+    parser.add_argument("--horizon", type=float, default=DEFAULT_HORIZON)
+    parser.add_argument("--study", action="store_true",
+                        help="compare calibration methods on validation engines instead")
+    parser.add_argument("--subset", default="FD001")
+    parser.add_argument("--data-dir", default=None)
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    from rul.tracking.logged_models import load_logged, runs_under
+    from rul.tracking.store import configure
+
+    configure()
+    run_ids = [*args.runs, *(r for p in args.parent for r in runs_under(p))]
+    if not run_ids:
+        parser.error("name runs or --parent")
+    subset = load_subset(args.subset, args.data_dir)
+    models = [scored(load_logged(r), subset) for r in run_ids]
+    print(study(models, args.horizon) if args.study else report(models, args.horizon))
+
+
+if __name__ == "__main__":
+    main()
