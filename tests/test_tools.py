@@ -55,3 +55,56 @@ def test_a_longer_window_is_scored_on_the_same_truncations_edge_padded(tool, fd0
     # cycles 30-39 are predicted from padded histories, the rest from full windows
     full, n_full = tool.truncation_rmse(inner, rows, first_cycle=40)
     assert n_full == n - 3 * 10 and full != score
+
+
+# ------------------------------------------------------------------ tools/interval_report.py
+
+REPORT = Path(__file__).resolve().parents[1] / "tools" / "interval_report.py"
+
+
+@pytest.fixture(scope="module")
+def report_tool():
+    spec = importlib.util.spec_from_file_location("interval_report", REPORT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def scored_model(errors_per_engine, lives=None):
+    """What `scored` gives for a model whose error on engine i is errors_per_engine[i] at
+    every truncation point; predictions = targets + error."""
+    from rul.evaluation.intervals import CalibrationSet
+
+    lives = lives or [100] * len(errors_per_engine)
+    units = np.concatenate([np.full(life - 29, i + 1) for i, life in enumerate(lives)])
+    targets = np.concatenate([np.minimum(np.arange(life - 30, -1, -1), 125.0) for life in lives])
+    errors = np.concatenate([np.full(life - 29, e) for e, life in zip(errors_per_engine, lives)])
+    val = CalibrationSet(np.clip(targets - errors, 0, 125), targets, units, 30)
+    return {"val": val, "val_spread": np.ones(len(units)), "split_seed": 1, "cap": 125.0}
+
+
+def test_each_validation_engine_is_scored_by_the_interval_of_the_others(report_tool):
+    """20 engines, each with one constant error; the engine with the largest error falls
+    outside the interval calibrated on the other 19, whose largest is smaller."""
+    errors = np.linspace(-9.5, 9.5, 20)
+    model = scored_model(errors)
+    points = report_tool.leave_one_engine_out(model, report_tool.shipped, horizon=20)
+    assert [p["engine"] for p in points] == list(range(1, 21))
+    for p in points:
+        assert p["weight"].sum() == pytest.approx(1.0)
+    extreme, middle = points[19], points[10]
+    assert extreme["covered"][extreme["true"] > 15].mean() == 0.0  # +9.5 is past the others'
+    assert middle["covered"][middle["true"] > 15].all()
+    summary = report_tool.summarize_points(points)
+    assert summary["engine_min"] < 0.5 < summary["engine_median"]
+    assert set(summary) >= {"coverage", "width", "coverage_rul_le25", "width_rul_26_75"}
+    assert "coverage_rul_gt75" not in summary  # lives of 100: no truncation point above 70
+
+
+def test_the_reliability_table_buckets_predicted_probabilities(report_tool):
+    p_fail = np.array([0.0, 0.01, 0.1, 0.15, 0.3, 0.9, 1.0])
+    failed = np.array([False, False, True, False, True, True, True])
+    rows = report_tool.reliability(p_fail, failed)
+    assert rows == [["0.00-0.05", 2, "0.005", "0.000"], ["0.05-0.20", 2, "0.125", "0.500"],
+                    ["0.20-0.50", 1, "0.300", "1.000"], ["0.80-0.95", 1, "0.900", "1.000"],
+                    ["0.95-1.00", 1, "1.000", "1.000"]]

@@ -98,9 +98,10 @@ def summarize_points(points: list[dict]) -> dict:
     true = np.concatenate([p["true"] for p in points])
     found = {"coverage": np.sum(w * covered) / w.sum(), "width": np.sum(w * width) / w.sum()}
     for name, (low, high) in TRUE_RUL_BANDS.items():
-        inside = (true >= low) & (true <= high)
-        found[f"coverage_{name}"] = np.sum((w * covered)[inside]) / w[inside].sum()
-        found[f"width_{name}"] = np.sum((w * width)[inside]) / w[inside].sum()
+        inside = (true >= low) & (true <= high) & (w > 0)
+        if inside.any():
+            found[f"coverage_{name}"] = np.sum((w * covered)[inside]) / w[inside].sum()
+            found[f"width_{name}"] = np.sum((w * width)[inside]) / w[inside].sum()
     per_engine = [np.sum(p["weight"] * p["covered"]) for p in points]
     found["engine_min"], found["engine_median"] = min(per_engine), float(np.median(per_engine))
     return found
@@ -210,8 +211,9 @@ def report(models: list[dict], horizon: float) -> str:
         groups[(m["track"], kind)].append((test, val))
         per_model.append([m["track"], kind, m["seed"], m["name"],
                           *(percent_or_cycles(k, test[k]) for k in REPORTED),
-                          f"{test['p_fail_brier']:.3f}", percent_or_cycles("c", val["coverage"]),
-                          percent_or_cycles("e", val["engine_min"])])
+                          f"{test['p_fail_brier']:.3f}",
+                          percent_or_cycles("coverage", val["coverage"]),
+                          percent_or_cycles("engine_min", val["engine_min"])])
     header = ["track", "kind", "seed", "run", "test coverage", "<= 25", "26-75", "> 75",
               "test width", "<= 25", "26-75", "> 75"]
     out.append("## Per model (test units; validation engines left out in turn)\n")
@@ -248,7 +250,7 @@ def report(models: list[dict], horizon: float) -> str:
         counts = np.bincount(hits, minlength=len(chosen) + 1)
         missed = [f"{u} (true {t:g})" for u, t, h in zip(chosen[0]["test_units"],
                                                          chosen[0]["test_true"], hits)
-                  if h <= len(chosen) // 2]
+                  if 2 * h < len(chosen)]
         out.append(f"- {track}, {kind}: units covered by k of {len(chosen)} models, k = 0.."
                    f"{len(chosen)}: {counts.tolist()}; missed by most: "
                    f"{', '.join(missed) or 'none'}")
