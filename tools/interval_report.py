@@ -185,14 +185,21 @@ def percent_or_cycles(key: str, value: float) -> str:
         "engine") else f"{value:.1f}"
 
 
-def reliability(p_fail: np.ndarray, failed: np.ndarray, buckets=BUCKETS) -> list[list]:
-    """Rows: bucket, predictions in it, mean predicted probability, observed failure share."""
+def reliability(p_fail: np.ndarray, failed: np.ndarray, buckets=BUCKETS,
+                weights=None) -> list[list]:
+    """Rows: bucket, predictions in it (their total weight when weighted), mean predicted
+    probability, observed failure share."""
+    weights = np.ones(len(p_fail)) if weights is None else np.asarray(weights)
     rows = []
     for low, high in zip(buckets[:-1], buckets[1:]):
         inside = (p_fail >= low) & ((p_fail < high) if high < 1 else (p_fail <= high))
+        inside &= weights > 0
         if inside.any():
-            rows.append([f"{low:.2f}-{high:.2f}", int(inside.sum()),
-                         f"{p_fail[inside].mean():.3f}", f"{failed[inside].mean():.3f}"])
+            w = weights[inside]
+            rows.append([f"{low:.2f}-{high:.2f}",
+                         int(inside.sum()) if np.all(weights == 1) else f"{w.sum():.1f}",
+                         f"{np.average(p_fail[inside], weights=w):.3f}",
+                         f"{np.average(failed[inside], weights=w):.3f}"])
     return rows
 
 
@@ -206,7 +213,9 @@ def report(models: list[dict], horizon: float) -> str:
                                 horizon)
         m["test_lower"], m["test_upper"] = interval.bounds(m["test_predicted"], high=m["cap"])
         m["test_p_fail"] = interval.failure_probability(m["test_predicted"], horizon)
-        val = summarize_points(leave_one_engine_out(m, shipped, horizon))
+        points = leave_one_engine_out(m, shipped, horizon)
+        m["val_points"] = points
+        val = summarize_points(points)
         kind = "ensemble" if m["members"] > 1 else "single"
         groups[(m["track"], kind)].append((test, val))
         per_model.append([m["track"], kind, m["seed"], m["name"],
@@ -241,6 +250,13 @@ def report(models: list[dict], horizon: float) -> str:
                    f"{np.mean((failed.mean() - failed) ** 2):.4f}):\n")
         out.append(markdown(["predicted", "predictions", "mean predicted", "observed"],
                             reliability(p, failed)))
+        points = [point for m in chosen for point in m["val_points"]]
+        out.append(f"\nthe same on the validation engines, each left out in turn (weighted: "
+                   f"engines counted once, {len(points)} engine-models):\n")
+        out.append(markdown(["predicted", "engines (weight)", "mean predicted", "observed"],
+                            reliability(np.concatenate([q["p_fail"] for q in points]),
+                                        np.concatenate([q["failed"] for q in points]),
+                                        weights=np.concatenate([q["weight"] for q in points]))))
     out.append("\n## Per test unit: covered by how many of the models\n")
     for (track, kind) in sorted(groups):
         chosen = [m for m in models if (m["track"], "ensemble" if m["members"] > 1
