@@ -110,9 +110,22 @@ def train(config_path, overrides, data_dir, resume, jobs, no_progress):
         f"\ntest RMSE {m['test_rmse']:.2f} (uncapped {m['test_rmse_uncapped']:.2f})  "
         f"MAE {m['test_mae']:.2f}  score {m['test_score']:.1f}  "
         f"best epoch {m['best_epoch']} (val RMSE {m['best_val_rmse']:.2f})\n"
+        f"{_track_line(config, m)}\n"
         f"run {run_id} in experiment {config.experiment_name!r}\n"
         f"browse: {browse_hint(uri, ensure_experiment(config.experiment_name))}"
     )
+
+
+def _track_line(config, metrics: dict) -> str:
+    """Which track the model is on (compare it with published figures only on the sensors
+    track), and its interval on the test units when it has one."""
+    from rul.preprocessing.features import track
+
+    line = f"track {track(config.include_cycle)}"
+    if "test_interval_coverage" in metrics:
+        line += (f"; test interval coverage {metrics['test_interval_coverage']:.0%}, mean width "
+                 f"{metrics['test_interval_width']:.1f} cycles")
+    return line
 
 
 def _train_ensemble(config, jobs: int, progress: bool) -> None:
@@ -131,6 +144,7 @@ def _train_ensemble(config, jobs: int, progress: bool) -> None:
         f"score {m['test_score']:.1f}  "
         f"{'out-of-fold ' if config.ensemble_split == 'folds' else ''}val RMSE "
         f"{m['val_rmse']:.2f}\n"
+        f"{_track_line(config, m)}\n"
         f"run {run_id} in experiment {config.experiment_name!r}\n"
         f"browse: {browse_hint(uri, ensure_experiment(config.experiment_name))}"
     )

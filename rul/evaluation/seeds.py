@@ -23,6 +23,7 @@ class Evaluation:
     rows: list[dict]  # per seed: seed, run_id, REPORTED metrics, seconds
     aggregates: dict  # <metric>_mean, <metric>_std (std only with 2 or more seeds)
     seconds: float
+    track: str = ""  # sensors | sensors+age (rul.preprocessing.features.track)
 
 
 def reported_metrics(outcome) -> dict[str, float]:
@@ -59,8 +60,9 @@ def summary_table(evaluation: Evaluation) -> str:
     """Each seed, then mean ± std, then the wall time."""
     keys = reported_keys(evaluation.rows)
     header = f"{'seed':>6}  " + "  ".join(f"{k:>18}" for k in keys) + f"  {'time':>7}"
-    lines = [f"{evaluation.name}: {len(evaluation.rows)} seed(s), nothing selected on the "
-             "test set", header]
+    track = f", track {evaluation.track}" if evaluation.track else ""
+    lines = [f"{evaluation.name}: {len(evaluation.rows)} seed(s){track}, nothing selected on "
+             "the test set", header]
     for row in evaluation.rows:
         lines.append(f"{row['seed']:>6}  " + "  ".join(f"{row[k]:>18.2f}" for k in keys)
                      + f"  {row['seconds']:>6.0f}s")

@@ -16,6 +16,7 @@ import mlflow
 
 from rul.evaluation.seeds import Evaluation, aggregate, reported_metrics
 from rul.plan import EnsemblePlan, plan_seeds
+from rul.preprocessing.features import track as track_of
 from rul.tracking.ensemble_run import track_ensemble
 from rul.tracking.parent_run import INDEX_TAG, KIND_TAG, log_parent_config, train_under_parent
 from rul.tracking.tracked_run import CHILD, RunRole, default_run_name, track
@@ -34,7 +35,8 @@ def evaluate_seeds(config, n_seeds: int, jobs: int = 1, progress: bool = True) -
     def summarize(done) -> Evaluation:
         rows = [{"seed": r.seed, "run_id": r.run_id, **reported_metrics(r.outcome),
                  "seconds": r.seconds} for r in done.runs]
-        evaluation = Evaluation(done.parent_run_id, name, rows, aggregate(rows), done.seconds)
+        evaluation = Evaluation(done.parent_run_id, name, rows, aggregate(rows), done.seconds,
+                                track_of(config.include_cycle))
         first = plans[0].members[0] if isinstance(plans[0], EnsemblePlan) else plans[0]
         log_parent_config(config, first.data, seeds=n_seeds)
         mlflow.log_metrics({**evaluation.aggregates, "wall_time_s": done.seconds})
