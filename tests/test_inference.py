@@ -41,21 +41,22 @@ ARCH = {"filters": 4, "kernel_size": 10, "num_layers": 2, "hidden_size": 16, "dr
 FORBIDDEN = ("tqdm", "click", "yaml", "matplotlib", "optuna")
 
 
-def tiny_outcome(fd001, window=30, include_cycle=False):
+def tiny_outcome(fd001, window=30, include_cycle=False, interval=None):
     """What log_pyfunc reads from a training outcome, without the training."""
     preprocessor = Preprocessor(window=window, smoothing_alpha=0.1,
                                 include_cycle=include_cycle).fit(fd001.train)
     torch.manual_seed(0)
     spec = NetworkSpec("cnn", preprocessor.n_features, window, 125, ARCH)
     network = spec.build().eval()
-    return SimpleNamespace(network_spec=spec, models=[network], model=network, interval=None,
+    return SimpleNamespace(network_spec=spec, models=[network], model=network,
+                           interval=interval,
                            data=SimpleNamespace(preprocessor=preprocessor, subset=fd001))
 
 
-def log_tiny_model(fd001, workdir: Path, register: bool = True) -> str:
+def log_tiny_model(fd001, workdir: Path, register: bool = True, interval=None) -> str:
     """Log (and register as the champion) a tiny model to the current tracking store."""
     with mlflow.start_run():
-        uri = log_pyfunc(tiny_outcome(fd001), workdir)
+        uri = log_pyfunc(tiny_outcome(fd001, interval=interval), workdir)
     if register:
         version = mlflow.register_model(uri, MODEL_NAME).version
         MlflowClient().set_registered_model_alias(MODEL_NAME, "champion", version)

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from test_inference import CHAMPION_URI, log_tiny_model
+from test_intervals import banded_interval
 
 from rul.data.schema import COLUMNS
 
@@ -47,7 +48,7 @@ def server(tmp_path_factory, fd001):
     patch.chdir(root)
     mlflow.set_tracking_uri(uri)
     try:
-        log_tiny_model(fd001, root / "work")
+        log_tiny_model(fd001, root / "work", interval=banded_interval())
         model = mlflow.pyfunc.load_model(CHAMPION_URI)
     finally:
         mlflow.set_tracking_uri(None)
@@ -126,6 +127,25 @@ def test_short_history_is_flagged_or_rejected_on_request(server, fd001):
     status, answer = post(server, {**split_payload(rows), "params": {"short_history": "reject"}})
     assert status == 400
     assert "unit 1 has 5 rows" in answer["message"]
+
+
+def test_failure_probability_for_the_requested_horizon(server, fd001):
+    rows = fd001.test[fd001.test["unit"].isin([1, 2, 3])]
+    status, answer = post(server, split_payload(rows))
+    assert status == 200, answer
+    default = server.model.predict(rows)
+    np.testing.assert_allclose([p["p_fail_within"] for p in answer["predictions"]],
+                               default["p_fail_within"], atol=1e-12)
+    status, later = post(server, {**split_payload(rows), "params": {"horizon": 60}})
+    assert status == 200, later
+    expected = server.model.predict(rows, params={"horizon": 60.0})["p_fail_within"]
+    np.testing.assert_allclose([p["p_fail_within"] for p in later["predictions"]], expected,
+                               atol=1e-12)
+    assert not np.allclose(expected, default["p_fail_within"])
+    status, refused = post(server, {**split_payload(rows), "params": {"horizon": 500}})
+    assert status == 400
+    assert "horizon must be a number of cycles between 0 and the model's RUL cap (125)" in \
+        refused["message"]
 
 
 @pytest.mark.parametrize(
