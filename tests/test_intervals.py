@@ -215,6 +215,24 @@ def test_each_band_has_its_own_bounds_from_its_own_errors():
         fit_banded(predicted, predicted + error, 0.9, (50.0, 25.0))
 
 
+def test_a_wider_level_cuts_the_bounds_further_out_and_stretches_the_distribution_alike():
+    """coverage 0.9 cut at level 0.92: the bounds are the errors' 4 % and 96 % quantiles, and
+    the stored distribution puts 5 % below the lower bound and 5 % above the upper one, so
+    that p_fail read at a bound is the promised tail."""
+    errors = np.arange(-500.0, 500.0)  # 1000 errors, one per cycle: quantiles read exactly
+    predicted = np.full(1000, 60.0)
+    interval = fit_banded(predicted, predicted + errors, 0.9, (), level=0.92)
+    assert (interval.lower[0], interval.upper[0]) == (-460.0, 459.0)
+    plain = fit_banded(predicted, predicted + errors, 0.9, ())
+    assert (plain.lower[0], plain.upper[0]) == (-450.0, 449.0)
+    assert interval.errors[0][5] == pytest.approx(-460.0, abs=1)  # its 5 % quantile
+    assert interval.errors[0][95] == pytest.approx(459.0, abs=1)
+    assert interval.failure_probability([1000.0], 1000 - 460.0)[0] == pytest.approx(0.05,
+                                                                                     abs=0.002)
+    with pytest.raises(ValueError, match="level between it and 1"):
+        fit_banded(predicted, predicted + errors, 0.9, (), level=0.8)
+
+
 def test_failure_probability_reads_the_bands_predictive_distribution():
     """Errors N(0, 8) in one band: P(true <= h) = Phi((h - pred) / 8)."""
     from statistics import NormalDist

@@ -39,8 +39,10 @@ from rul.evaluation.conformal import (
 )
 from rul.evaluation.intervals import (
     BAND_EDGES,
+    TAIL_SHARE,
     TRUE_RUL_BANDS,
     CalibrationSet,
+    calibration_level,
     fit_interval,
     interval_metrics,
 )
@@ -111,13 +113,8 @@ def summarize_points(points: list[dict]) -> dict:
 
 
 def shipped(calibration, weights, spread):
-    """What training calibrates now (rul.evaluation.intervals.fit_interval)."""
-    return _refit(calibration, weights), _no_spread
-
-
-def _refit(calibration, weights):
-    return fit_banded(calibration.predicted, calibration.targets, 0.9, BAND_EDGES, weights,
-                      calibration.units)
+    """What training calibrates now (rul.evaluation.intervals.fit_interval), on `weights`."""
+    return banded(BAND_EDGES, TAIL_SHARE)(calibration, weights, spread)
 
 
 def _no_spread(spread):
@@ -134,10 +131,10 @@ def test_like_absolute(calibration, weights, spread):
     return Interval(0.9, q, len(weights)), _no_spread
 
 
-def banded(edges):
+def banded(edges, tail_share=1.0):
     def fit(calibration, weights, spread):
         return fit_banded(calibration.predicted, calibration.targets, 0.9, edges, weights,
-                          calibration.units), _no_spread
+                          calibration.units, calibration_level(0.9, tail_share)), _no_spread
     return fit
 
 
@@ -155,10 +152,16 @@ STUDY = {
     "test-like, one width": test_like_absolute,
     "test-like, signed, one band": banded(()),
     "test-like, bands 25/75": banded((25.0, 75.0)),
-    "test-like, bands 25/50/75/100 (shipped)": banded((25.0, 50.0, 75.0, 100.0)),
-    "test-like, bands 15/30/50/75/100": banded((15.0, 30.0, 50.0, 75.0, 100.0)),
+    "test-like, bands 25/50/75/100": banded((25.0, 50.0, 75.0, 100.0)),
+    "test-like, bands 25/50/75/100/115": banded((25.0, 50.0, 75.0, 100.0, 115.0)),
     "test-like, bands of 20 cycles": banded((20.0, 40.0, 60.0, 80.0, 100.0)),
     "test-like, bands of 10 cycles": banded(tuple(float(e) for e in range(10, 121, 10))),
+    **{f"test-like, bands 25/50/75/100, tails x {share}": banded((25.0, 50.0, 75.0, 100.0),
+                                                                 share)
+       for share in (0.9, 0.8, 0.7, 0.6)},
+    **{f"test-like, bands 25/75, tails x {share}": banded((25.0, 75.0), share)
+       for share in (0.8, 0.7)},
+    f"shipped (bands {'/'.join(f'{e:g}' for e in BAND_EDGES)}, tails x {TAIL_SHARE})": shipped,
 }
 STUDY_ENSEMBLE = {
     "test-like, scaled by spread + 1": scaled(1.0),

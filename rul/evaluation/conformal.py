@@ -175,18 +175,25 @@ def fit_conformal(residuals, coverage: float, spread=None) -> Interval:
 
 
 def fit_banded(predicted, true, coverage: float, band_edges, weights=None,
-               engines=None) -> Interval:
+               engines=None, level: float | None = None) -> Interval:
     """The "banded" interval of `coverage` from calibration predictions and their true
-    (capped) RUL: each point weighs `weights` (default equal), and `engines` names the engine
-    of each (default: every point its own), which the finite-sample correction counts. A band
-    no calibration point falls in takes the distribution of all of them."""
+    (capped) RUL: each point weighs `weights` (default equal); `engines` names the engine of
+    each (default: every point its own), counted in n_calibration. A band no calibration
+    point falls in takes the distribution of all of them.
+
+    `level` (default `coverage`, at least it) is the central share of the errors the bounds
+    are cut at, where more than `coverage` is needed to cover `coverage` of new engines. The
+    stored predictive distribution is stretched alike, its quantile at p the errors' at
+    0.5 + (p - 0.5) x level / coverage, so that its central `coverage` is the interval."""
     predicted = np.asarray(predicted, dtype=np.float64).ravel()
     errors = np.asarray(true, dtype=np.float64).ravel() - predicted
     weights = (np.ones(len(errors)) if weights is None
                else np.asarray(weights, dtype=np.float64).ravel())
     engines = np.arange(len(errors)) if engines is None else np.asarray(engines).ravel()
-    if not 0 < coverage < 1:
-        raise ValueError(f"coverage must be strictly between 0 and 1, got {coverage!r}")
+    level = coverage if level is None else level
+    if not 0 < coverage <= level < 1:
+        raise ValueError(f"coverage must be strictly between 0 and 1 and level between it and "
+                         f"1, got {coverage!r} and {level!r}")
     if not (np.isfinite(errors).all() and np.isfinite(weights).all() and (weights >= 0).all()
             and weights.sum() > 0):
         raise ValueError("calibration errors and weights must be finite, weights >= 0, "
@@ -203,10 +210,11 @@ def fit_banded(predicted, true, coverage: float, band_edges, weights=None,
         if not inside.any():
             inside = used
         e, w = errors[inside], weights[inside]
-        lower.append(-weighted_quantile(-e, w, (1 + coverage) / 2))
-        upper.append(weighted_quantile(e, w, (1 + coverage) / 2))
-        quantiles.append(tuple(weighted_quantile(e, w, p) if p > 0 else float(e.min())
-                               for p in ERROR_LEVELS))
+        lower.append(-weighted_quantile(-e, w, (1 + level) / 2))
+        upper.append(weighted_quantile(e, w, (1 + level) / 2))
+        stretched = 0.5 + (ERROR_LEVELS - 0.5) * level / coverage
+        quantiles.append(tuple(float(e.min()) if p <= 0 else weighted_quantile(e, w, min(p, 1))
+                               for p in stretched))
     return Interval(float(coverage), None, len(np.unique(engines[used])), "banded", edges,
                     tuple(lower), tuple(upper), tuple(quantiles))
 
