@@ -108,3 +108,25 @@ def test_the_reliability_table_buckets_predicted_probabilities(report_tool):
     assert rows == [["0.00-0.05", 2, "0.005", "0.000"], ["0.05-0.20", 2, "0.125", "0.500"],
                     ["0.20-0.50", 1, "0.300", "1.000"], ["0.80-0.95", 1, "0.900", "1.000"],
                     ["0.95-1.00", 1, "1.000", "1.000"]]
+
+
+def test_a_tools_report_is_kept_as_a_finished_run_beside_the_scored_ones(mlflow_store, tmp_path):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from rul.tracking.logged_models import log_report
+
+    mlflow.set_tracking_uri(mlflow_store.uri)
+    mlflow.set_experiment("rul-fd001")
+    with mlflow.start_run() as scored:
+        pass
+    client = MlflowClient(mlflow_store.uri)
+    run_id = log_report("| a | b |\n| --- | --- |", "interval-report", [scored.info.run_id],
+                        client)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "interval-report"
+    assert run.info.experiment_id == scored.info.experiment_id
+    assert run.data.tags["rul.kind"] == "report"
+    assert run.data.tags["rul.report_runs"] == scored.info.run_id
+    path = client.download_artifacts(run_id, "interval-report.md", str(tmp_path))
+    assert Path(path).read_text() == "| a | b |\n| --- | --- |"

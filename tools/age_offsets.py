@@ -104,11 +104,13 @@ def main():
     parser.add_argument("runs", nargs="*", help="training or ensemble run ids")
     parser.add_argument("--parent", action="append", default=[],
                         help="a `rul evaluate` parent run: every seed's run")
+    parser.add_argument("--log", action="store_true",
+                        help="also keep the report in the store: a run named age-offsets")
     parser.add_argument("--subset", default="FD001")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
-    from rul.tracking.logged_models import load_logged, runs_under
+    from rul.tracking.logged_models import load_logged, log_report, runs_under
     from rul.tracking.store import configure
 
     configure()
@@ -126,11 +128,13 @@ def main():
         true = cap_rul(np.asarray(subset.test_rul, dtype=np.float64), cap)
         ages[group_of(logged)].append(errors_by_age(predicted.mean(axis=0), true,
                                                     last_ages(subset.test).loc[units]))
-    print("## FD001 test RMSE when the counter is not what training saw (mean ± std over "
-          "models)\n")
-    print(offset_table(groups, baseline_scores(subset, cap)))
-    print("\n## Errors by age (test units as recorded; mean over models)\n")
-    print(age_table(ages))
+    text = ("## FD001 test RMSE when the counter is not what training saw (mean ± std over "
+            "models)\n\n" + offset_table(groups, baseline_scores(subset, cap))
+            + "\n\n## Errors by age (test units as recorded; mean over models)\n\n"
+            + age_table(ages))
+    print(text)
+    if args.log:
+        print(f"\nkept as run {log_report(text, 'age-offsets', run_ids)} (age-offsets)")
 
 
 if __name__ == "__main__":

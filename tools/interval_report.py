@@ -299,11 +299,13 @@ def main():
     parser.add_argument("--horizon", type=float, default=DEFAULT_HORIZON)
     parser.add_argument("--study", action="store_true",
                         help="compare calibration methods on validation engines instead")
+    parser.add_argument("--log", action="store_true",
+                        help="also keep the report in the store: a run named interval-report")
     parser.add_argument("--subset", default="FD001")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
-    from rul.tracking.logged_models import load_logged, runs_under
+    from rul.tracking.logged_models import load_logged, log_report, runs_under
     from rul.tracking.store import configure
 
     configure()
@@ -312,7 +314,11 @@ def main():
         parser.error("name runs or --parent")
     subset = load_subset(args.subset, args.data_dir)
     models = [scored(load_logged(r), subset) for r in run_ids]
-    print(study(models, args.horizon) if args.study else report(models, args.horizon))
+    text = study(models, args.horizon) if args.study else report(models, args.horizon)
+    print(text)
+    if args.log:
+        name = "interval-study" if args.study else "interval-report"
+        print(f"\nkept as run {log_report(text, name, run_ids)} ({name})")
 
 
 if __name__ == "__main__":

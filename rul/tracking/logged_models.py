@@ -75,3 +75,20 @@ def runs_under(parent_run_id: str, client: MlflowClient | None = None) -> list[s
     children = client.search_runs([parent.info.experiment_id],
                                   f"tags.mlflow.parentRunId = '{parent_run_id}'")
     return [r.info.run_id for r in sorted(children, key=lambda r: int(r.data.params["seed"]))]
+
+
+REPORT_KIND = "report"  # the rul.kind tag of a run that holds a tool's report
+
+
+def log_report(text: str, name: str, run_ids: list[str],
+               client: MlflowClient | None = None) -> str:
+    """Keep a tool's markdown report in the store: a FINISHED run `name` (tag rul.kind=report)
+    in the experiment of the first scored run, the report as `<name>.md`, the scored runs in
+    the tag rul.report_runs. Returns its run id."""
+    client = client or MlflowClient()
+    experiment_id = client.get_run(run_ids[0]).info.experiment_id
+    run = client.create_run(experiment_id, run_name=name,
+                            tags={"rul.kind": REPORT_KIND, "rul.report_runs": ",".join(run_ids)})
+    client.log_text(run.info.run_id, text, f"{name}.md")
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id
