@@ -27,7 +27,13 @@ from rul.evaluation.conformal import (
     min_calibration_size,
     weighted_quantile,
 )
-from rul.evaluation.intervals import BAND_EDGES, CalibrationSet, fit_interval
+from rul.evaluation.intervals import (
+    BAND_EDGES,
+    TAIL_SHARE,
+    CalibrationSet,
+    calibration_level,
+    fit_interval,
+)
 from rul.evaluation.truncation import LIFE_FRACTION, truncation_points, truncation_weights
 from rul.inference import read_rows
 from rul.serving.predictor import InferenceSpec, predict_frame
@@ -164,6 +170,18 @@ def test_calibration_weighs_engines_not_windows():
     assert (test_like.lower[band], test_like.upper[band]) == (1.0, 20.0)
     assert (every_window.lower[band], every_window.upper[band]) == (1.0, 1.0)
     assert test_like.n_calibration == every_window.n_calibration == 2
+
+
+def test_the_shipped_interval_is_cut_at_the_level_validation_chose():
+    """100 engines, engine k erring by k - 50 at each of its windows: with TAIL_SHARE 0.8 a
+    90 % interval leaves 4 % of the engines above it (the 96th engine's error, 45), not 5 %."""
+    assert TAIL_SHARE == 0.8 and calibration_level(0.9) == pytest.approx(0.92)
+    units = np.repeat(np.arange(100), 20)
+    predicted = np.full(len(units), 60.0)
+    calibration = CalibrationSet(predicted, predicted + units - 50.0, units, 30)
+    band = Interval(0.9, None, 1, "banded", BAND_EDGES).band([60.0])[0]
+    assert fit_interval(calibration, 0.9, seed=0).upper[band] == 45.0
+    assert fit_interval(calibration, 0.9, seed=0, tail_share=1.0).upper[band] == 44.0
 
 
 # ------------------------------------------------------------------ bands and p_fail
