@@ -13,14 +13,15 @@ Methods (`Interval.method`):
   edges: a prediction <= edges[0] is in band 0), and each band has its own weighted
   distribution of the error e = true - predicted (calibration points weighted so that each
   engine counts once: rul.evaluation.truncation). The interval is [pred + lower, pred +
-  upper] of its band: the error's weighted (1 - coverage) / 2 and (1 + coverage) / 2
-  quantiles. A test unit is one more engine, so the finite-sample widening would count
-  engines, (m + 1) / m for m of them, and a 95 % one-sided quantile needs 19 engines in a band
-  to be finite: more than a 20-engine validation split puts in most bands. So the levels are
-  not widened; what they cover was measured on validation engines, each left out in turn
-  (README: Prediction intervals). The band's error quantiles at ERROR_LEVELS are stored too:
-  they are the predictive distribution of the true RUL, pred + e, from which
-  `failure_probability` reads P(true RUL <= horizon).
+  upper] of its band: the error's weighted (1 - level) / 2 and (1 + level) / 2 quantiles.
+  A test unit is one more engine, so the finite-sample widening would count engines,
+  (m + 1) / m for m of them, and a 95 % one-sided quantile needs 19 engines in a band to be
+  finite: more than a 20-engine validation split puts in most bands. So `level` is not that
+  widening but a measured one: the caller picks it (rul.evaluation.intervals, from
+  validation engines each left out in turn), `coverage` by default. The band's error
+  quantiles at ERROR_LEVELS are stored too (stretched like the bounds): they are the
+  predictive distribution of the true RUL, pred + e, from which `failure_probability` reads
+  P(true RUL <= horizon).
 
 Numpy only: the serving path imports this module.
 """
