@@ -16,7 +16,7 @@ import torch
 
 from rul.models.spec import NetworkSpec
 from rul.training.hardware import keep_freed_memory
-from rul.training.micro_batch import measure_step
+from rul.training.micro_batch import StepSettings, measure_step
 from rul.training.precision import Precision, resolve_precision
 
 B, MICROS = 512, (512, 256, 128, 64)
@@ -36,10 +36,10 @@ def measure(precision: Precision, micro: int, steps: int) -> tuple[int, float]:
     model = DEFAULT_MODEL.build().to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scaler = precision.grad_scaler()
-    peak, _ = measure_step(model, optimizer, scaler, micro_batches, precision, 1.0,
-                           DEFAULT_MODEL.rul_cap)
-    seconds = sum(measure_step(model, optimizer, scaler, micro_batches, precision, 1.0,
-                               DEFAULT_MODEL.rul_cap)[1] for _ in range(steps))
+    settings = StepSettings(precision, 1.0, DEFAULT_MODEL.rul_cap)
+    peak, _ = measure_step(model, optimizer, scaler, micro_batches, settings)
+    seconds = sum(measure_step(model, optimizer, scaler, micro_batches, settings)[1]
+                  for _ in range(steps))
     return peak, B * steps / seconds if steps else 0.0
 
 

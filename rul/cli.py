@@ -218,15 +218,14 @@ def predict(model_uri, input_path, output, tracking_uri, short_history):
               help="Optuna storage URL (default: sqlite, or a journal file with --workers>1).")
 @click.option("--study-name", default=None, help="Study name (default: from the config).")
 @click.option("--data-dir", type=click.Path(file_okay=False), help="Local C-MAPSS folder.")
-def tune(config_path, overrides, n_trials, timeout, workers, storage, study_name, data_dir):
-    """Search micro-batch size, accumulation steps and more with Optuna."""
+def tune(config_path, overrides, data_dir, **study):
+    """Search the effective batch, learning rate and more with Optuna."""
     from rul.tuning.study import quiet_optuna, run_study
 
     config = _load_config(config_path, overrides, data_dir, loader=cfg.load_tuning)
     with _ends_cleanly("the study's runs are marked KILLED and the study is kept; run the same "
                        "command again to continue it", on_first_signal=quiet_optuna):
-        summary = run_study(config, n_trials=n_trials, timeout=timeout, workers=workers,
-                            storage=storage, study_name=study_name)
+        summary = run_study(config, **study)
     click.echo(summary)
 
 

@@ -18,7 +18,13 @@ from rul.training.batching import WindowBatches
 from rul.training.engine import fit
 from rul.training.hardware import cpu_has_native_bf16
 from rul.training.listener import TrainingListener
-from rul.training.micro_batch import ProbeRow, candidates, choose_split, probe
+from rul.training.micro_batch import (
+    ProbeRow,
+    StepSettings,
+    candidates,
+    choose_split,
+    probe,
+)
 from rul.training.precision import resolve_precision
 from rul.training.run import train
 from rul.training.seeding import derive_seeds, seed_everything
@@ -106,7 +112,7 @@ def test_probe_measures_peak_memory_that_grows_with_the_micro_batch():
         return nn.Sequential(nn.Linear(16, 4096), nn.ReLU(), nn.Linear(4096, 1), nn.Flatten(0))
 
     before = torch.get_rng_state()
-    table = probe(wide, (x, y), CPU_FP32, [4096, 256])
+    table = probe(wide, (x, y), StepSettings(CPU_FP32), [4096, 256])
     assert torch.equal(torch.get_rng_state(), before)  # the run's random stream is untouched
     assert [row.micro_batch_size for row in table] == [256, 4096]
     small, large = table[0].peak_bytes, table[1].peak_bytes
