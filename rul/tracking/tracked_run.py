@@ -23,6 +23,7 @@ from mlflow.utils import mlflow_tags
 from rul.config import Config
 from rul.data.split import rows_of
 from rul.interrupts import deferred
+from rul.machine import machine_tags
 from rul.tracking import figures
 from rul.tracking.lifecycle import run_ends_cleanly
 from rul.tracking.mlflow_listener import MLflowListener
@@ -251,7 +252,8 @@ def _environment_tags() -> dict:
     tags = {"torch_version": torch.__version__, "cuda_version": str(torch.version.cuda),
             "python_version": platform.python_version(),
             "device_name": torch.cuda.get_device_name() if torch.cuda.is_available()
-            else platform.processor() or platform.machine()}
+            else platform.processor() or platform.machine(),
+            **machine_tags()}  # CPU model and flags, threads: what the docs' tables show
     commit, dirty = _git("rev-parse", "HEAD"), _git("status", "--porcelain")
     tags.update({"git_commit": commit or "unknown",
                  "git_dirty": "unknown" if dirty is None else str(bool(dirty)).lower()})
