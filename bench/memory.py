@@ -62,7 +62,7 @@ def measure(precision: BenchPrecision, micro: int, steps: int) -> tuple[int, flo
     return peak, B * steps / seconds if steps else 0.0
 
 
-def bench_memory(quick: bool = False) -> None:
+def bench_memory(quick: bool = False) -> dict:
     keep_freed_memory()  # as `rul train` on a CPU, before its memory probe
     runs = [("cpu", p) for p in ("fp32", "bf16")]
     if torch.cuda.is_available():
@@ -73,6 +73,7 @@ def bench_memory(quick: bool = False) -> None:
           f"{torch.get_num_threads()} CPU threads, {name}, torch {torch.__version__}")
     print(f"{'device':6} {'prec':5} {'micro':>5} {'K':>2} {'peak_MiB':>9} {'samples/s':>10} "
           f"{'peak/1x512':>10} {'speed/1x512':>11}")
+    rows = []
     for device, name in runs:
         precision = BenchPrecision(torch.device(device), name)
         measure(precision, MICROS[-1], 0)  # warm-up: one-time initialisation not counted
@@ -82,3 +83,9 @@ def bench_memory(quick: bool = False) -> None:
             reference = reference or (peak, rate)
             print(f"{device:6} {name:5} {micro:5d} {B // micro:2d} {peak / 2**20:9.1f} "
                   f"{rate:10.0f} {peak / reference[0]:10.2f} {rate / reference[1]:11.2f}")
+            rows.append([device, name, f"{micro} x {B // micro}", round(peak / 2**20, 1),
+                         round(rate), round(peak / reference[0], 2),
+                         round(rate / reference[1], 2)])
+    return {"columns": ["device", "precision", "micro x K", "peak MiB", "samples/s",
+                        f"peak / ({B}x1)", f"speed / ({B}x1)"], "rows": rows,
+            "note": f"effective batch {B}, {N_FEATURES} inputs, one AdamW step per row"}
