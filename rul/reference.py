@@ -1,9 +1,10 @@
-"""The configuration reference, generated from the typed config (rul/config.py) itself.
+"""The reference pages, generated from the typed config (rul/config.py) and the CLI itself.
 
 Each key's type, default and allowed values come from its pydantic field (the field's
 `description` is what an error says a value must be); its meaning is the attribute docstring
-written under the field. The docs build renders `config_reference()` (docs/hooks.py), so the
-page can never disagree with the code; tests/test_reference.py fails when a key has no meaning.
+written under the field. The docs build renders `config_reference()` and `cli_reference()`
+(docs/hooks.py), so the pages can never disagree with the code; tests/test_reference.py fails
+when a key has no meaning.
 """
 
 import ast
@@ -94,7 +95,10 @@ def allowed_values(field) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A table cell: pipes escaped, and < > outside `code` spans (e.g. rul-<subset>) kept."""
+    parts = text.replace("|", "\\|").replace("\n", " ").split("`")
+    return "`".join(part if i % 2 else part.replace("<", "&lt;").replace(">", "&gt;")
+                    for i, part in enumerate(parts))
 
 
 def key_table(model: type[BaseModel], skip: tuple[str, ...] = ()) -> list[str]:
@@ -157,4 +161,46 @@ def config_reference() -> str:
     for kind, model in (("categorical", Categorical), ("int", IntRange),
                         ("float", FloatRange)):
         lines += [f"### `type: {kind}`", "", *key_table(model), ""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def _param_row(param, ctx) -> list[str]:
+    import click
+
+    info = param.to_info_dict()  # its default is None where click has none
+    if isinstance(param, click.Argument):
+        name = f"`{param.make_metavar(ctx)}`"
+    else:
+        flags = ", ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts])
+        name = flags if param.is_flag else f"{flags} `{param.make_metavar(ctx)}`"
+    default = info.get("default")
+    shown = "" if default in (None, False, (), []) or param.is_flag is True else f"`{default}`"
+    return [name, " ".join((getattr(param, "help", None) or "").split()), shown]
+
+
+def cli_reference() -> str:
+    """The Markdown page docs/reference/cli.md: every command of `rul`, its usage and its
+    arguments and options, read from the click commands themselves."""
+    import click
+
+    from rul.cli import main
+
+    root = click.Context(main, info_name="rul")
+    lines = ["# Command line", "",
+             "Generated from the `rul` command itself when the docs are built; each command "
+             "prints the same with `--help`. Bad input (a config key, a value, a file) is one "
+             "line naming the file, key or field and what is wrong, exit code 2, and nothing "
+             "is started.", ""]
+    for name in sorted(main.list_commands(root)):
+        command = main.get_command(root, name)
+        ctx = click.Context(command, info_name=name, parent=root)
+        pieces = command.collect_usage_pieces(ctx)
+        lines += [f"## rul {name}", "", "```text", f"rul {name} {' '.join(pieces)}", "```", "",
+                  inspect.cleandoc(command.help or ""), ""]
+        rows = [_param_row(p, ctx) for p in command.get_params(ctx)]
+        lines += ["| argument or option | meaning | default |", "| --- | --- | --- |",
+                  *("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows), ""]
     return "\n".join(lines)

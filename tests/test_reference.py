@@ -1,10 +1,18 @@
 """The configuration reference is generated from rul/config.py: every key, with a meaning."""
 
+import html
+
 import pytest
 
 from rul import config as cfg
 from rul.config import Categorical, FloatRange, IntRange, TrainConfig, TuningConfig
-from rul.reference import config_reference, field_meanings, missing_meanings, type_name
+from rul.reference import (
+    cli_reference,
+    config_reference,
+    field_meanings,
+    missing_meanings,
+    type_name,
+)
 
 MODELS = (TrainConfig, TuningConfig, Categorical, IntRange, FloatRange)
 
@@ -16,7 +24,7 @@ def test_every_key_has_a_meaning(model):
 
 
 def test_the_generated_page_lists_every_key_with_its_meaning():
-    page = config_reference()
+    page = html.unescape(config_reference())  # rul-&lt;subset&gt; reads rul-<subset>
     for model in MODELS:
         meanings = field_meanings(model)
         for name in model.model_fields:
@@ -47,3 +55,22 @@ def test_type_names_read_as_a_user_would_write_them():
     assert type_name(fields["max_grad_norm"].annotation) == "number or null"
     assert type_name(fields["features"].annotation) == "string or list of strings"
     assert type_name(TuningConfig.model_fields["search_space"].annotation) == "mapping"
+
+
+def test_the_cli_page_lists_every_command_and_option():
+    import click
+
+    from rul.cli import main
+
+    page = cli_reference()
+    ctx = click.Context(main, info_name="rul")
+    for name in main.list_commands(ctx):
+        command = main.get_command(ctx, name)
+        assert f"## rul {name}" in page
+        section = page.split(f"## rul {name}\n")[1].split("\n## ")[0]
+        for param in command.params:
+            if isinstance(param, click.Option):
+                assert f"`{param.opts[0]}`" in section, f"rul {name} {param.opts[0]}"
+    section = page.split("## rul predict\n")[1].split("\n## ")[0]
+    assert "| `--short-history` `[pad\\|reject]` |" in section and section.count("| `pad` |") == 1
+    assert "runs:/&lt;id&gt;/model" in section  # an HTML-looking help text stays visible
