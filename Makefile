@@ -7,9 +7,9 @@ CONFIG  ?= experiments/fd001.yaml
 TUNE_CONFIG ?= experiments/tune_fd001.yaml
 # Extra arguments for train/evaluate/tune/test, e.g. make train ARGS="epochs=5 model=lstm"
 ARGS    ?=
-# `make evaluate`: trainings of CONFIG, seeds seed, seed+1, ... (README: Honest evaluation)
+# `make evaluate`: trainings of CONFIG, seeds seed, seed+1, ... (docs: Results)
 SEEDS   ?= 5
-# `make server`: an MLflow tracking server for workers on other machines (README: Scaling out).
+# `make server`: an MLflow tracking server for workers on other machines (docs: Scale out).
 # HOST=0.0.0.0 to serve the network; SERVER_BACKEND may be a postgresql:// URL.
 HOST    ?= 127.0.0.1
 PORT    ?= 5000
@@ -25,7 +25,7 @@ BENCH_RESULTS ?= bench/results
 REPORT_ARGS   ?=
 DOCS_STAMP := $(VENV)/.docs-installed
 
-# Use the C-MAPSS copy beside this checkout when there is one (see README: Data).
+# Use the C-MAPSS copy beside this checkout when there is one (see docs: Getting started, Data).
 ifneq ($(wildcard ../shared/cmapss/train_FD001.txt),)
 CMAPSS_DIR ?= $(abspath ../shared/cmapss)
 endif

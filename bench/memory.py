@@ -23,7 +23,7 @@ from rul.training.memory import measure_step
 
 B, MICROS = 512, (512, 256, 128, 64)
 # experiments/fd001.yaml's inputs: FD001's 14 informative sensors and the engine's age;
-# `--sensors-only` (bench/__main__.py) sets 14, the model the README's figures before it timed
+# `--sensors-only` (bench/__main__.py) sets 14, the model the recorded figures before it timed
 N_FEATURES = int(os.environ.get("RUL_BENCH_FEATURES", 15))
 DEFAULT_MODEL = SimpleNamespace(model="cnn", window=30, filters=10, kernel_size=10,
                                 num_layers=4, hidden_size=100, dropout=0.5, num_heads=4,

@@ -5,7 +5,8 @@ size only decides memory and speed. `probe` measures, for each candidate micro s
 memory of one real `optimizer_step` (forward + backward + optimizer step at the run's
 precision, on a fresh model and optimizer, so the optimizer's state is counted too);
 `choose_split` picks the largest candidate whose peak fits the budget (largest = fewest
-micro-batches per step, which is also the fastest on every device measured; see README) and
+micro-batches per step, which is also the fastest on every device measured; see docs: The
+training step) and
 K = ceil(B / micro): the last micro-batch may be short, the step weights samples exactly.
 
 How peak memory is measured:
