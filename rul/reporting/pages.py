@@ -63,9 +63,10 @@ def _order(records: list[ResultRecord]) -> list[ResultRecord]:
 
 def side_by_side(records: list[ResultRecord]) -> list[str]:
     """One row per recipe (named by its sensors-only config where there is one): its result
-    on each track (a run of the store before the record), test RMSE with val RMSE beside it."""
+    on each track with the most seeds (a run of the store before the record on a tie), test
+    RMSE with val RMSE beside it."""
     recipes: dict[str, dict[bool, ResultRecord]] = {}
-    for record in _order(records):
+    for record in sorted(_order(records), key=lambda r: -len(r.seeds)):  # stable: most seeds
         recipes.setdefault(record.recipe, {}).setdefault(record.include_cycle, record)
 
     def cell(record):

@@ -32,6 +32,7 @@ METRICS = ("val_rmse", "test_rmse", "test_mae", "test_score", "test_interval_cov
 # Where the two tracks differ: the only key left out when recipes are paired side by side.
 TRACK_KEY = "include_cycle"
 TRACKS = {False: "sensors only", True: "sensors + engine age"}
+FEW_SEEDS = 5  # fewer seeds than this: the row says its figures are indicative only
 
 
 @dataclass
@@ -126,7 +127,8 @@ def evaluation_record(client, run) -> ResultRecord:
         machine=machine_text(seed_tags), precision=seed_tags.get("precision.resolved", NA),
         torch=seed_tags.get("torch_version", NA), commit=commit,
         date=started.strftime("%Y-%m-%d"), command=evaluate_command(config_file, diff, n_seeds),
-        source=f"run {run.info.run_id[:8]}", extra={"run_id": run.info.run_id})
+        source=f"run {run.info.run_id[:8]}", extra={"run_id": run.info.run_id},
+        note=f"{n_seeds} seed(s): indicative only" if n_seeds < FEW_SEEDS else "")
 
 
 # ------------------------------------------------------------------ the committed record
