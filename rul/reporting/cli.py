@@ -1,6 +1,7 @@
 """`rul report`: write the Results and Performance pages (and their figures) from an MLflow store
 and the benches' JSON results."""
 
+import json
 import shlex
 import tempfile
 from pathlib import Path
@@ -55,9 +56,11 @@ def _figures(model_uri: str, explicit: bool, data_dir, out: Path) -> list[tuple[
     except mlflow.exceptions.MlflowException as error:
         if explicit:
             raise ReportError(f"--model {model_uri}: {error.message}") from None
-        click.echo(f"no figures: {model_uri} is not in this store (pass --model "
-                   "runs:/<run id>/model)", err=True)
-        return []
+        kept = _drawn_before(out)
+        click.echo(f"{model_uri} is not in this store: "
+                   f"{'the figures drawn before are kept' if kept else 'no figures'} (pass "
+                   "--model runs:/<run id>/model to draw them)", err=True)
+        return kept
     subset = load_subset("FD001", data_dir)
     assets = out / "assets"
     with tempfile.TemporaryDirectory() as scratch:
@@ -65,13 +68,28 @@ def _figures(model_uri: str, explicit: bool, data_dir, out: Path) -> list[tuple[
         assets.mkdir(parents=True, exist_ok=True)
         for path in drawn:
             path.replace(assets / path.name)
-    return [("assets/predicted_vs_true.png",
-             f"Predicted against true RUL at the last cycle of each FD001 test engine, with its "
-             f"interval (`{model_uri}`)."),
-            ("assets/rul_trajectories.png",
-             "The RUL predicted at every cycle of three test engines from the rows up to it, "
-             f"with the interval band, against the true RUL capped at the target's cap "
-             f"(`{model_uri}`).")]
+    figures = [("assets/predicted_vs_true.png",
+                f"Predicted against true RUL at the last cycle of each FD001 test engine, with "
+                f"its interval (`{model_uri}`)."),
+               ("assets/rul_trajectories.png",
+                "The RUL predicted at every cycle of three test engines from the rows up to it, "
+                "with the interval band, against the true RUL capped at the target's cap "
+                f"(`{model_uri}`).")]
+    write_whole(assets / FIGURES_INDEX, json.dumps(figures, indent=1) + "\n")
+    return figures
+
+
+FIGURES_INDEX = "figures.json"  # the figures last drawn and their captions (with the model)
+
+
+def _drawn_before(out: Path) -> list[tuple[str, str]]:
+    """The figures an earlier report drew, while their files are all there."""
+    index = out / "assets" / FIGURES_INDEX
+    try:
+        figures = [tuple(item) for item in json.loads(index.read_text())]
+    except (OSError, ValueError, TypeError):
+        return []
+    return figures if all((out / path).is_file() for path, _ in figures) else []
 
 
 @click.command()
