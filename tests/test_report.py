@@ -154,7 +154,7 @@ def test_the_figures_are_drawn_from_the_logged_model(store, pages):
         assert f"](assets/{name})" in pages.results
 
 
-def test_bench_json_becomes_a_performance_table(store, tmp_path, monkeypatch):
+def test_bench_json_becomes_a_performance_table(store, pages, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT))  # bench/ is a folder of the checkout, not installed
     from bench.__main__ import write_result
 
