@@ -1,4 +1,4 @@
-"""Command line: `rul train`, `rul evaluate`, `rul predict`, `rul tune`."""
+"""Command line: `rul train`, `rul evaluate`, `rul predict`, `rul tune`, `rul report`."""
 
 import os
 import sys
@@ -9,6 +9,7 @@ import click
 
 from rul import config as cfg
 from rul.interrupts import Terminated, exit_code, interrupts_as_exceptions
+from rul.reporting.cli import report
 
 
 class UserError(click.ClickException):
@@ -228,6 +229,8 @@ def tune(config_path, overrides, data_dir, **study):
         summary = run_study(config, **study)
     click.echo(summary)
 
+
+main.add_command(report)  # rul/reporting/cli.py
 
 if __name__ == "__main__":
     main()

@@ -121,29 +121,58 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
 
     # data and preprocessing
     subset: _one_of(*SUBSETS) = "FD001"
+    """Which C-MAPSS subset to train and test on (FD001: one operating condition, one fault
+    mode)."""
     data_dir: OptionalText = None
+    """Folder holding train_FDxxx.txt, test_FDxxx.txt and RUL_FDxxx.txt; null: CMAPSS_DIR, then
+    the cache data/cmapss/, then a verified download."""
     window: PositiveInt = DEFAULT_WINDOW
+    """Cycles per input window: the model sees a unit's last `window` cycles."""
     rul_cap: PositiveInt = DEFAULT_RUL_CAP
+    """Cap of the piecewise-linear RUL target in cycles: early in life the target stays at the
+    cap; predictions and interval bounds never exceed it."""
     features: Annotated[str | list[str], Field(
         description="'informative', 'all' or a list of sensor columns")] = "informative"
+    """Sensor columns fed to the model: the 14 informative sensors, all 21, or an explicit list
+    such as [s_2, s_3]."""
     include_settings: Flag = False
+    """Also feed the three operational settings as inputs."""
     include_cycle: Flag = False  # the engine's age in cycles as one more input column
+    """Feed the engine's age (cycles since the start of its record) as one more input column;
+    `make train` turns it on."""
     drop_constant: Flag = False
+    """Drop input columns that are (nearly) constant within every operating condition of the
+    training units."""
     normalization: _one_of("minmax", "zscore") = "minmax"
+    """How inputs are scaled, fitted on the training units only: min-max to [-1, 1] or z-score."""
     condition_scaling: _one_of("auto", "global", "per_condition") = "auto"  # per_condition
     # for FD002/FD004 when auto
+    """Scale sensors per operating condition or globally; auto: per condition for the subsets
+    with six conditions (FD002, FD004)."""
     smoothing_alpha: _number("a number in (0, 1] (weight of the newest cycle; 1 = off)",
                              gt=0, le=1) = 0.1  # causal exponential smoothing per unit
+    """Weight of the newest cycle in the causal exponential smoothing of each unit's sensors; 1
+    turns smoothing off."""
     val_fraction: _number("a number between 0 and 1 (validation units for early stopping)",
                           gt=0, lt=1) = 0.2
+    """Share of the training units held out (whole units) for early stopping, model selection and
+    interval calibration."""
     # model (architecture defaults: rul.models.spec)
     model: _one_of(*KINDS) = DEFAULT_KIND
+    """Network: the DCNN of Li et al. (2018), an LSTM, a GRU or a Transformer encoder."""
     hidden_size: PositiveInt = ARCHITECTURE_DEFAULTS["hidden_size"]
+    """Width of the recurrent/Transformer layers, and of the DCNN's dense head."""
     num_layers: PositiveInt = ARCHITECTURE_DEFAULTS["num_layers"]
+    """Number of layers: convolution layers of the DCNN, stacked recurrent or Transformer layers
+    otherwise."""
     dropout: _number("a number in [0, 1)", ge=0, lt=1) = ARCHITECTURE_DEFAULTS["dropout"]
+    """Dropout probability (the DCNN's head; between layers of the others)."""
     kernel_size: PositiveInt = ARCHITECTURE_DEFAULTS["kernel_size"]
+    """Time steps covered by each DCNN convolution."""
     filters: PositiveInt = ARCHITECTURE_DEFAULTS["filters"]  # cnn
+    """Channels of each DCNN convolution layer."""
     num_heads: PositiveInt = ARCHITECTURE_DEFAULTS["num_heads"]  # transformer
+    """Attention heads of the Transformer; must divide hidden_size."""
     # optimization
     # The effective batch B is the accuracy decision; its split into micro-batches x K is a
     # memory and speed decision (exact accumulation: same B, same model). `auto` measures the
@@ -151,44 +180,80 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     # memory_budget (null: CUDA's free memory less a margin; CPU: half the available RAM),
     # with K = ceil(B / micro). With integers, B = micro x K unless stated.
     micro_batch_size: MicroBatch = 256
+    """Samples per forward/backward pass: a memory and speed choice that does not change the
+    model; auto measures peak memory and picks the largest that fits memory_budget."""
     accumulation_steps: PositiveInt = 2  # derived when micro_batch_size is auto
+    """Micro-batches accumulated per optimizer step (K); derived when micro_batch_size is auto."""
     effective_batch_size: Annotated[PositiveInt | None, Field(
         description="a positive integer or null")] = None  # null: micro x K
+    """Samples per optimizer step (B): the accuracy decision; null means micro_batch_size x
+    accumulation_steps."""
     memory_budget: MemorySize = None
+    """Peak memory allowed to micro_batch_size: auto; null: the free CUDA memory less 10 %, or
+    half the available RAM on CPU."""
     epochs: PositiveInt = 100
+    """Maximum number of passes over the training windows."""
     # cosine decay from 2e-3 to 0 over all epochs' steps: on validation units it beat the
-    # constant 1e-3 at the same cost (README: Honest evaluation, "The recipe")
+    # constant 1e-3 at the same cost (docs: Results)
     lr: _number("a number > 0", gt=0) = 2e-3
+    """Peak learning rate of AdamW (the cosine schedule decays it to 0)."""
     weight_decay: _number("a number >= 0", ge=0) = 0.0
+    """AdamW's decoupled weight decay."""
     scheduler: _one_of("none", "cosine", "onecycle") = "cosine"
+    """Learning-rate schedule over all optimizer steps: constant, cosine decay to 0, or one-
+    cycle."""
     max_grad_norm: Annotated[_number("a number > 0", gt=0) | None, Field(
         description="a number > 0, or null to disable clipping")] = 1.0
+    """Gradients are clipped to this global L2 norm after unscaling, once per optimizer step;
+    null disables clipping."""
     ema_decay: _number("a number in [0, 1) (0 turns the weight average off)",
                        ge=0, lt=1) = 0.99  # evaluate a moving average of the weights
+    """Decay of the exponential moving average of the weights used for validation, early stopping
+    and the returned model; 0 turns it off."""
     precision: _one_of("auto", "fp32", "fp16", "bf16") = "auto"
+    """Training arithmetic: auto picks fp16 on CUDA, bf16 on a CPU with native bf16 (for the
+    DCNN) and fp32 otherwise; evaluation always runs in float32."""
     seed: NonNegativeInt = 42
+    """Seed of the validation split, weight init, dropout and batch order; the same seed and
+    machine give the same run."""
     # members of an ensemble model: seeds seed .. seed+N-1 (init and batch order), one shared
-    # validation split (that of `seed`); their predictions are averaged (README: Ensembles)
+    # validation split (that of `seed`); their predictions are averaged (docs: Evaluate)
     ensemble: PositiveInt = 1
+    """Members of an ensemble model (seeds seed .. seed+N-1), whose predictions are averaged into
+    one served model."""
     # how the members split the training units: "shared", all on the validation split of `seed`
     # (val_fraction); "folds", the units cut into N folds by seed's permutation: member i
     # early-stops on fold i and trains on the others (val_fraction unused), so the ensemble
-    # learns from every training unit and its val_rmse is out-of-fold (README: Ensembles)
+    # learns from every training unit and its val_rmse is out-of-fold (docs: Evaluate)
     ensemble_split: _one_of("shared", "folds") = "shared"
+    """How ensemble members split the training units: all on the validation split of `seed`
+    (shared), or one fold each (folds: out-of-fold validation)."""
     deterministic: Flag = False
+    """Ask torch for deterministic algorithms (slower; needed for bitwise-equal runs on CUDA)."""
     patience: PositiveInt = 20
+    """Epochs without a better validation RMSE before early stopping ends the run."""
     device: _one_of("auto", "cpu", "cuda") = "auto"
+    """Where to train: auto (CUDA when available), cpu or cuda."""
     # prediction intervals of the logged model: split conformal on the validation windows
     interval_coverage: Annotated[_number("a number strictly between 0 and 1", gt=0, lt=1)
                                  | None, Field(description="a number strictly between 0 and 1"
                                                ", or null to disable prediction intervals")
                                  ] = 0.9
+    """Target coverage of the prediction interval (split conformal, calibrated on the validation
+    windows); null: the model returns no bounds."""
     # tracking and outputs
     tracking_uri: OptionalText = None
+    """MLflow store for the run; null: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db with
+    artifacts in ./mlruns."""
     experiment: OptionalText = None  # default rul-<subset>
+    """MLflow experiment name; null: rul-<subset>."""
     register: Flag = True
+    """Register the model as rul-<subset> and move the champion alias when validation RMSE
+    improves."""
     run_name: OptionalText = None
+    """MLflow run name; null: model, effective batch, K and seed, e.g. cnn-b512-k2-s42."""
     checkpoint_dir: Text = "mlruns/checkpoints"
+    """Folder of the per-epoch checkpoints that `rul train --resume` continues from."""
 
     @field_validator("subset", mode="before")
     @classmethod
@@ -358,8 +423,10 @@ def _objective_hint(name: str) -> str:
 
 class Categorical(_Strict):
     type: Literal["categorical"]
+    """categorical: draw one of `choices`."""
     choices: Annotated[list[bool | int | float | str | None], Field(
         min_length=1, description="a non-empty list of values")]
+    """The values a trial may draw."""
 
 
 class _Range(_Strict):
@@ -374,16 +441,24 @@ class _Range(_Strict):
 
 class IntRange(_Range):
     type: Literal["int"]
+    """int: draw an integer between low and high (both included)."""
     low: Annotated[int, Field(description="an integer")]
+    """Smallest value."""
     high: Annotated[int, Field(description="an integer")]
+    """Largest value."""
     log: Flag = False
+    """Draw on a log scale (low must be > 0)."""
 
 
 class FloatRange(_Range):
     type: Literal["float"]
+    """float: draw a number between low and high."""
     low: _number("a number")
+    """Smallest value."""
     high: _number("a number")
+    """Largest value."""
     log: Flag = False
+    """Draw on a log scale (low must be > 0)."""
 
 
 Dimension = Annotated[Categorical | IntRange | FloatRange, Field(discriminator="type")]
@@ -394,27 +469,44 @@ class TuningConfig(_Strict):
     In YAML both sit side by side at the top level; `load_tuning` splits them."""
 
     train: TrainConfig = Field(default_factory=TrainConfig)
+    """The base training config of every trial (in YAML its keys sit at the top level beside the
+    tuning keys)."""
     search_space: Annotated[dict[str, Dimension], Field(
         description="a mapping of training keys to distributions")] = {}
+    """Training keys each trial draws, each a distribution: categorical (choices), int or float
+    (low, high, optional log)."""
     max_effective_batch: Annotated[PositiveInt | None, Field(
         description="a positive integer or null")] = None  # larger micro x K is pruned
+    """Trials whose effective batch exceeds this are pruned before training; null: no limit."""
     scale_lr_with_batch: Flag = False  # lr x effective_batch / 512 (linear scaling rule)
+    """Scale each trial's lr by effective_batch_size / 512 (the linear scaling rule)."""
     n_trials: PositiveInt = 12
+    """Trials to run when the command gives no --n-trials."""
     pruner: _one_of("median", "hyperband", "none") = "median"
+    """Pruner that stops unpromising trials on their per-epoch validation RMSE (off for several
+    objectives)."""
     pruner_warmup_epochs: NonNegativeInt = 3
+    """Epochs a trial trains before it may be pruned."""
     study_name: OptionalText = None  # default rul-<subset>-tune
+    """Optuna study name; null: rul-<subset>-tune."""
     # Study on a database server (--storage postgresql://...): a worker beats every
     # heartbeat_interval seconds; one silent for the grace period (default 2 intervals) is
     # dead, its trial FAIL (and retried up to retry_dead_trials times).
     heartbeat_interval: PositiveInt = 60
+    """Seconds between a worker's heartbeats on a database storage (PostgreSQL)."""
     heartbeat_grace_period: Annotated[PositiveInt | None, Field(
         description="a positive integer or null")] = None
+    """Seconds of silence after which a worker counts as dead and its trial fails; null: two
+    heartbeat intervals."""
     retry_dead_trials: NonNegativeInt = 0
+    """How many times a trial whose worker died is re-queued."""
     # What the study optimises (rul.tuning.objectives): val_rmse alone, or with samples_per_s
     # and/or peak_memory_mb (multi-objective: a Pareto front, no pruning).
     objectives: Annotated[list[str], Field(description=(
         "a non-empty list of objective names: val_rmse, samples_per_s, peak_memory_mb"))] = list(
         DEFAULT_OBJECTIVES)
+    """What the study optimises: val_rmse alone, or with samples_per_s and/or peak_memory_mb (a
+    Pareto front)."""
 
     @field_validator("objectives")
     @classmethod

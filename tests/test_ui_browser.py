@@ -10,6 +10,10 @@ MLflow 3.17's UI picks the GenAI or the model-training view from one global swit
 sidebar (kept in the browser), not from the experiment's `mlflow.experimentKind` tag; a fresh
 browser starts on GenAI. The test therefore flips that switch to "Model training" once, as a
 user does, and checks the experiment then opens on its runs.
+
+With RUL_SCREENSHOTS=<folder> (`make screenshots`) the test also saves the pictures of the docs
+there: the runs view (mlflow_runs.png) and a run's charts (mlflow_run_charts.png), of a tiny
+training given a few more epochs so that its curves show.
 """
 
 import contextlib
@@ -42,6 +46,9 @@ TINY = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
         "micro_batch_size": 1024, "accumulation_steps": 1, "patience": 5}
 SERVER_START_S = 180  # `mlflow ui` migrates a new store and starts workers: slow on 2 cores
 PAGE_S = 90  # a page's data arrives through several REST calls
+SCREENSHOTS = os.environ.get("RUL_SCREENSHOTS")  # a folder: save the docs' pictures there
+if SCREENSHOTS:
+    TINY = {**TINY, "epochs": 12, "patience": 12}
 
 
 def _missing(reason: str):
@@ -153,6 +160,26 @@ def _version_row(lines: list[str], version: str) -> list[str]:
     return lines[start:end]
 
 
+def _save_screenshot(page, name: str) -> None:
+    """The page as the docs show it, into RUL_SCREENSHOTS: without the assistant's panel."""
+    page.set_viewport_size({"width": 1400, "height": 700})
+    close = page.get_by_label("Close", exact=True)
+    if close.count():
+        close.first.click()
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(Path(SCREENSHOTS) / name))
+    page.set_viewport_size({"width": 1600, "height": 1000})
+
+
+def _save_run_charts(page, run_url: str) -> None:
+    """The run's model-metrics tab with the charts of the training step and validation."""
+    page.goto(f"{run_url}/model-metrics")
+    page.get_by_text("val_rmse").first.wait_for()
+    page.get_by_placeholder("Search metric charts").fill("^(val_rmse|train_loss|grad_norm)$")
+    page.wait_for_timeout(5000)  # the charts render after their data arrives
+    _save_screenshot(page, "mlflow_run_charts.png")
+
+
 def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
     run = tracked.run
     run_name, run_id, experiment_id = run.info.run_name, run.info.run_id, run.info.experiment_id
@@ -183,6 +210,8 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
             assert version_shown(lines)
             assert "Token Usage" not in lines  # not the GenAI overview
             page.screenshot(path=str(tmp_path / "experiment.png"))
+            if SCREENSHOTS:
+                _save_screenshot(page, "mlflow_runs.png")
 
             # the run page: its name, the training metrics, the registered model
             page.goto(f"{base}/#/experiments/{experiment_id}/runs/{run_id}")
@@ -196,6 +225,8 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
                 assert shown == pytest.approx(run.data.metrics[metric], rel=1e-9), metric
             assert version_shown(lines)  # registered models
             page.screenshot(path=str(tmp_path / "run.png"), full_page=True)
+            if SCREENSHOTS:
+                _save_run_charts(page, f"{base}/#/experiments/{experiment_id}/runs/{run_id}")
 
             # the registered model: the description and the champion alias on our version
             page.goto(f"{base}/#/models/{tracked.model_name}")

@@ -4,11 +4,11 @@ A model's `val_rmse` averages over every full window of its validation engines, 
 different windows are scored on different targets (a 40-cycle window has no prediction at
 cycles 30-39). This scores each model at every cycle from --from on of the validation engines
 of seed --seed's split, each prediction made from the engine's rows up to that cycle, exactly
-as for a test unit (histories shorter than the window edge-padded, README: Short units).
+as for a test unit (histories shorter than the window edge-padded, docs: Inputs, Short units).
 
     python tools/truncation_val.py --seed 42 runs:/<run id>/model ... [--from 30]
 
-(with MLFLOW_TRACKING_URI pointing at the store). README: The engine's age (window 40).
+(with MLFLOW_TRACKING_URI pointing at the store). docs: Results, Decisions (window 40).
 """
 
 import argparse

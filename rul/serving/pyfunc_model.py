@@ -9,7 +9,7 @@ would reject integer sensor columns (as read from the NASA files) and float unit
 
 Output: unit, rul, rul_lower, rul_upper, padded (one row per unit). rul_lower/rul_upper is the
 split conformal interval calibrated on the validation units (see rul.evaluation.conformal and
-the README's "Prediction intervals"); a model logged without one (interval_coverage: null, or
+docs: Prediction intervals); a model logged without one (interval_coverage: null, or
 logged before intervals existed) returns unit, rul, padded, and its signature says so.
 """
 

@@ -19,6 +19,7 @@ from rul.plan import plan_ensemble
 from rul.tracking.parent_run import (
     INDEX_TAG,
     KIND_TAG,
+    SEEDS_TAG,
     Children,
     log_parent_config,
     train_under_parent,
@@ -51,7 +52,7 @@ def track_ensemble(ensemble, role: RunRole, jobs: int = 1, progress: bool = True
     name = role.name or (f"ensemble-{config.run_name or default_run_name(config)}"
                          f"-x{config.ensemble}")
     parent = RunRole(role.parent_run_id, name, {
-        KIND_TAG: "ensemble", "rul.seeds": ",".join(str(p.config.seed) for p in ensemble.members),
+        KIND_TAG: "ensemble", SEEDS_TAG: ",".join(str(p.config.seed) for p in ensemble.members),
         **role.tags})
 
     def summarize(children: Children) -> EnsembleOutcome:

@@ -17,7 +17,13 @@ import mlflow
 from rul.evaluation.seeds import Evaluation, aggregate, reported_metrics
 from rul.plan import EnsemblePlan, plan_seeds
 from rul.tracking.ensemble_run import track_ensemble
-from rul.tracking.parent_run import INDEX_TAG, KIND_TAG, log_parent_config, train_under_parent
+from rul.tracking.parent_run import (
+    INDEX_TAG,
+    KIND_TAG,
+    SEEDS_TAG,
+    log_parent_config,
+    train_under_parent,
+)
 from rul.tracking.tracked_run import CHILD, RunRole, default_run_name, track
 
 
@@ -29,7 +35,7 @@ def evaluate_seeds(config, n_seeds: int, jobs: int = 1, progress: bool = True) -
     children = [partial(_track_seed, plan, _seed_role(config, index, plan),
                         progress and jobs == 1) for index, plan in enumerate(plans)]
     seeds = [plan.config.seed for plan in plans]
-    parent = RunRole(name=name, tags={KIND_TAG: "evaluate", "rul.seeds": ",".join(map(str, seeds))})
+    parent = RunRole(name=name, tags={KIND_TAG: "evaluate", SEEDS_TAG: ",".join(map(str, seeds))})
 
     def summarize(done) -> Evaluation:
         rows = [{"seed": r.seed, "run_id": r.run_id, **reported_metrics(r.outcome),

@@ -26,6 +26,7 @@ from rul.tracking.store import configure, ensure_experiment
 
 KIND_TAG = "rul.kind"  # evaluate | ensemble (single runs have none)
 INDEX_TAG = "rul.seed_index"  # a child's place among the parent's children
+SEEDS_TAG = "rul.seeds"  # the parent's: its children's seeds, comma-separated
 
 
 @dataclass

@@ -16,6 +16,7 @@ from mlflow.utils import mlflow_tags
 
 from rul.data.split import rows_of
 from rul.evaluation import figures
+from rul.machine import machine_tags
 from rul.models.spec import unused_architecture_keys
 from rul.tracking.model_logging import log_pyfunc
 from rul.training.distributed import rank_seed
@@ -140,11 +141,11 @@ def _git(*args) -> str | None:
 
 
 def environment_tags() -> dict:
-    tags = {"torch_version": torch.__version__, "cuda_version": str(torch.version.cuda),
+    tags = {"cuda_version": str(torch.version.cuda),
             "python_version": platform.python_version(),
-            "torch_threads": str(torch.get_num_threads()),
             "device_name": torch.cuda.get_device_name() if torch.cuda.is_available()
-            else platform.processor() or platform.machine()}
+            else platform.processor() or platform.machine(),
+            **machine_tags()}  # CPU model and flags, threads: what the docs' tables show
     commit, dirty = _git("rev-parse", "HEAD"), _git("status", "--porcelain")
     tags.update({"git_commit": commit or "unknown",
                  "git_dirty": "unknown" if dirty is None else str(bool(dirty)).lower()})
