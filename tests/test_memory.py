@@ -40,7 +40,7 @@ def test_bad_memory_budgets_are_one_line_config_errors(budget, problem):
     with pytest.raises(cfg.ConfigError) as error:
         cfg.load(None, {"micro_batch_size": "auto", "effective_batch_size": 512,
                         "memory_budget": budget})
-    assert str(error.value) == f"config: memory_budget={budget!r}: {problem}" + (
+    assert str(error.value) == f"overrides: memory_budget={budget!r}: {problem}" + (
         " (such as 512MiB)" if "greater" in problem else ", 512MiB or 2GB (or null)")
 
 
