@@ -19,8 +19,11 @@ def _user_errors():
     from mlflow.exceptions import MlflowException
 
     from rul.data.errors import DataError, DataUnavailableError
+    from rul.tracking.run_checkpoints import CannotResume
+    from rul.training.checkpoint import CheckpointDamaged
 
-    return (cfg.ConfigError, DataError, DataUnavailableError, FileNotFoundError, MlflowException)
+    return (cfg.ConfigError, DataError, DataUnavailableError, FileNotFoundError, MlflowException,
+            CannotResume, CheckpointDamaged)
 
 
 def _load_config(config_path, overrides, data_dir=None, loader=cfg.load):
@@ -37,18 +40,36 @@ def _load_config(config_path, overrides, data_dir=None, loader=cfg.load):
 
 
 @contextmanager
-def _ends_cleanly(after_interrupt: str, on_first_signal=None):
+def _ends_cleanly(after_interrupt, on_first_signal=None):
     """The block's bad inputs end the command with their one-line error (exit 2); SIGINT or
-    SIGTERM end it with the signal's name and `after_interrupt` (exit 130 or 143), once the
-    block has cleaned up (runs marked KILLED): never a traceback."""
+    SIGTERM end it with the signal's name and `after_interrupt` (a text, or a function that
+    says what is left) (exit 130 or 143), once the block has cleaned up (runs marked KILLED):
+    never a traceback."""
     try:
         with interrupts_as_exceptions(on_first_signal=on_first_signal):
             yield
     except _user_errors() as error:
         raise UserError(str(error)) from None
     except KeyboardInterrupt as interruption:
-        click.echo(f"\n{_signal_name(interruption)}: {after_interrupt}", err=True)
+        said = after_interrupt() if callable(after_interrupt) else after_interrupt
+        click.echo(f"\n{_signal_name(interruption)}: {said}", err=True)
         sys.exit(exit_code(interruption))
+
+
+def _after_interrupted_training(config, run_ids: list, world) -> str:
+    """What an interrupted `rul train` leaves: a run and its checkpoint to resume, a run
+    stopped before its first checkpoint (nothing to resume), or no run yet."""
+    from rul.tracking.run_checkpoints import RunCheckpoints
+
+    if not world.is_main:
+        return "rank 0 ends the run and says what is kept"
+    if not run_ids:
+        return "nothing was started (no run was created)"
+    if RunCheckpoints(config.checkpoint_dir).has_checkpoint(run_ids[-1]):
+        return ("the run is marked KILLED and its checkpoint kept; continue it with: "
+                "rul train ... --resume")
+    return ("the run is marked KILLED; it stopped before its first epoch ended, so it has no "
+            "checkpoint and nothing can be resumed: run the command again")
 
 
 @click.group()
@@ -85,15 +106,16 @@ def train(config_path, overrides, data_dir, resume, no_progress):
             raise UserError(f"--resume: an ensemble (ensemble={config.ensemble}) is not "
                             "resumable; run the command again to train it anew")
         return _train_ensemble(config, progress=not no_progress)
-    with _ends_cleanly("the run is marked KILLED and its checkpoint kept; continue it with: "
-                       "rul train ... --resume"):
+    run_ids = []
+    with _ends_cleanly(lambda: _after_interrupted_training(config, run_ids, world)):
         try:
             with process_group(world, resolve_device(config.device)):
                 if not world.is_main:  # trains its share; writes nothing, tracks nothing
                     run_training(config, progress=False)
                     return
                 outcome, run_id = train_tracked(config, resume=True if resume == "newest"
-                                                else resume or False, progress=not no_progress)
+                                                else resume or False, progress=not no_progress,
+                                                on_run_created=run_ids.append)
         except PeerLost as error:
             click.echo(f"error: {error}; the run is marked FAILED" if world.is_main
                        else f"error: {error}", err=True)
