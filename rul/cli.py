@@ -15,6 +15,12 @@ class UserError(click.ClickException):
     exit_code = 2
 
 
+class ServiceError(click.ClickException):
+    """A server that did not answer (rul.services): exit 69, EX_UNAVAILABLE."""
+
+    exit_code = 69
+
+
 def _user_errors():
     from mlflow.exceptions import MlflowException
 
@@ -45,9 +51,13 @@ def _ends_cleanly(after_interrupt, on_first_signal=None):
     SIGTERM end it with the signal's name and `after_interrupt` (a text, or a function that
     says what is left) (exit 130 or 143), once the block has cleaned up (runs marked KILLED):
     never a traceback."""
+    from rul.services import ServiceUnavailable
+
     try:
         with interrupts_as_exceptions(on_first_signal=on_first_signal):
             yield
+    except ServiceUnavailable as error:
+        raise ServiceError(str(error)) from None
     except _user_errors() as error:
         raise UserError(str(error)) from None
     except KeyboardInterrupt as interruption:
@@ -204,6 +214,7 @@ def predict(model_uri, input_path, output, tracking_uri, short_history):
     """Predict the RUL of each engine at its last cycle; writes CSV
     `unit,rul,rul_lower,rul_upper,padded` (bounds: the model's calibrated interval, if any)."""
     from rul.inference import predict_file, write_predictions
+    from rul.services import ServiceUnavailable
 
     try:
         if output and not Path(output).parent.is_dir():  # before the work, not after it
@@ -211,6 +222,8 @@ def predict(model_uri, input_path, output, tracking_uri, short_history):
         result = predict_file(model_uri, input_path, tracking_uri, short_history)
         if output:
             write_predictions(result, output)
+    except ServiceUnavailable as error:
+        raise ServiceError(str(error)) from None
     except (*_user_errors(), ValueError) as error:
         raise UserError(str(error)) from None
     if output:

@@ -37,6 +37,7 @@ from rul.tuning.storage import (  # noqa: F401 (DEFAULT_*: re-exported)
     open_storage,
     retried_trial_numbers,
     study_lock,
+    wait_for_server,
 )
 
 STARTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
@@ -362,6 +363,7 @@ def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float 
         raise ValueError("the config has no search_space to tune")
     n_trials = n_trials if n_trials is not None else config.n_trials
     study_name = study_name or config.effective_study_name
+    wait_for_server(storage, workers)  # a server that does not answer: bounded, then one line
     configure(config.train.tracking_uri)
     experiment_id = ensure_experiment(config.train.experiment_name)  # once, before any worker
     client = MlflowClient()
