@@ -188,14 +188,37 @@ def _signal_name(interruption: KeyboardInterrupt) -> str:
 
 
 def browse_hint(tracking_uri: str, experiment_id: str) -> str:
-    """Where to look at the runs: the server itself, or how to start the UI on a local store,
-    with the port used (RUL_UI_PORT, default 5000) and the experiment's runs view."""
+    """Where to look at the runs: the server itself, or how to start the UI on the store that
+    was used (RUL_UI_PORT, default 5000), and the experiment's runs view. `make ui` is named
+    where it works (a Makefile with a `ui` target here), with STORE= unless the store is
+    its default ./mlflow.db; a relative SQLite path is made absolute."""
+    import shlex
+    import shutil
+
+    from rul.tracking.store import DEFAULT_URI, sqlite_path
+
     page = f"/#/experiments/{experiment_id}?workflowType=machine_learning"
     if tracking_uri.startswith(("http://", "https://")):
         return tracking_uri.rstrip("/") + page
     port = os.environ.get("RUL_UI_PORT", "5000")
-    return (f"make ui UI_PORT={port} (or: mlflow ui --backend-store-uri {tracking_uri} "
-            f"--port {port}), then http://127.0.0.1:{port}{page}")
+    database = sqlite_path(tracking_uri)
+    store = f"sqlite:///{database.absolute()}" if database else tracking_uri
+    beside = Path(sys.executable).with_name("mlflow")  # the mlflow of this environment
+    mlflow_ui = "mlflow" if shutil.which("mlflow") == str(beside) or not beside.exists() \
+        else str(beside)
+    ui = f"{mlflow_ui} ui --backend-store-uri {shlex.quote(store)} --port {port}"
+    then = f"then http://127.0.0.1:{port}{page}"
+    if not _makefile_has_ui():
+        return f"{ui}, {then}"
+    chosen = "" if tracking_uri == DEFAULT_URI else f" STORE={shlex.quote(store)}"
+    return f"make ui{chosen} UI_PORT={port} (or: {ui}), {then}"
+
+
+def _makefile_has_ui() -> bool:
+    try:
+        return "\nui:" in "\n" + Path("Makefile").read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 @main.command()

@@ -16,6 +16,7 @@ from rul.evaluation.metrics import rul_metrics
 from rul.models import build_model
 from rul.preprocessing import Preprocessor, WindowSet
 from rul.preprocessing.target import cap_rul
+from rul.preprocessing.windows import short_units, warn_padded
 from rul.training.batching import WindowBatches
 from rul.training.checkpoint import Checkpointer
 from rul.training.distributed import World, current_world
@@ -131,12 +132,15 @@ def _windows(config: Config, subset: CMAPSSSubset, preprocessor: Preprocessor,
 
 def _test_windows(config: Config, subset: CMAPSSSubset, preprocessor: Preprocessor
                   ) -> tuple[np.ndarray, WindowSet]:
-    """The last window of each test unit, its target the capped true RUL."""
+    """The last window of each test unit, its target the capped true RUL; a unit shorter
+    than the window is edge-padded, named in a PaddedUnitWarning and in `padded_units`."""
     test_units, windows = preprocessor.last_windows(subset.test)
+    padded = short_units(subset.test["unit"].to_numpy(), config.window)
+    warn_padded(padded, config.window)
     n, w, f = windows.shape
     return test_units, WindowSet(windows.reshape(n * w, f), np.arange(n) * w,
                                  cap_rul(subset.test_rul.astype(np.float32), config.rul_cap),
-                                 test_units, w)
+                                 test_units, w, padded_units=padded)
 
 
 def _check_calibration(config: Config, n_windows: int, folds: bool = False) -> None:

@@ -19,6 +19,7 @@ from rul.config import Config
 from rul.data import load_subset
 from rul.interrupts import deferred
 from rul.tracking.lifecycle import run_ends_cleanly
+from rul.tracking.run_notes import log_run_notes
 from rul.tracking.store import configure, ensure_experiment
 from rul.tracking.tracked_run import ARCHITECTURE_KEYS, MODEL_KEYS, _source_tags
 from rul.training.seeding import derive_seeds
@@ -66,6 +67,7 @@ def log_config(config: Config, data: PreparedData, params: dict | None = None) -
     mlflow.set_tags({**{f"data.sha256.{role}": d
                         for role, d in data.subset.file_digests().items()},
                      "subset": config.subset})
+    log_run_notes(config, data.test)  # padded test units, a short last micro-batch
 
 
 def train_seeds(config: Config, seeds: list[int], *, kind: str, run_name: str,

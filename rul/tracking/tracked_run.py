@@ -29,6 +29,7 @@ from rul.tracking.mlflow_listener import MLflowListener
 from rul.tracking.pyfunc_model import log_pyfunc
 from rul.tracking.registry import register_and_promote, registered_model_name
 from rul.tracking.run_checkpoints import RunCheckpoints
+from rul.tracking.run_notes import log_run_notes
 from rul.tracking.store import configure, ensure_experiment
 from rul.training.distributed import current_world, rank_seed
 from rul.training.listener import Listeners, TrainingListener
@@ -167,6 +168,7 @@ def _log_params_and_tags(config: Config, data, extra_tags: dict | None, precisio
                         "windows_lost": data.train.windows_lost + data.val.windows_lost})
     if dropped:
         mlflow.set_tag("short_units", ", ".join(f"{u} ({n} rows)" for u, n in dropped.items()))
+    log_run_notes(config, data.test)  # padded test units, a short last micro-batch
     mlflow.set_tags({
         **{f"seed.{k}": v for k, v in seeds.as_dict().items()},
         **({f"seed.rank_{r}": rank_seed(seeds.torch, r) for r in range(world.size)}

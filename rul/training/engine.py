@@ -7,6 +7,7 @@ hears (listener.py).
 """
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -16,7 +17,7 @@ from tqdm.auto import tqdm
 from rul.evaluation.metrics import rmse
 from rul.training import checkpoint
 from rul.training.backoff import BackoffStep
-from rul.training.batching import WindowBatches, effective_batches
+from rul.training.batching import WindowBatches, effective_batches, split_note
 from rul.training.distributed import World, collectives, epoch_seed, global_batch_size
 from rul.training.early_stopping import EarlyStopping
 from rul.training.evaluate import peak_memory_mb, predict_windows
@@ -95,6 +96,9 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
     `world` of N > 1 (torchrun): DDP, each rank its share of every effective batch of
     micro x K x N samples; see distributed.py for what is shared and how."""
     listener, world = listener or TrainingListener(), world or World()
+    note = split_note(config.effective_batch_size, config.micro_batch_size)
+    if note and world.is_main and resume_from is None:
+        print(note, file=sys.stderr)
     batch_size = config.effective_batch_size * world.size
     per_epoch = steps_per_epoch(len(train), batch_size)
     parts = TrainingParts(model, config, precision, config.epochs * per_epoch)
