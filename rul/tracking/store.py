@@ -8,7 +8,7 @@ processes doing it at once fail), under an flock on the database's folder.
 
 import fcntl
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import mlflow
@@ -64,12 +64,19 @@ def _make_ready(uri: str) -> None:
 @contextmanager
 def _first_use_lock(database: Path):
     """An flock on the database's folder (created if needed, as MLflow would): no file of its
-    own, released when the process ends however it ends."""
+    own, released when the process ends however it ends. Where the folder cannot be locked
+    (no such folder can be made, a filesystem without flock) MLflow goes on alone and says
+    what is wrong itself."""
     folder = database.absolute().parent
-    folder.mkdir(parents=True, exist_ok=True)
-    handle = os.open(folder, os.O_RDONLY)
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = os.open(folder, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        with suppress(OSError):
+            fcntl.flock(handle, fcntl.LOCK_EX)
         yield
     finally:
         os.close(handle)
