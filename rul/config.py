@@ -448,15 +448,15 @@ def _check_dimension(train: TrainConfig, key: str, dimension) -> None:
 
 def load(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> TrainConfig:
     """Read a YAML config (or none: defaults) and apply overrides ('key=value' strings)."""
-    values, changes, origins = _read(path, overrides)
-    return build(values, changes, origins.file, origins.changes)
+    values, changes, source, changes_source = _read(path, overrides)
+    return build(values, changes, source, changes_source)
 
 
 def load_tuning(path: str | Path | None = None,
                 overrides: list[str] | dict | None = None) -> TuningConfig:
     """Read a flat tuning YAML (training and tuning keys side by side) and apply overrides."""
-    values, changes, origins = _read(path, overrides)
-    return build_tuning(values, changes, origins.file, origins.changes)
+    values, changes, source, changes_source = _read(path, overrides)
+    return build_tuning(values, changes, source, changes_source)
 
 
 def build(values: dict, changes: dict | None = None, source: str = "config",
@@ -500,7 +500,8 @@ def _auto_keeps_the_batch(values: dict, changes: dict, announce: bool) -> dict:
 COMMAND_LINE = "command line"
 
 
-def _read(path, overrides) -> tuple[dict, dict, "_Origins"]:
+def _read(path, overrides) -> tuple[dict, dict, str, str]:
+    """(the file's values, the overrides, the name of each's source)."""
     values: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -512,8 +513,7 @@ def _read(path, overrides) -> tuple[dict, dict, "_Origins"]:
     else:
         changes = dict(_parse_override(item) for item in overrides or [])
         changes_source = COMMAND_LINE
-    return values, changes, _Origins(str(path) if path is not None else "config",
-                                     changes_source, set(values), set(changes))
+    return values, changes, str(path) if path is not None else "config", changes_source
 
 
 def _yaml_mapping(path: Path) -> dict:
@@ -539,7 +539,7 @@ def _yaml_mapping(path: Path) -> dict:
 def _yaml_problem(path: Path, error: yaml.MarkedYAMLError) -> str:
     mark = error.problem_mark or error.context_mark
     where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-    what = error.problem or error.context or "not valid YAML"
+    what = error.problem or error.context or "unreadable"
     context = error.context_mark
     if error.problem and error.context and context is not None and (
             context.line, context.column) != (mark.line, mark.column):
