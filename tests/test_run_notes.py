@@ -48,16 +48,20 @@ def test_a_padded_test_unit_and_a_short_last_micro_batch_are_said_and_recorded(
     assert outcome.predictions["unit"].tolist() == [1, 2, 3, 4]  # in the metrics
 
 
-def test_a_run_without_either_says_nothing_and_records_zero(write_cmapss, mlflow_store, capsys):
-    data_dir = write_cmapss(train_lengths=TRAIN_LENGTHS, test_lengths=(31, 45, 22, 38))
-    config = cfg.load(None, {**TINY, "data_dir": str(data_dir), "tracking_uri": mlflow_store.uri,
-                             "checkpoint_dir": str(mlflow_store.root / "ck"),
-                             "micro_batch_size": 64, "accumulation_steps": 2})
-    _, run_id = train_tracked(config, progress=False)
-    assert "trains as micro-batches" not in capsys.readouterr().err
-    run = MlflowClient(config.tracking_uri).get_run(run_id)
-    assert run.data.metrics["test_units_padded"] == 0
-    assert "padded_test_units" not in run.data.tags and "batch.micro_batches" not in run.data.tags
+def test_a_run_without_either_records_zero_and_no_tags(mlflow_store):
+    import mlflow
+    import numpy as np
+
+    from rul.preprocessing.windows import WindowSet
+    from rul.tracking.run_notes import log_run_notes
+
+    test = WindowSet(np.zeros((4, 2), np.float32), np.arange(2), np.zeros(2, np.float32),
+                     np.arange(2), 2)
+    with mlflow.start_run() as run:
+        log_run_notes(cfg.TrainConfig(), test)  # 256 x 2 = 512: no short micro-batch
+    run = MlflowClient().get_run(run.info.run_id)
+    assert run.data.metrics == {"test_units_padded": 0}
+    assert not {"padded_test_units", "batch.micro_batches"} & set(run.data.tags)
 
 
 @pytest.mark.parametrize(("b", "micro", "split"), [
