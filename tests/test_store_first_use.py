@@ -10,7 +10,7 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["epochs=2", "patience=5", "window=20", "filters=4", "num_layers=2", "hidden_size=8",
+TINY = ["epochs=1", "patience=5", "window=20", "filters=4", "num_layers=2", "hidden_size=8",
         "micro_batch_size=64", "accumulation_steps=1", "register=false"]
 
 
