@@ -152,16 +152,16 @@ def test_resume_falls_back_to_the_previous_checkpoint_when_the_newest_is_damaged
 
     result = resume(args)
     assert result.exit_code == 0, result.output
-    assert (f"run {run_id}: its newest checkpoint is damaged (its SHA-256 does not match its "
-            "contents (cut short or changed after it was written)); resuming from the one "
-            "before it, after epoch 1\n") in result.stderr
+    assert (f"run {run_id}: its newest checkpoint is damaged (its SHA-256 does not match: cut "
+            "short or changed after it was written); resuming from the one before it, after "
+            "epoch 1\n") in result.stderr
     assert "resuming from the one before it, after epoch 1\n" in result.stderr
     assert f"resuming run {run_id} after epoch 1" in result.stderr
     run = MlflowClient(store.uri).get_run(run_id)
     assert run.info.status == "FINISHED"
     assert run.data.tags["rul.checkpoint"] == (
-        "the newest was its SHA-256 does not match its contents (cut short or changed after "
-        "it was written): resumed from the one before it (epoch 1)")
+        "the newest damaged (its SHA-256 does not match: cut short or changed after it was "
+        "written): resumed from the one before it (epoch 1)")
     assert files_of(newest.parent) == []  # finished: nothing left
 
 
@@ -181,8 +181,7 @@ def test_resume_says_plainly_that_a_run_without_an_intact_checkpoint_must_start_
     assert result.exit_code == 2, result.output
     assert result.stderr == (
         f"Error: --resume: run {run_id} cannot be continued: its checkpoint {newest} is damaged "
-        "(its SHA-256 does not match its contents (cut short or changed after it was "
-        "written)) and no "
+        "(its SHA-256 does not match: cut short or changed after it was written) and no "
         "earlier one is intact (the files were removed); start the run over: the same command "
         "without --resume\n")
     assert files_of(newest.parent) == []  # no damaged file, no lock left behind
@@ -266,8 +265,8 @@ def test_a_run_killed_with_sigkill_and_its_checkpoints_cut_short_must_start_over
     assert resumed.returncode == 2
     assert resumed.stderr == (
         f"Error: --resume: run {run_id} cannot be continued: its checkpoint {newest} is damaged "
-        "(its SHA-256 does not match its contents (cut short or changed after it was "
-        "written)) and no earlier one is intact (the files were removed); start the run over: "
-        "the same command without --resume\n")
+        "(its SHA-256 does not match: cut short or changed after it was written) and no "
+        "earlier one is intact (the files were removed); start the run over: the same command "
+        "without --resume\n")
     assert files_of(folder) == []
     assert client.get_run(run_id).info.status == "KILLED"

@@ -107,27 +107,26 @@ class RunCheckpoints:
             checkpoint.load(path)
             return rid
         except (CheckpointDamaged, FileNotFoundError) as error:
-            problem = error.reason if isinstance(error, CheckpointDamaged) else "missing"
+            found = (f"damaged ({error.reason})" if isinstance(error, CheckpointDamaged)
+                     else "missing")
         try:
             earlier = checkpoint.load(checkpoint.previous(path))
         except (CheckpointDamaged, FileNotFoundError):
             self.remove(rid)
-            client.set_tag(rid, CHECKPOINT_TAG, f"damaged ({problem}), no earlier one intact: "
-                                                "removed; the run cannot be resumed")
+            client.set_tag(rid, CHECKPOINT_TAG, f"{found}, no earlier one intact: removed; the "
+                                                "run cannot be resumed")
             if run.info.status == "RUNNING":  # its process was killed: nobody holds it
                 client.set_terminated(rid, status="KILLED")
             raise CannotResume(
-                f"--resume: run {rid} cannot be continued: its checkpoint {path} is "
-                f"{'damaged (' + problem + ')' if problem != 'missing' else 'missing'} and no "
-                "earlier one is intact (the files were removed); start the run over: the same "
-                "command without --resume") from None
+                f"--resume: run {rid} cannot be continued: its checkpoint {path} is {found} and "
+                "no earlier one is intact (the files were removed); start the run over: the "
+                "same command without --resume") from None
         os.replace(checkpoint.previous(path), path)
         epoch = earlier["train_state"].epoch
-        print(f"run {rid}: its newest checkpoint is "
-              f"{'damaged (' + problem + ')' if problem != 'missing' else 'missing'}; "
-              f"resuming from the one before it, after epoch {epoch}", file=sys.stderr)
-        client.set_tag(rid, CHECKPOINT_TAG, f"the newest was {problem}: resumed from the one "
-                                            f"before it (epoch {epoch})")
+        print(f"run {rid}: its newest checkpoint is {found}; resuming from the one before it, "
+              f"after epoch {epoch}", file=sys.stderr)
+        client.set_tag(rid, CHECKPOINT_TAG, f"the newest {found}: resumed from the one before "
+                                            f"it (epoch {epoch})")
         return rid
 
     def remove(self, run_id: str) -> None:

@@ -99,8 +99,8 @@ def _verified_payload(path: Path, data: bytes) -> memoryview | bytes:
     if data.startswith(MAGIC):
         payload = memoryview(data)[header:]
         if hashlib.sha256(payload).digest() != data[len(MAGIC):header]:
-            raise CheckpointDamaged(path, "its SHA-256 does not match its contents (cut short "
-                                          "or changed after it was written)")
+            raise CheckpointDamaged(path, "its SHA-256 does not match: cut short or changed "
+                                          "after it was written")
         return payload
     if not data.startswith(b"PK"):  # neither ours nor an older rul's (a torch zip file)
         raise CheckpointDamaged(path, f"not a checkpoint ({len(data)} bytes, no header)")
