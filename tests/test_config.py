@@ -463,6 +463,9 @@ def test_replace_returns_a_revalidated_copy():
      "pruner_warmup_epochs=-3: must be a non-negative integer"),
     (["tune", str(TUNE_PATH), "search_space={lr: {type: float, low: 1, high: 0.1}}"],
      "search_space.lr: low=1.0: must be less than high=0.1"),
+    (["tune", str(TRAIN_PATH)], "the config has no search_space to tune"),
+    (["tune", str(TUNE_PATH), "--workers", "2", "--storage", "sqlite:///o.db"],
+     "--storage sqlite:///o.db: SQLite storage is unsafe with --workers > 1"),
 ])
 def test_cli_refuses_bad_configs_with_exit_code_2_and_no_traceback(args, message, tmp_path,
                                                                    monkeypatch):

@@ -41,6 +41,17 @@ def is_server(url: str) -> bool:
     return not is_journal(url) and not url.startswith("sqlite")
 
 
+def check_url(url: str | None, workers: int) -> str:
+    """The storage URL for `workers` (None: the default), or ConfigError when unusable."""
+    from rul.config import ConfigError
+
+    url = resolve_url(url, workers)
+    if url.startswith("sqlite") and workers > 1:
+        raise ConfigError(f"--storage {url}: SQLite storage is unsafe with --workers > 1: use "
+                          "a .journal file (the default) or an RDB server URL")
+    return url
+
+
 def wait_for_server(url: str | None, workers: int) -> None:
     """A database server URL must answer before anything is done with it: retried for a
     bounded time with a countdown, then ServiceUnavailable (rul.services)."""
@@ -54,10 +65,7 @@ def open_storage(url: str | None, workers: int, heartbeat_interval: int | None =
     """The storage for `url` (None: the default for `workers`). With `heartbeat_interval`, a
     server URL opens an RDBStorage with Optuna's heartbeat; otherwise the URL is returned
     as is and Optuna opens it."""
-    url = resolve_url(url, workers)
-    if url.startswith("sqlite") and workers > 1:
-        raise ValueError("SQLite storage is unsafe with --workers > 1: use a .journal file "
-                         "(the default) or an RDB server URL")
+    url = check_url(url, workers)
     if is_journal(url):
         from optuna.storages.journal import JournalFileBackend
 
