@@ -66,10 +66,12 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" $(ARGS)
 
-# The UI of the local store; `rul train` prints this command and the address with the port.
+# The UI of a local store (default ./mlflow.db; STORE= another, e.g. the MLFLOW_TRACKING_URI
+# a run used); `rul train` prints this command, with the store and port it used.
 UI_PORT ?= 5000
+STORE   ?= sqlite:///mlflow.db
 ui: $(STAMP)
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --default-artifact-root ./mlruns \
+	$(BIN)/mlflow ui --backend-store-uri '$(STORE)' --default-artifact-root ./mlruns \
 		--host 127.0.0.1 --port $(UI_PORT)
 
 server: $(STAMP)

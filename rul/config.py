@@ -8,6 +8,7 @@ becomes one line of a ConfigError: `<source>: <key>=<value>: <what is wrong>`.
 import difflib
 import os
 import re
+import sys
 import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -601,53 +602,111 @@ def _check_dimension(train: TrainConfig, key: str, dimension) -> None:
 
 def load(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> TrainConfig:
     """Read a YAML config (or none: defaults) and apply overrides ('key=value' strings)."""
-    values, changes, source = _read(path, overrides)
-    return build(values, changes, source)
+    values, changes, source, changes_source = _read(path, overrides)
+    return build(values, changes, source, changes_source)
 
 
 def load_tuning(path: str | Path | None = None,
                 overrides: list[str] | dict | None = None) -> TuningConfig:
     """Read a flat tuning YAML (training and tuning keys side by side) and apply overrides."""
-    values, changes, source = _read(path, overrides)
-    return build_tuning(values, changes, source)
+    values, changes, source, changes_source = _read(path, overrides)
+    return build_tuning(values, changes, source, changes_source)
 
 
-def build(values: dict, changes: dict | None = None, source: str = "config") -> TrainConfig:
-    merged = {**values, **(changes or {})}
-    return _validate(TrainConfig, merged, merged, source)
+def build(values: dict, changes: dict | None = None, source: str = "config",
+          changes_source: str | None = None) -> TrainConfig:
+    """`values` (from `source`) with `changes` (from `changes_source`, default `source`)
+    applied; an error names the source of the key it is about."""
+    changes = _auto_keeps_the_batch(values, changes or {}, announce=changes_source is not None)
+    merged = {**values, **changes}
+    return _validate(TrainConfig, merged, merged,
+                     _Origins(source, changes_source, set(values), set(changes)))
 
 
-def build_tuning(values: dict, changes: dict | None = None,
-                 source: str = "config") -> TuningConfig:
-    merged = {**values, **(changes or {})}
+def build_tuning(values: dict, changes: dict | None = None, source: str = "config",
+                 changes_source: str | None = None) -> TuningConfig:
+    changes = _auto_keeps_the_batch(values, changes or {}, announce=changes_source is not None)
+    merged = {**values, **changes}
     tuning = {k: v for k, v in merged.items() if k in TUNING_KEYS}
     train = {k: v for k, v in merged.items() if k not in TUNING_KEYS}
-    return _validate(TuningConfig, {**tuning, "train": train}, merged, source)
+    return _validate(TuningConfig, {**tuning, "train": train}, merged,
+                     _Origins(source, changes_source, set(values), set(changes)))
 
 
-def _read(path, overrides) -> tuple[dict, dict, str]:
+def _auto_keeps_the_batch(values: dict, changes: dict, announce: bool) -> dict:
+    """`micro_batch_size=auto` as a change, with no effective_batch_size stated anywhere:
+    the effective batch stays the one `values` (and the defaults) imply, micro x K, so that
+    asking for the automatic split never changes the model. Said on stderr when `announce`."""
+    if (changes.get("micro_batch_size") != "auto" or "effective_batch_size" in changes
+            or values.get("effective_batch_size") is not None):
+        return changes
+    fields = TrainConfig.model_fields
+    micro = values.get("micro_batch_size", fields["micro_batch_size"].default)
+    k = values.get("accumulation_steps", fields["accumulation_steps"].default)
+    if not (_positive_int(micro) and _positive_int(k)):
+        return changes  # the file's own split is auto or invalid: its error says so
+    if announce:
+        print(f"micro_batch_size=auto keeps the effective batch of the config, {micro} x {k} = "
+              f"{micro * k} (state effective_batch_size to change it)", file=sys.stderr)
+    return {**changes, "effective_batch_size": micro * k}
+
+
+COMMAND_LINE = "command line"
+
+
+def _read(path, overrides) -> tuple[dict, dict, str, str]:
+    """(the file's values, the overrides, the name of each's source)."""
     values: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"{path}: config file not found")
-        try:
-            values = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as error:
-            raise ConfigError(f"{path}: not valid YAML: {error}") from None
-        if not isinstance(values, dict):
-            raise ConfigError(f"{path}: expected a mapping of keys to values")
+        values = _yaml_mapping(path)
     if isinstance(overrides, dict):
-        changes = overrides
+        changes, changes_source = overrides, "overrides"
     else:
         changes = dict(_parse_override(item) for item in overrides or [])
-    return values, changes, str(path) if path is not None else "config"
+        changes_source = COMMAND_LINE
+    return values, changes, str(path) if path is not None else "config", changes_source
+
+
+def _yaml_mapping(path: Path) -> dict:
+    """The file's mapping; any problem is one line `file:line:column: what is wrong`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not a UTF-8 text file (byte {error.start}: "
+                          f"{error.reason})") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot be read ({error.strerror})") from None
+    try:
+        values = yaml.safe_load(text) or {}
+    except yaml.MarkedYAMLError as error:
+        raise ConfigError(_yaml_problem(path, error)) from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys to values")
+    return values
+
+
+def _yaml_problem(path: Path, error: yaml.MarkedYAMLError) -> str:
+    mark = error.problem_mark or error.context_mark
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+    what = error.problem or error.context or "unreadable"
+    context = error.context_mark
+    if error.problem and error.context and context is not None and (
+            context.line, context.column) != (mark.line, mark.column):
+        what += f" ({error.context} that starts at {context.line + 1}:{context.column + 1})"
+    elif error.problem and error.context:
+        what += f" ({error.context})"
+    return f"{where}: not valid YAML: {what}"
 
 
 def _parse_override(item: str) -> tuple[str, Any]:
     key, sep, raw = item.partition("=")
     if not sep or not key:
-        raise ConfigError(f"override {item!r} must look like key=value")
+        raise ConfigError(f"{COMMAND_LINE}: override {item!r} must look like key=value")
     try:
         return key.strip(), yaml.safe_load(raw)
     except yaml.YAMLError:
@@ -657,15 +716,38 @@ def _parse_override(item: str) -> tuple[str, Any]:
 # ------------------------------------------------------------------ errors
 
 
-def _validate(model: type[BaseModel], data: dict, flat: dict, source: str):
+class _Origins:
+    """Where each key's value came from: the file (or `config`: the defaults) or the
+    overrides (the command line)."""
+
+    def __init__(self, file: str, changes: str | None, written: set, changed: set):
+        self.file, self.changes = file, changes or file
+        self.written, self.changed = written - changed, changed
+
+    def of_key(self, key) -> str:
+        return self.changes if key in self.changed else self.file
+
+    def of_rule(self, line: str) -> str:
+        """A cross-field rule names its keys (`key=value`, the first one leading): the
+        sources of those keys, the file's (or the defaults') when none was written."""
+        named = {*re.findall(r"\b([a-z_]+)=", line), re.match(r"[a-z_]*", line).group()}
+        sources = [self.file] if named & self.written else []
+        if named & self.changed:
+            sources.append(self.changes)
+        return " and ".join(dict.fromkeys(sources)) or self.file
+
+
+def _validate(model: type[BaseModel], data: dict, flat: dict, origins: _Origins):
     try:
         return model.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(_explain(error, model, flat, source)) from None
+        raise ConfigError(_explain(error, model, flat, origins)) from None
 
 
-def _explain(error: ValidationError, model: type[BaseModel], flat: dict, source: str) -> str:
-    """One line per problem, unknown keys first; never pydantic's own dump."""
+def _explain(error: ValidationError, model: type[BaseModel], flat: dict,
+             origins: _Origins) -> str:
+    """One line per problem, unknown keys first, each naming where its value came from (the
+    file or the command line); never pydantic's own dump."""
     unknown, lines = [], []
     for item in error.errors(include_url=False):
         loc = tuple(item["loc"])
@@ -676,14 +758,22 @@ def _explain(error: ValidationError, model: type[BaseModel], flat: dict, source:
             continue
         if loc[:1] == ("search_space",) and len(loc) > 1:
             line = _space_problem(str(loc[1]), loc[2:], item, flat.get("search_space"))
+            source = origins.of_key("search_space")
         elif item["type"] == "config_rule":
             line = item["msg"]
+            source = origins.of_rule(line)
         else:
             key = loc[0]
             line = f"{key}={flat.get(key)!r}: {_must_be(key, item)}"
+            source = origins.of_key(key)
         if f"{source}: {line}" not in lines:
             lines.append(f"{source}: {line}")
-    return "\n".join(_unknown_keys(unknown, model, source) + lines)
+    by_source = {}
+    for key in unknown:
+        by_source.setdefault(origins.of_key(key), []).append(key)
+    named = [line for source, keys in by_source.items()
+             for line in _unknown_keys(keys, model, source)]
+    return "\n".join(sorted(named, key=lambda line: "unknown key" not in line) + lines)
 
 
 def _must_be(key: str, item: dict) -> str:

@@ -107,7 +107,7 @@ def test_scaled_score_gives_each_prediction_its_own_width():
 def test_interval_coverage_outside_zero_one_is_a_one_line_config_error(value):
     with pytest.raises(cfg.ConfigError) as info:
         cfg.load(None, [f"interval_coverage={value}"])
-    assert str(info.value).startswith("config: interval_coverage=")
+    assert str(info.value).startswith("command line: interval_coverage=")
     assert str(info.value).endswith("must be a number strictly between 0 and 1, or null to "
                                     "disable prediction intervals")
     assert "\n" not in str(info.value)

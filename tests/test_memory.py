@@ -58,7 +58,7 @@ def test_bad_memory_budgets_are_one_line_config_errors(budget, problem):
     with pytest.raises(cfg.ConfigError) as error:
         cfg.load(None, {"micro_batch_size": "auto", "effective_batch_size": 512,
                         "memory_budget": budget})
-    assert str(error.value) == f"config: memory_budget={budget!r}: {problem}" + (
+    assert str(error.value) == f"overrides: memory_budget={budget!r}: {problem}" + (
         " (such as 512MiB)" if "greater" in problem else ", 512MiB or 2GB (or null)")
 
 
@@ -79,9 +79,12 @@ def test_the_effective_batch_is_stated_or_derived_and_a_disagreement_is_an_error
     with pytest.raises(cfg.ConfigError, match=r"effective_batch_size=1000: disagrees with "
                        r"micro_batch_size=256 x accumulation_steps=2"):
         cfg.load(None, {"effective_batch_size": 1000})
+    # auto given on top of a config keeps the batch it implies (test_config.py); a config
+    # that itself says auto must state the batch
+    assert cfg.load(None, {"micro_batch_size": "auto"}).effective_batch_size == 512
     with pytest.raises(cfg.ConfigError, match="micro_batch_size='auto': needs "
                        "effective_batch_size"):
-        cfg.load(None, {"micro_batch_size": "auto"})
+        cfg.build({"micro_batch_size": "auto"})
 
 
 # ------------------------------------------------------------------ probe and choice

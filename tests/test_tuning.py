@@ -593,8 +593,9 @@ def test_sqlite_storage_refuses_several_workers(tmp_path, real_data_dir, mlflow_
         with pytest.raises(ValueError, match="journal"):
             run_study(config, n_trials=2, workers=2, storage=f"sqlite:///{tmp_path}/optuna.db")
         client = MlflowClient(tracking_uri=config.train.tracking_uri)
-        assert client.search_runs([experiment_id(client)]) == []  # refused before any run
-    assert not (tmp_path / "optuna.db").exists()
+        experiment = client.get_experiment_by_name(MODEL_NAME)
+        assert experiment is None or client.search_runs([experiment.experiment_id]) == []
+    assert not (tmp_path / "optuna.db").exists()  # refused before any run or study
 
 
 def test_a_config_without_search_space_is_refused(tmp_path, monkeypatch, real_data_dir):

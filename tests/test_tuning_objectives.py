@@ -56,7 +56,7 @@ def download(run_id: str, path: str, tracking_uri: str, dst: Path) -> Path:
 def test_bad_objective_lists_are_config_errors_naming_the_key(objectives, problem):
     with pytest.raises(cfg.ConfigError) as error:
         cfg.load_tuning(TUNE_PATH, {"objectives": objectives})
-    assert str(error.value) == f"{TUNE_PATH}: objectives={objectives!r}: {problem}"
+    assert str(error.value) == f"overrides: objectives={objectives!r}: {problem}"
 
 
 def test_objectives_default_to_val_rmse_and_set_directions():

@@ -113,20 +113,22 @@ def report(tracking_uri, bench_dir, model_uri, data_dir, out):
     from rul.reporting.benches import read_bench_folder, read_recorded_benches
     from rul.reporting.pages import performance_page, results_page
     from rul.reporting.records import read_evaluations, read_recorded
-    from rul.tracking.store import configure
+    from rul.tracking.store import configure, store_uri
 
     out = Path(out) if out else DOCS
     if not out.is_dir():
         raise ReportError(f"--out {out}: folder does not exist")
     if bench_dir and not Path(bench_dir).is_dir():
         raise ReportError(f"--bench-dir {bench_dir}: folder does not exist")
-    uri = configure(tracking_uri)
+    uri = store_uri(tracking_uri)
+    client = _client(uri)  # before configure: reading a store never creates one
+    configure(uri)
     command = "rul report" + "".join(
         f" {flag} {shlex.quote(str(value))}" for flag, value in
         (("--tracking-uri", tracking_uri), ("--bench-dir", bench_dir), ("--model", model_uri),
          ("--out", None if out == DOCS else out)) if value)
     try:
-        records = read_evaluations(_client(uri))
+        records = read_evaluations(client)
         recorded, decisions = read_recorded(RECORDED_RESULTS)
         benches = read_bench_folder(Path(bench_dir)) if bench_dir else []
         recorded_benches, bench_decisions = read_recorded_benches(RECORDED_BENCHES)

@@ -19,6 +19,7 @@ from rul.evaluation import figures
 from rul.machine import machine_tags
 from rul.models.spec import unused_architecture_keys
 from rul.tracking.model_logging import log_pyfunc
+from rul.tracking.run_notes import log_run_notes
 from rul.training.distributed import rank_seed
 from rul.training.micro_batch import table_rows
 
@@ -50,6 +51,7 @@ def log_plan(plan, tags: dict) -> None:
                         + plan.data.val.windows_lost})
     if dropped:
         mlflow.set_tag("short_units", ", ".join(f"{u} ({n} rows)" for u, n in dropped.items()))
+    log_run_notes(config, plan.data.test)  # padded test units, a short last micro-batch
     mlflow.set_tags({
         **{f"seed.{k}": v for k, v in seeds.as_dict().items()},
         **({f"seed.rank_{r}": rank_seed(seeds.torch, r) for r in range(world.size)}

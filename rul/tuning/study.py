@@ -36,10 +36,12 @@ from rul.tuning.space import suggest, trial_overrides
 from rul.tuning.storage import (  # noqa: F401 (DEFAULT_*: re-exported)
     DEFAULT_JOURNAL,
     DEFAULT_SQLITE,
+    check_url,
     has_heartbeat,
     open_storage,
     retried_trial_numbers,
     study_lock,
+    wait_for_server,
 )
 
 STARTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
@@ -370,9 +372,12 @@ def _run_workers(work: StudyWork) -> None:
 def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float | None = None,
               workers: int = 1, storage: str | None = None, study_name: str | None = None):
     if not config.search_space:
-        raise ValueError("the config has no search_space to tune")
+        raise ConfigError("the config has no search_space to tune (a tuning config lists one: "
+                          "experiments/tune_fd001.yaml)")
+    check_url(storage, workers)  # before anything is written
     n_trials = n_trials if n_trials is not None else config.n_trials
     study_name = study_name or config.effective_study_name
+    wait_for_server(storage, workers)  # a server that does not answer: bounded, then one line
     configure(config.train.tracking_uri)
     experiment_id = ensure_experiment(config.train.experiment_name)  # once, before any worker
     client = MlflowClient()
