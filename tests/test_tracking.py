@@ -200,11 +200,13 @@ def test_champion_loads_in_a_fresh_process(fd001_store, trained, real_data_dir):
     assert done.returncode == 0, done.stderr[-3000:]
     result = pd.read_csv(output)
     expected = trained.outcome.predictions
-    assert list(result.columns) == ["unit", "rul", "rul_lower", "rul_upper", "padded"]
+    assert list(result.columns) == ["unit", "rul", "rul_lower", "rul_upper", "padded",
+                                    "flagged", "flag_reason"]
     np.testing.assert_array_equal(result["unit"], expected["unit"])
-    np.testing.assert_allclose(result["rul"], expected["predicted_rul"], atol=1e-4, rtol=0)
+    # the served model runs the network as ONNX: within 1e-3 cycles of training's torch
+    np.testing.assert_allclose(result["rul"], expected["predicted_rul"], atol=1e-3, rtol=0)
     for bound in ("rul_lower", "rul_upper"):  # the interval calibrated in training
-        np.testing.assert_allclose(result[bound], expected[f"predicted_{bound}"], atol=1e-4,
+        np.testing.assert_allclose(result[bound], expected[f"predicted_{bound}"], atol=1e-3,
                                    rtol=0)
 
 
