@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from rul.serving.runtime import INPUT_NAME, OUTPUT_NAME
+from rul.serving.spec import SPEC_FILE, InferenceSpec
 
 MAX_DIFFERENCE = 1e-3  # cycles: the most an exported network may differ from torch
 PROBE_BATCH = 64
@@ -75,3 +76,20 @@ def check_export(network: torch.nn.Module, path: str | Path, window: int,
         raise ExportError(f"{path}: the ONNX network differs from torch by {difference:.3g} "
                           f"cycles (at most {MAX_DIFFERENCE} allowed)")
     return difference
+
+
+def save_runtime(folder: str | Path, network_spec, networks: list, preprocessor,
+                 interval=None) -> InferenceSpec:
+    """Write what the lean runtime loads into `folder`: each network as ONNX (network.onnx,
+    or member_<i>.onnx for an ensemble) and the inference spec with the fitted
+    preprocessing's numbers, the envelope and the interval; return the spec."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    members = len(networks)
+    names = ["network.onnx"] if members == 1 else [f"member_{i}.onnx" for i in range(members)]
+    for network, name in zip(networks, names):
+        export_onnx(network, folder / name, network_spec.window, network_spec.n_features)
+    spec = InferenceSpec.from_network(network_spec, interval, members, preprocessor.fitted(),
+                                      preprocessor.envelope_, names)
+    spec.write(folder / SPEC_FILE)
+    return spec

@@ -19,7 +19,7 @@ import mlflow
 import torch
 
 from rul.serving import lean_pyfunc
-from rul.serving.onnx_export import export_onnx
+from rul.serving.onnx_export import save_runtime
 from rul.serving.runtime import RUNTIME_FOLDER
 from rul.serving.signature import signature
 from rul.serving.spec import SPEC_FILE, InferenceSpec
@@ -43,16 +43,9 @@ def _state(network) -> dict:
 
 def _log_model(network_spec, data, networks: list, interval, workdir: Path) -> str:
     """`interval`: the calibrated rul.evaluation.conformal.Interval, or None (no bounds)."""
-    preprocessor = data.preprocessor
     runtime = workdir / RUNTIME_FOLDER
-    runtime.mkdir(parents=True, exist_ok=True)
+    spec = save_runtime(runtime, network_spec, networks, data.preprocessor, interval)
     members = len(networks)
-    names = ["network.onnx"] if members == 1 else [f"member_{i}.onnx" for i in range(members)]
-    for network, name in zip(networks, names):
-        export_onnx(network, runtime / name, network_spec.window, network_spec.n_features)
-    spec = InferenceSpec.from_network(network_spec, interval, members, preprocessor.fitted(),
-                                      preprocessor.envelope_, names)
-    spec.write(runtime / SPEC_FILE)
     example = data.subset.test[data.subset.test["unit"].isin([1, 2])]
     with warnings.catch_warnings():
         # unit and cycle are integers that are never missing: MLflow's hint about NaN in
