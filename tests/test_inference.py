@@ -547,3 +547,30 @@ def test_models_logged_before_the_lean_runtime_still_load(mlflow_store, tmp_path
     assert list(result.columns) == ["unit", "rul", "padded"]
     with pytest.raises(MlflowException, match="unit 1 has 5 rows"):
         model.predict(rows.groupby("unit").head(5), params={"short_history": "reject"})
+    strict = CliRunner().invoke(main, ["predict", "--model", uri, "--input",
+                                       str(write_csv(rows, tmp_path / "rows.csv")), "--strict"])
+    assert strict.exit_code == 2
+    assert "this model was logged before rul checked inputs against the training fleet" in (
+        strict.output)
+
+
+def test_cli_predict_warns_of_units_outside_the_fleet_and_strict_refuses(store, tmp_path,
+                                                                          fd001):
+    rows = fd001.test[fd001.test["unit"] <= 4].copy()
+    rows.loc[(rows["unit"] == 3) & (rows["cycle"] == 5), "s_9"] = 1e9
+    path = write_csv(rows, tmp_path / "glitch.csv")
+    result = cli("--input", str(path))
+    assert result.exit_code == 0, result.output
+    printed = pd.read_csv(pd.io.common.StringIO(result.stdout))
+    assert printed["flagged"].tolist() == [False, False, True, False]
+    assert result.stderr.startswith("warning: 1 of 4 units lie outside the training fleet")
+    assert "unit 3 (s_9 " in result.stderr and "(cycle 5))" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+    refused = cli("--input", str(path), "--strict")
+    assert refused.exit_code == 2
+    assert (f"{path}: outside the training fleet (strict): unit 3 (s_9 " in refused.output)
+    assert "Traceback" not in refused.output
+    clean = cli("--input", str(write_csv(rows[rows["unit"] != 3], tmp_path / "ok.csv")),
+                "--strict")
+    assert clean.exit_code == 0 and clean.stderr == ""
