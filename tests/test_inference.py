@@ -147,6 +147,19 @@ def test_validate_rows_missing_column_empty_frame_and_not_a_frame(fd001):
         validate_rows([[1, 2]])
 
 
+def test_validate_rows_names_renamed_columns_briefly(fd001):
+    renamed = fd001.test.rename(columns={"s_4": "s4", "s_9": "sensor 9"})
+    with pytest.raises(DataError) as info:
+        validate_rows(renamed)
+    assert str(info.value) == ("input: missing columns ['s_4', 's_9'] (found instead ['s4', "
+                               "'sensor 9']); expected unit, cycle, setting_1..setting_3, "
+                               "s_1..s_21")
+    with pytest.raises(DataError) as info:
+        validate_rows(pd.DataFrame({f"{'x' * 100}{i}": [1.0] for i in range(40)}))
+    assert "and 22 more (found instead ['xxxxxxxxxxxxxxxxx...', " in str(info.value)
+    assert "and 36 more)" in str(info.value) and len(str(info.value)) < 250
+
+
 def test_validate_rows_ignores_extra_columns_and_keeps_unit_order(fd001):
     two = fd001.test[fd001.test["unit"].isin([1, 2])]
     swapped = pd.concat([two[two["unit"] == 2], two[two["unit"] == 1]]).assign(note="x")
