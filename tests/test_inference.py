@@ -156,8 +156,11 @@ def test_validate_rows_names_renamed_columns_briefly(fd001):
                                "s_1..s_21")
     with pytest.raises(DataError) as info:
         validate_rows(pd.DataFrame({f"{'x' * 100}{i}": [1.0] for i in range(40)}))
-    assert "and 22 more (found instead ['xxxxxxxxxxxxxxxxx...', " in str(info.value)
-    assert "and 36 more)" in str(info.value) and len(str(info.value)) < 250
+    assert str(info.value) == (f"input: missing all 26 columns (found instead "
+                               f"{['x' * 12 + '...'] * 3} and 37 more); expected unit, cycle, "
+                               "setting_1..setting_3, s_1..s_21")
+    with pytest.raises(DataError, match=r"^input: missing 22 of the 26 columns; expected"):
+        validate_rows(fd001.test[COLUMNS[:4]])
 
 
 def test_validate_rows_ignores_extra_columns_and_keeps_unit_order(fd001):

@@ -17,14 +17,21 @@ from rul.data.schema import COLUMNS
 ID_COLUMNS = COLUMNS[:2]  # unit, cycle: positive whole numbers, int64 in the result
 VALUE_COLUMNS = COLUMNS[2:]  # settings and sensors: finite numbers, float64 in the result
 EXPECTED = "unit, cycle, setting_1..setting_3, s_1..s_21"  # COLUMNS, said briefly
-NAMED = 4  # a message lists this many column names, then counts the rest
+NAMED = 3  # a message lists this many column names, then counts the rest
 
 
 def _names(names: list) -> str:
-    """Column names as a list, the first NAMED (each cut to 20 characters), then a count."""
-    shown = [str(n) if len(str(n)) <= 20 else str(n)[:17] + "..." for n in names[:NAMED]]
+    """Column names as a list, the first NAMED (each cut to 15 characters), then a count."""
+    shown = [str(n) if len(str(n)) <= 15 else str(n)[:12] + "..." for n in names[:NAMED]]
     more = f" and {len(names) - NAMED} more" if len(names) > NAMED else ""
     return f"{shown}{more}"
+
+
+def _missing(missing: list) -> str:
+    if len(missing) <= NAMED:
+        return f"missing columns {_names(missing)}"
+    return ("missing all" if len(missing) == len(COLUMNS) else f"missing {len(missing)} of the"
+            ) + f" {len(COLUMNS)} columns"
 
 
 def _value(value, limit: int = 30) -> str:
@@ -47,7 +54,7 @@ def validate_rows(frame: pd.DataFrame, source: str | Path = "input") -> pd.DataF
     if missing:
         unexpected = [c for c in frame.columns if c not in COLUMNS]
         found = f" (found instead {_names(unexpected)})" if unexpected else ""
-        raise DataError(source, f"missing columns {_names(missing)}{found}; expected {EXPECTED}")
+        raise DataError(source, f"{_missing(missing)}{found}; expected {EXPECTED}")
     if frame.empty:
         raise DataError(source, "no rows")
     values = np.empty((len(frame), len(VALUE_COLUMNS)), dtype=np.float64)
