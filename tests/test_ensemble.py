@@ -253,7 +253,7 @@ def test_folds_ensemble_validates_out_of_fold(folds_ensemble, fd001):
             np.sqrt(np.mean(residuals[-1] ** 2)), rel=1e-5)  # its own fold is its validation
     residuals = np.concatenate(residuals)
     assert len(residuals) == sum(n - 30 + 1 for n in fd001.train.groupby("unit").size())
-    assert parent.data.metrics["val_rmse"] == pytest.approx(np.sqrt(np.mean(residuals ** 2)),
+    assert parent.data.metrics["val/rmse"] == pytest.approx(np.sqrt(np.mean(residuals ** 2)),
                                                            rel=1e-6)
     assert outcome.interval.n_calibration == len(residuals)
     assert outcome.interval.half_width == pytest.approx(
