@@ -46,11 +46,11 @@ def _free_port() -> int:
 
 LEAN_SCRIPT = textwrap.dedent("""
     import importlib.util, json, sys, time
-    found = {name: importlib.util.find_spec(name) is not None
-             for name in ("torch", "sklearn", "rul", "mlflow.pyfunc")}
     started = time.perf_counter()
     import mlflow.pyfunc
     imported = time.perf_counter()
+    found = {name: importlib.util.find_spec(name) is not None
+             for name in ("torch", "sklearn", "rul", "mlflow.pyfunc")}
     model = mlflow.pyfunc.load_model("models:/rul-fd001@champion")
     loaded = time.perf_counter()
     import pandas as pd
