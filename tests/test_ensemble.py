@@ -81,7 +81,7 @@ def test_members_share_the_validation_split_and_preprocessor(ensemble):
 
 def test_parent_metrics_are_those_of_the_averaged_prediction(ensemble):
     metrics, outcome = ensemble.parent.data.metrics, ensemble.outcome
-    assert metrics["val_rmse"] == pytest.approx(outcome.metrics["val_rmse"], rel=1e-12)
+    assert metrics["val/rmse"] == pytest.approx(outcome.metrics["val_rmse"], rel=1e-12)
     predicted = outcome.predictions["predicted_rul"].to_numpy()
     members = np.array([m.predictions["predicted_rul"] for m in outcome.members])
     np.testing.assert_allclose(predicted, members.mean(axis=0), rtol=1e-6)

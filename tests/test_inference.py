@@ -564,7 +564,8 @@ def test_models_logged_before_the_lean_runtime_still_load(mlflow_store, tmp_path
     with pytest.raises(MlflowException, match="unit 1 has 5 rows"):
         model.predict(rows.groupby("unit").head(5), params={"short_history": "reject"})
     strict = CliRunner().invoke(main, ["predict", "--model", uri, "--input",
-                                       str(write_csv(rows, tmp_path / "rows.csv")), "--strict"])
+                                       str(write_csv(rows, tmp_path / "rows.csv")), "--strict",
+                                       "--tracking-uri", mlflow.get_tracking_uri()])
     assert strict.exit_code == 2
     assert "this model was logged before rul checked inputs against the training fleet" in (
         strict.output)

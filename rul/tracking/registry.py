@@ -26,7 +26,8 @@ def output_lines(outputs) -> list[str]:
     lines = []
     for column in outputs.inputs:
         meaning = OUTPUT_COLUMNS.get(column.name, (None, ""))[1]
-        lines.append(f"- `{column.name}` ({column.type}){': ' + meaning if meaning else ''}")
+        kind = getattr(column.type, "name", column.type)  # DataType.string -> string
+        lines.append(f"- `{column.name}` ({kind}){': ' + meaning if meaning else ''}")
     return lines
 
 
