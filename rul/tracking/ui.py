@@ -1,10 +1,11 @@
 """`make ui`: MLflow's UI, stopped with every process it started.
 
 `mlflow ui` starts a web server and job consumers (huey) from watcher threads that restart
-them when they end; on Ctrl-C it forwards the signal to the web server only, and the
-consumers outlive it. This runs `mlflow ui ARGS...` in its own session and, when it ends or
-this process is interrupted or terminated, ends the whole tree: SIGTERM, then SIGKILL for
-whatever is left after GRACE_S seconds.
+them when they end, and forwards a signal to the web server only: whether every consumer is
+gone when it exits depends on timing. This runs `mlflow ui ARGS...` in its own session and,
+when it ends or this process is interrupted, terminated or hung up on, ends the whole tree
+(found before any is signalled): SIGTERM, then SIGKILL for whatever is left after GRACE_S
+seconds.
 
     python -m rul.tracking.ui --backend-store-uri sqlite:///mlflow.db --port 5000
 """
@@ -46,6 +47,7 @@ def main(argv: list[str]) -> int:
         raise KeyboardInterrupt(signum)
 
     signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGHUP, interrupted)  # the terminal closed
     try:
         return server.wait()
     except KeyboardInterrupt:
