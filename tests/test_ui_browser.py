@@ -93,7 +93,7 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def mlflow_ui(store, started: list):
     """`make ui`'s command over the store on a free port, stopped after as Ctrl-C stops it
-    (SIGINT); `started` gets the processes it ran, found while it served."""
+    (SIGINT); `started` gets the processes it ran, found just before the stop."""
     port = _free_port()
     log_path = store.root / "ui.log"
     with open(log_path, "wb") as log:
@@ -114,11 +114,11 @@ def mlflow_ui(store, started: list):
                     pass
                 assert time.monotonic() < deadline, f"mlflow ui silent for {SERVER_START_S} s"
                 time.sleep(1)
-            started.extend((p, " ".join(p.cmdline()))
-                           for p in psutil.Process(server.pid).children(recursive=True))
             yield base
         finally:
             if server.poll() is None:
+                started.extend((p, " ".join(p.cmdline()))  # the job consumers start late
+                               for p in psutil.Process(server.pid).children(recursive=True))
                 server.send_signal(signal.SIGINT)  # Ctrl-C
                 try:
                     server.wait(timeout=60)
