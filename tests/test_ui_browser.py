@@ -121,10 +121,13 @@ def mlflow_ui(store, started: list):
                                for p in psutil.Process(server.pid).children(recursive=True))
                 server.send_signal(signal.SIGINT)  # Ctrl-C
                 try:
-                    server.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(server.pid, signal.SIGKILL)
+                    server.wait(timeout=120)
+                except subprocess.TimeoutExpired:  # leave nothing behind, then fail below
+                    for process, _ in [*started, (psutil.Process(server.pid), "")]:
+                        with contextlib.suppress(psutil.NoSuchProcess):
+                            process.kill()
                     server.wait()
+                    raise AssertionError("the UI did not stop within 120 s of Ctrl-C") from None
 
 
 def _lines(page) -> list[str]:

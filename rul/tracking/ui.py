@@ -4,8 +4,7 @@
 them when they end, and forwards a signal to the web server only: whether every consumer is
 gone when it exits depends on timing. This runs `mlflow ui ARGS...` in its own session and,
 when it ends or this process is interrupted, terminated or hung up on, ends the whole tree
-(found before any is signalled): SIGTERM, then SIGKILL for whatever is left after GRACE_S
-seconds.
+(stop_tree): SIGTERM, then SIGKILL for whatever is left after GRACE_S seconds.
 
     python -m rul.tracking.ui --backend-store-uri sqlite:///mlflow.db --port 5000
 """
@@ -21,17 +20,22 @@ GRACE_S = 10.0
 
 
 def stop_tree(pid: int, grace: float = GRACE_S) -> list[int]:
-    """End `pid` and all its descendants (found before any is signalled, so that a watcher
-    cannot start a new one unseen); return the pids that had to be killed."""
+    """End `pid` and all its descendants; return the pids that had to be killed.
+
+    `pid` (mlflow ui) is suspended first, so that its watcher threads cannot start a consumer
+    unseen, then its tree is listed and it is killed; the tree gets SIGTERM, and SIGKILL
+    whatever is left after `grace` seconds."""
     try:
         root = psutil.Process(pid)
-        processes = [*root.children(recursive=True), root]
+        root.suspend()
+        tree = root.children(recursive=True)
+        root.kill()
     except psutil.NoSuchProcess:
         return []
-    for process in processes:
+    for process in tree:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.terminate()
-    _, alive = psutil.wait_procs(processes, timeout=grace)
+    _, alive = psutil.wait_procs(tree, timeout=grace)
     for process in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.kill()
