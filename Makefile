@@ -11,8 +11,9 @@ ARGS    ?=
 SEEDS   ?= 5
 # `make evaluate`: seeds trained side by side in worker processes (the CPU threads split), e.g. JOBS=2
 JOBS    ?= 1
-# `make server`: an MLflow tracking server for workers on other machines (docs: Scale out).
-# HOST=0.0.0.0 to serve the network; SERVER_BACKEND may be a postgresql:// URL.
+# `make server` (an MLflow tracking server for workers on other machines, docs: Scale out)
+# and `make serve` (a model's scoring server) listen here. HOST=0.0.0.0 to serve the network;
+# SERVER_BACKEND may be a postgresql:// URL.
 HOST    ?= 127.0.0.1
 PORT    ?= 5000
 SERVER_BACKEND   ?= sqlite:///mlflow-server.db
@@ -35,8 +36,8 @@ ifdef CMAPSS_DIR
 export CMAPSS_DIR
 endif
 
-.PHONY: install train evaluate tune test test-fast ui server bench lint clean docs report \
-	screenshots
+.PHONY: install train evaluate tune test test-fast ui serve server bench lint clean docs \
+	report screenshots
 
 install: $(STAMP)
 
@@ -67,12 +68,23 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" $(ARGS)
 
 # The UI of a local store (default ./mlflow.db; STORE= another, e.g. the MLFLOW_TRACKING_URI
-# a run used); `rul train` prints this command, with the store and port it used.
+# a run used); `rul train` prints this command, with the store and port it used. Ctrl-C stops
+# it and every process it started (rul.tracking.ui).
 UI_PORT ?= 5000
 STORE   ?= sqlite:///mlflow.db
 ui: $(STAMP)
-	$(BIN)/mlflow ui --backend-store-uri '$(STORE)' --default-artifact-root ./mlruns \
-		--host 127.0.0.1 --port $(UI_PORT)
+	$(BIN)/python -m rul.tracking.ui --backend-store-uri '$(STORE)' \
+		--default-artifact-root ./mlruns --host 127.0.0.1 --port $(UI_PORT)
+
+# `make serve`: a registered model behind MLflow's scoring server, run from this project's
+# environment (docs: Predict and serve), e.g. make serve MODEL=models:/rul-fd001/3 PORT=5001.
+# The local store unless MLFLOW_TRACKING_URI says otherwise.
+MODEL   ?= models:/rul-fd001@champion
+serve: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" \
+		MLFLOW_TRACKING_URI="$${MLFLOW_TRACKING_URI:-sqlite:///mlflow.db}" \
+		$(BIN)/mlflow models serve -m "$(MODEL)" --env-manager local --host $(HOST) \
+		--port $(PORT)
 
 server: $(STAMP)
 	$(BIN)/mlflow server --backend-store-uri $(SERVER_BACKEND) \

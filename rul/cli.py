@@ -244,22 +244,29 @@ def _makefile_has_ui() -> bool:
               show_default=True,
               help="A unit with fewer rows than the window: edge-pad it (flagged `padded`) "
                    "or reject the input.")
-def predict(model_uri, input_path, output, tracking_uri, short_history):
+@click.option("--strict", is_flag=True,
+              help="Refuse the input when a unit lies outside the training fleet (otherwise "
+                   "such units are flagged and named in a warning).")
+def predict(model_uri, input_path, output, tracking_uri, short_history, strict):
     """Predict the RUL of each engine at its last cycle; writes CSV
-    `unit,rul,rul_lower,rul_upper,padded` (bounds: the model's calibrated interval, if any)."""
-    from rul.inference import predict_file, write_predictions
+    `unit,rul,rul_lower,rul_upper,padded,flagged,flag_reason` (bounds: the model's calibrated
+    interval, if any; flagged: the unit lies outside the training fleet, and why)."""
+    from rul.inference import outside_warning, predict_file, write_predictions
     from rul.services import ServiceUnavailable
 
     try:
         if output and not Path(output).parent.is_dir():  # before the work, not after it
             raise UserError(f"{output}: folder {Path(output).parent} does not exist")
-        result = predict_file(model_uri, input_path, tracking_uri, short_history)
+        result = predict_file(model_uri, input_path, tracking_uri, short_history, strict)
         if output:
             write_predictions(result, output)
     except ServiceUnavailable as error:
         raise ServiceError(str(error)) from None
     except (*_user_errors(), ValueError) as error:
         raise UserError(str(error)) from None
+    warning = outside_warning(result)
+    if warning:
+        click.echo(warning, err=True)
     if output:
         click.echo(f"wrote {len(result)} predictions to {output}", err=True)
     else:

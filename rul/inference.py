@@ -44,10 +44,12 @@ def read_rows(path: str | Path) -> pd.DataFrame:
 
 
 def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
-                 short_history: str = "pad") -> pd.DataFrame:
-    """Columns unit, rul, rul_lower, rul_upper, padded: one row per unit, in the file's
-    order. rul_lower/rul_upper are the model's calibrated prediction interval (clipped to
-    [0, rul_cap]); a model logged without an interval gives unit, rul, padded only."""
+                 short_history: str = "pad", strict: bool = False) -> pd.DataFrame:
+    """Columns unit, rul, rul_lower, rul_upper, padded, flagged, flag_reason: one row per
+    unit, in the file's order. rul_lower/rul_upper are the model's calibrated prediction
+    interval (clipped to [0, rul_cap]); flagged/flag_reason say which units lie outside the
+    training fleet, and `strict` refuses the file when one does. A model logged without an
+    interval has no bounds, one logged before the envelope no flags (and refuses `strict`)."""
     import mlflow
 
     from rul.tracking.store import configure
@@ -55,8 +57,15 @@ def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
     rows = read_rows(input_path)
     configure(tracking_uri)
     model = mlflow.pyfunc.load_model(model_uri)
+    params = {"short_history": short_history}
+    if strict:
+        schema = model.metadata.get_params_schema()
+        if schema is None or "strict" not in {p.name for p in schema.params}:
+            raise ValueError(f"{model_uri}: this model was logged before rul checked inputs "
+                             "against the training fleet; it cannot predict with --strict")
+        params["strict"] = True
     try:
-        return model.predict(rows, params={"short_history": short_history})
+        return model.predict(rows, params=params)
     except mlflow.exceptions.MlflowException as error:  # the model names its source "input"
         message = str(error.message)
         if message.startswith("input: "):
@@ -75,3 +84,15 @@ def write_predictions(result: pd.DataFrame, output: str | Path) -> None:
         partial.replace(output)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def outside_warning(result: pd.DataFrame, named: int = 5) -> str | None:
+    """One line naming the units flagged outside the training fleet (None: none is)."""
+    if "flagged" not in result or not result["flagged"].any():
+        return None
+    flagged = result[result["flagged"]]
+    listed = [f"unit {u} ({r})" for u, r in zip(flagged["unit"], flagged["flag_reason"])]
+    more = f"; and {len(listed) - named} more" if len(listed) > named else ""
+    return (f"warning: {len(listed)} of {len(result)} units lie outside the training fleet, "
+            f"their predictions are less certain (column flag_reason): "
+            f"{'; '.join(listed[:named])}{more}")

@@ -216,7 +216,7 @@ def runs_of(store):
 
 def step_losses(client, run_id) -> dict[int, float]:
     """The run's train loss per step (a resumed run re-logs a few steps: the last one wins)."""
-    history = sorted(client.get_metric_history(run_id, "train_loss"), key=lambda m: m.timestamp)
+    history = sorted(client.get_metric_history(run_id, "train/loss"), key=lambda m: m.timestamp)
     return {m.step: m.value for m in history}
 
 

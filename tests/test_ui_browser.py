@@ -1,10 +1,12 @@
 """The MLflow UI, checked in a real browser: headless Debian Chromium driven by playwright.
 
-One tiny tracked training makes a store; `mlflow ui` serves it on a free 127.0.0.1 port. The
-test reads what it expects (run name, metrics, registered version) from MLflow itself, then
-checks that the browser shows it: the experiment's runs table, the run page's metrics and
-registered model, the model page's `champion` alias. Nothing is downloaded: Chromium comes
-from apt (.ci/run installs it), playwright only drives it.
+One tiny tracked training makes a store; `make ui`'s command (python -m rul.tracking.ui, around
+`mlflow ui`) serves it on a free 127.0.0.1 port and is stopped as Ctrl-C stops it, with every
+process it started. The test reads what it expects (run name, metrics, registered version)
+from MLflow itself, then checks that the browser shows it: the experiment's runs table, the
+run page's metrics and registered model, the model metrics tab opening on the training curves,
+the model page's `champion` alias and description. Nothing is downloaded: Chromium comes from
+apt (.ci/run installs it), playwright only drives it.
 
 MLflow 3.17's UI picks the GenAI or the model-training view from one global switch in its
 sidebar (kept in the browser), not from the experiment's `mlflow.experimentKind` tag; a fresh
@@ -27,6 +29,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -49,6 +52,7 @@ PAGE_S = 90  # a page's data arrives through several REST calls
 SCREENSHOTS = os.environ.get("RUL_SCREENSHOTS")  # a folder: save the docs' pictures there
 if SCREENSHOTS:
     TINY = {**TINY, "epochs": 12, "patience": 12}
+FIRST_CHARTS = ["grad_norm", "loss", "loss_epoch", "lr", "rmse"]  # train/..., then val/rmse
 
 
 def _missing(reason: str):
@@ -94,13 +98,14 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def mlflow_ui(store):
-    """`mlflow ui` over the store on a free port; stopped (its whole process group) after."""
+def mlflow_ui(store, started: list):
+    """`make ui`'s command over the store on a free port, stopped after as Ctrl-C stops it
+    (SIGINT); `started` gets the processes it ran, found just before the stop."""
     port = _free_port()
     log_path = store.root / "ui.log"
     with open(log_path, "wb") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store.uri,
+            [sys.executable, "-m", "rul.tracking.ui", "--backend-store-uri", store.uri,
              "--port", str(port), "--host", "127.0.0.1"],
             cwd=store.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         base = f"http://127.0.0.1:{port}"
@@ -119,12 +124,17 @@ def mlflow_ui(store):
             yield base
         finally:
             if server.poll() is None:
-                os.killpg(server.pid, signal.SIGTERM)
+                started.extend((p, " ".join(p.cmdline()))  # the job consumers start late
+                               for p in psutil.Process(server.pid).children(recursive=True))
+                server.send_signal(signal.SIGINT)  # Ctrl-C
                 try:
-                    server.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(server.pid, signal.SIGKILL)
+                    server.wait(timeout=120)
+                except subprocess.TimeoutExpired:  # leave nothing behind, then fail below
+                    for process, _ in [*started, (psutil.Process(server.pid), "")]:
+                        with contextlib.suppress(psutil.NoSuchProcess):
+                            process.kill()
                     server.wait()
+                    raise AssertionError("the UI did not stop within 120 s of Ctrl-C") from None
 
 
 def _lines(page) -> list[str]:
@@ -191,7 +201,8 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
     def version_shown(lines: list[str]) -> bool:  # the registered model's name, then v<version>
         return _adjacent(lines, tracked.model_name, f"v{version}")
 
-    with mlflow_ui(tracked) as base:
+    started = []
+    with mlflow_ui(tracked, started) as base:
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
         page.set_default_timeout(PAGE_S * 1000)
         try:
@@ -215,11 +226,11 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
 
             # the run page: its name, the training metrics, the registered model
             page.goto(f"{base}/#/experiments/{experiment_id}/runs/{run_id}")
-            page.get_by_text("val_rmse", exact=True).first.wait_for()
+            page.get_by_text("val/rmse", exact=True).first.wait_for()
             page.get_by_text("Registered models", exact=True).first.wait_for()
             lines = _lines_when(page, version_shown)
             assert run_name in lines
-            for metric in ("train_loss", "grad_norm", "val_rmse"):
+            for metric in ("train/loss", "train/grad_norm", "val/rmse"):
                 assert metric in lines, metric
                 shown = float(_value_after(lines, metric))  # the latest value, as stored
                 assert shown == pytest.approx(run.data.metrics[metric], rel=1e-9), metric
@@ -228,6 +239,18 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
             if SCREENSHOTS:
                 _save_run_charts(page, f"{base}/#/experiments/{experiment_id}/runs/{run_id}")
 
+            # the model metrics tab opens on the training curves: train/, then val/
+            page.goto(f"{base}/#/experiments/{experiment_id}/runs/{run_id}/model-metrics")
+            page.get_by_text("grad_norm", exact=True).first.wait_for()
+            lines = _lines(page)
+            sections = [line for line, count in zip(lines, lines[1:])
+                        if count.startswith("(") and count.endswith(")")]
+            assert sections[:2] == ["train", "val"], sections
+            charts = [line for line in lines if line in FIRST_CHARTS]
+            assert charts[:4] == FIRST_CHARTS[:4], charts
+            assert "system/samples_per_s" not in lines  # in the System metrics tab
+            page.screenshot(path=str(tmp_path / "model_metrics.png"))
+
             # the registered model: the description and the champion alias on our version
             page.goto(f"{base}/#/models/{tracked.model_name}")
             page.get_by_text(f"Version {version}", exact=True).wait_for()
@@ -235,6 +258,13 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
             lines = _lines(page)
             assert f"@ {CHAMPION}" in _version_row(lines, version)
             assert any(line.startswith("Remaining useful life") for line in lines)
+            for column in ("unit", "rul", "rul_lower", "rul_upper", "padded", "flagged",
+                           "flag_reason"):  # every output column described
+                assert any(line.startswith(f"{column} (") for line in lines), column
             page.screenshot(path=str(tmp_path / "model.png"), full_page=True)
         finally:
             page.close()
+    assert any("huey" in command for _, command in started)  # MLflow's job consumers
+    survivors = [command for p, command in started
+                 if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not survivors, f"processes the UI started outlived it: {survivors}"

@@ -25,20 +25,34 @@ from rul.preprocessing.windows import last_windows
 from rul.training.seeding import derive_seeds
 
 
+def parts(inner):
+    """(preprocessing, windows -> RUL) of a loaded pyfunc's inner model: the lean model
+    (rul.serving.lean_pyfunc: ONNX members, averaged) or a torch one (its Preprocessor and
+    network, as models logged before the lean runtime hold them)."""
+    if hasattr(inner, "preprocessor"):
+        model = inner.model.eval()  # in eval mode the network clamps to [0, rul_cap] itself
+
+        def predict(windows):
+            with torch.inference_mode():
+                return model(torch.from_numpy(windows)).float().numpy().reshape(-1)
+
+        return inner.preprocessor, predict
+    lean = inner.model
+    return lean.spec.preprocessing, lambda windows: lean.member_predictions(windows).mean(0)
+
+
 def truncation_rmse(inner, rows, first_cycle: int) -> tuple[float, int]:
     """RMSE over every (engine, cycle >= first_cycle) of `rows`, capped targets."""
+    preprocessing, predict = parts(inner)
     windows, targets = [], []
-    cap = inner.preprocessor.rul_cap
+    cap = preprocessing.rul_cap
     for _, unit in rows.groupby("unit", sort=False):
-        values = inner.preprocessor.transform(unit)  # causal: row t sees rows up to t only
+        values = preprocessing.transform(unit)  # causal: row t sees rows up to t only
         ids = unit["unit"].to_numpy()
         for t in range(first_cycle, len(unit) + 1):
-            windows.append(last_windows(values[:t], ids[:t], inner.preprocessor.window)[1][0])
+            windows.append(last_windows(values[:t], ids[:t], preprocessing.window)[1][0])
             targets.append(min(len(unit) - t, cap))
-    model = inner.model.eval()  # in eval mode the network clamps to [0, rul_cap] itself
-    with torch.inference_mode():
-        predicted = model(torch.from_numpy(np.stack(windows))).float().numpy().reshape(-1)
-    return rmse(predicted, targets), len(targets)
+    return rmse(predict(np.stack(windows)), targets), len(targets)
 
 
 def main():
@@ -58,7 +72,8 @@ def main():
     for uri in args.models:
         inner = mlflow.pyfunc.load_model(uri).unwrap_python_model()
         score, n = truncation_rmse(inner, rows, args.first)
-        print(f"{uri}: window {inner.preprocessor.window}, val RMSE {score:.3f} on {n} truncations "
+        window = parts(inner)[0].window
+        print(f"{uri}: window {window}, val RMSE {score:.3f} on {n} truncations "
               f"(cycles >= {args.first} of {len(val_units)} validation engines)")
 
 

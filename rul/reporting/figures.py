@@ -14,11 +14,11 @@ from rul.evaluation.figures import predicted_vs_true
 TRAJECTORY_ENGINES = 3  # the test engines with the longest records
 
 
-def _rul_cap(model) -> float:
-    try:
-        return float(model.unwrap_python_model().preprocessor.rul_cap)
-    except AttributeError:
-        return 125.0
+def _spec(model):
+    """The loaded pyfunc's inference spec: the lean model's (rul.serving.runtime) or, for a
+    model logged before it, the torch pyfunc's own."""
+    inner = model.unwrap_python_model()
+    return getattr(getattr(inner, "model", None), "spec", None) or inner.spec
 
 
 def truncations(rows: pd.DataFrame, start: int) -> pd.DataFrame:
@@ -52,8 +52,8 @@ def trajectories(model, test: pd.DataFrame, test_rul: np.ndarray, window: int, c
 
 def draw(model, test: pd.DataFrame, test_rul: np.ndarray, folder: Path) -> list[Path]:
     """predicted_vs_true.png and rul_trajectories.png of `model` (a loaded pyfunc) in folder."""
-    cap = _rul_cap(model)
-    window = int(getattr(model.unwrap_python_model().spec, "window", 30))
+    spec = _spec(model)
+    cap, window = float(spec.rul_cap), int(spec.window)
     last = model.predict(test)
     predictions = pd.DataFrame({"true_rul_capped": np.minimum(cap, test_rul),
                                 "predicted_rul": last["rul"].to_numpy()})

@@ -23,6 +23,7 @@ from rul.reporting.reproduce import (
     evaluate_command,
     recipe_label,
 )
+from rul.tracking.metric_names import read
 from rul.tracking.parent_run import KIND_TAG, SEEDS_TAG
 
 NA = "n/a"
@@ -119,8 +120,8 @@ def evaluation_record(client, run) -> ResultRecord:
     commit = tags.get(COMMIT_TAG, seed_tags.get("git_commit", ""))[:7] or NA
     if seed_tags.get("git_dirty") == "true":
         commit += " + local changes"
-    found = {m: (metrics[f"{m}_mean"], metrics.get(f"{m}_std"))
-             for m in METRICS if f"{m}_mean" in metrics}
+    found = {m: (read(metrics, f"{m}_mean"), read(metrics, f"{m}_std"))  # old or new names
+             for m in METRICS if read(metrics, f"{m}_mean") is not None}
     started = datetime.fromtimestamp(run.info.start_time / 1000, tz=timezone.utc)
     return ResultRecord(
         config=recipe_label(config_file, diff), include_cycle=config.include_cycle,

@@ -1,16 +1,13 @@
-"""The shipped model: raw C-MAPSS rows in, RUL of each unit at its last cycle out.
+"""Models logged before the lean runtime: raw C-MAPSS rows in, RUL of each unit out, in torch.
 
-Bundles the fitted Preprocessor (pickle), the network's weights and its inference spec, so
-`mlflow.pyfunc.load_model("models:/rul-fd001@champion")` needs nothing else. An ensemble's
-weights are a list of state dicts, one per member (spec `members`); it predicts their mean and
-adds the column `rul_std`, the members' spread. The signature
-names the 26 columns but leaves their types to `validate_rows`: MLflow's own enforcement
-would reject integer sensor columns (as read from the NASA files) and float unit/cycle.
+Such a model bundles the fitted Preprocessor (pickle), the network's weights and its
+inference spec, and the pickled RULModel below; it loads in rul's full environment (torch,
+scikit-learn). Models logged now are lean (rul.serving.lean_pyfunc); this class stays so that
+every model registered before keeps loading. An ensemble's weights are a list of state
+dicts, one per member (spec `members`); it predicts their mean and adds the column `rul_std`.
 
-Output: unit, rul, rul_lower, rul_upper, padded (one row per unit). rul_lower/rul_upper is the
-split conformal interval calibrated on the validation units (see rul.evaluation.conformal and
-docs: Prediction intervals); a model logged without one (interval_coverage: null, or
-logged before intervals existed) returns unit, rul, padded, and its signature says so.
+Output: unit, rul, rul_lower, rul_upper, padded (one row per unit); a model logged without an
+interval returns unit, rul, padded.
 """
 
 import json
@@ -19,31 +16,12 @@ from pathlib import Path
 
 import mlflow
 import pandas as pd
-import torch
 from mlflow.exceptions import MlflowException
-from mlflow.models import ModelSignature
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
-from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
-from mlflow.types.schema import AnyType
 
-from rul.data.schema import COLUMNS
-from rul.serving.predictor import InferenceSpec, predict_frame
-
-INPUT_SCHEMA = Schema([ColSpec(AnyType(), c) for c in COLUMNS])
-PARAMS_SCHEMA = ParamSchema([ParamSpec("short_history", "string", "pad")])
-
-
-def signature(intervals: bool = True, members: int = 1) -> ModelSignature:
-    """The logged model's signature; `intervals`: its output has rul_lower and rul_upper;
-    an ensemble (members > 1) adds rul_std, the members' spread."""
-    bounds = [ColSpec("double", "rul_lower"), ColSpec("double", "rul_upper")] if intervals else []
-    spread = [ColSpec("double", "rul_std")] if members > 1 else []
-    outputs = Schema([ColSpec("long", "unit"), ColSpec("double", "rul"), *bounds,
-                      ColSpec("boolean", "padded"), *spread])
-    return ModelSignature(inputs=INPUT_SCHEMA, outputs=outputs, params=PARAMS_SCHEMA)
-
-
-SIGNATURE = signature(intervals=True)
+from rul.serving.predictor import predict_frame
+from rul.serving.spec import InferenceSpec
+from rul.serving.torch_weights import load_networks
 
 
 class RULModel(mlflow.pyfunc.PythonModel):
@@ -64,21 +42,6 @@ class RULModel(mlflow.pyfunc.PythonModel):
                                  interval=getattr(self.spec, "interval", None))
         except ValueError as error:  # DataError included
             raise MlflowException(str(error), error_code=INVALID_PARAMETER_VALUE) from None
-
-
-def load_networks(spec: InferenceSpec, weights_path) -> list[torch.nn.Module]:
-    """The spec's networks in eval mode: one state dict, or a list of `spec.members`."""
-    saved = torch.load(weights_path, map_location="cpu")
-    states = saved if isinstance(saved, list) else [saved]
-    if len(states) != spec.members:
-        raise ValueError(f"{weights_path}: {len(states)} sets of weights for an inference spec "
-                         f"of {spec.members} member(s)")
-    networks = []
-    for state in states:
-        network = spec.build_network()
-        network.load_state_dict(state)
-        networks.append(network.eval())
-    return networks
 
 
 def load_spec(artifacts: dict, preprocessor) -> InferenceSpec:

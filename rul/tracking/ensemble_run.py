@@ -16,6 +16,7 @@ import mlflow
 from rul.evaluation import figures
 from rul.evaluation.ensemble import EnsembleOutcome, combine
 from rul.plan import plan_ensemble
+from rul.tracking.metric_names import logged_metrics
 from rul.tracking.parent_run import (
     INDEX_TAG,
     KIND_TAG,
@@ -85,7 +86,7 @@ def _log_ensemble(outcome: EnsembleOutcome, seconds: float, split: str) -> None:
     log_parent_config(config, outcome.data, members=config.ensemble)
     mlflow.set_tags({"ensemble.member_runs": ",".join(outcome.member_run_ids),
                      "ensemble.split": config.ensemble_split, "seed.split": split})
-    mlflow.log_metrics({**outcome.metrics, "wall_time_s": seconds})
+    mlflow.log_metrics(logged_metrics({**outcome.metrics, "wall_time_s": seconds}))
     log_figures({
         "member_val_curves.png": figures.member_val_curves(outcome.members,
                                                            config.ensemble_split),

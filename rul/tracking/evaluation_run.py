@@ -17,6 +17,7 @@ import mlflow
 from rul.evaluation.seeds import Evaluation, aggregate, reported_metrics
 from rul.plan import EnsemblePlan, plan_seeds
 from rul.tracking.ensemble_run import track_ensemble
+from rul.tracking.metric_names import logged_metrics
 from rul.tracking.parent_run import (
     INDEX_TAG,
     KIND_TAG,
@@ -43,7 +44,7 @@ def evaluate_seeds(config, n_seeds: int, jobs: int = 1, progress: bool = True) -
         evaluation = Evaluation(done.parent_run_id, name, rows, aggregate(rows), done.seconds)
         first = plans[0].members[0] if isinstance(plans[0], EnsemblePlan) else plans[0]
         log_parent_config(config, first.data, seeds=n_seeds)
-        mlflow.log_metrics({**evaluation.aggregates, "wall_time_s": done.seconds})
+        mlflow.log_metrics(logged_metrics({**evaluation.aggregates, "wall_time_s": done.seconds}))
         mlflow.log_table({k: [row[k] for row in rows] for k in rows[0]}, "seeds.json")
         return evaluation
 

@@ -18,6 +18,7 @@ from rul.data.split import rows_of
 from rul.evaluation import figures
 from rul.machine import machine_tags
 from rul.models.spec import unused_architecture_keys
+from rul.tracking.metric_names import logged_metrics
 from rul.tracking.model_logging import log_pyfunc
 from rul.tracking.run_notes import log_run_notes
 from rul.training.distributed import rank_seed
@@ -42,13 +43,12 @@ def data_tags(data) -> dict[str, str]:
 def log_plan(plan, tags: dict) -> None:
     """A new run's params and tags: what it trains, on what, where and how."""
     config, world, seeds = plan.config, plan.world, plan.seeds
-    mlflow.log_params(config_params(config, effective_batch_size=plan.global_batch_size,
-                                    world_size=world.size))
     # units shorter than the window give no training window (a ShortUnitWarning said which)
     dropped = {**plan.data.train.dropped_units, **plan.data.val.dropped_units}
-    mlflow.log_metrics({"short_units_dropped": len(dropped),
-                        "windows_lost": plan.data.train.windows_lost
-                        + plan.data.val.windows_lost})
+    mlflow.log_params(config_params(
+        config, effective_batch_size=plan.global_batch_size, world_size=world.size,
+        short_units_dropped=len(dropped),
+        windows_lost=plan.data.train.windows_lost + plan.data.val.windows_lost))
     if dropped:
         mlflow.set_tag("short_units", ", ".join(f"{u} ({n} rows)" for u, n in dropped.items()))
     log_run_notes(config, plan.data.test)  # padded test units, a short last micro-batch
@@ -67,7 +67,7 @@ def _log_split(split) -> None:
     if split is None:
         return
     mlflow.set_tags({"memory.auto": "true", "memory.budget_bytes": str(split.budget)})
-    mlflow.log_metric("memory.chosen_peak_mb", split.peak_bytes / 2**20)
+    mlflow.log_param("memory.chosen_peak_mb", f"{split.peak_bytes / 2**20:.1f}")
     rows = table_rows(split.table)
     mlflow.log_table({k: [row[k] for row in rows] for k in rows[0]}, "memory_probe.json")
 
@@ -75,7 +75,7 @@ def _log_split(split) -> None:
 def log_outcome(outcome) -> None:
     """A finished training's results; sets outcome.model_uri."""
     mlflow.set_tag("device", str(outcome.precision.device))
-    mlflow.log_metrics(outcome.metrics, step=outcome.state.step)
+    mlflow.log_metrics(logged_metrics(outcome.metrics), step=outcome.state.step)
     _log_inputs(outcome.data)
     log_figures({
         "learning_curves.png": figures.learning_curves(outcome.state.history),

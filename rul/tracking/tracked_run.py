@@ -142,5 +142,6 @@ def _train_in_run(plan, role: RunRole, checkpointer, listener, progress: bool):
               f"{plan.resume['train_state'].epoch}", file=sys.stderr)
     tracker = MLflowListener(mlflow.active_run().info.run_id, amp=plan.precision.use_scaler,
                              scheduled_lr=plan.config.scheduler != "none",
-                             effective_batch_size=plan.global_batch_size)
+                             micro_batch_size=plan.config.micro_batch_size,
+                             accumulation_steps=plan.config.accumulation_steps)
     return train(plan, Listeners(tracker, listener), checkpointer, progress)
