@@ -109,7 +109,7 @@ def test_the_evaluation_is_a_row_of_its_track_with_its_logged_figures(store, pag
     age = pages.results.split("## Sensors + engine age")[1].split("\n## ")[0]
     row = _row(age, source=f"run {store.parent.info.run_id[:8]}")
     assert row[1] == "2: 42, 43" and "2 seed(s): indicative only" in row[0]
-    assert row[2] == f"{metrics['val_rmse_mean']:.2f} ± {metrics['val_rmse_std']:.2f}"
+    assert row[2] == f"{metrics['val/rmse_mean']:.2f} ± {metrics['val/rmse_std']:.2f}"
     assert row[3] == f"**{metrics['test_rmse_mean']:.2f} ± {metrics['test_rmse_std']:.2f}**"
     assert row[5] == f"{metrics['test_score_mean']:.0f} ± {metrics['test_score_std']:.0f}"
     tags = machine_tags()

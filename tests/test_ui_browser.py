@@ -18,18 +18,10 @@ there: the runs view (mlflow_runs.png) and a run's charts (mlflow_run_charts.png
 training given a few more epochs so that its curves show.
 """
 
-import contextlib
 import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -47,7 +39,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 CONFIG_PATH = Path(__file__).resolve().parents[1] / "experiments" / "fd001.yaml"
 TINY = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
         "micro_batch_size": 1024, "accumulation_steps": 1, "patience": 5}
-SERVER_START_S = 180  # `mlflow ui` migrates a new store and starts workers: slow on 2 cores
 PAGE_S = 90  # a page's data arrives through several REST calls
 SCREENSHOTS = os.environ.get("RUL_SCREENSHOTS")  # a folder: save the docs' pictures there
 if SCREENSHOTS:
@@ -89,52 +80,6 @@ def tracked(tmp_path_factory, real_data_dir, mlflow_store_at):
         store.run = MlflowClient(tracking_uri=store.uri).get_run(run_id)
         store.model_name = registered_model_name(config.subset)
         yield store
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def mlflow_ui(store, started: list):
-    """`make ui`'s command over the store on a free port, stopped after as Ctrl-C stops it
-    (SIGINT); `started` gets the processes it ran, found just before the stop."""
-    port = _free_port()
-    log_path = store.root / "ui.log"
-    with open(log_path, "wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "rul.tracking.ui", "--backend-store-uri", store.uri,
-             "--port", str(port), "--host", "127.0.0.1"],
-            cwd=store.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + SERVER_START_S
-            while True:
-                assert server.poll() is None, log_path.read_text()[-3000:]
-                try:
-                    with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
-                        if response.status == 200:
-                            break
-                except (urllib.error.URLError, ConnectionError, TimeoutError):
-                    pass
-                assert time.monotonic() < deadline, f"mlflow ui silent for {SERVER_START_S} s"
-                time.sleep(1)
-            yield base
-        finally:
-            if server.poll() is None:
-                started.extend((p, " ".join(p.cmdline()))  # the job consumers start late
-                               for p in psutil.Process(server.pid).children(recursive=True))
-                server.send_signal(signal.SIGINT)  # Ctrl-C
-                try:
-                    server.wait(timeout=120)
-                except subprocess.TimeoutExpired:  # leave nothing behind, then fail below
-                    for process, _ in [*started, (psutil.Process(server.pid), "")]:
-                        with contextlib.suppress(psutil.NoSuchProcess):
-                            process.kill()
-                    server.wait()
-                    raise AssertionError("the UI did not stop within 120 s of Ctrl-C") from None
 
 
 def _lines(page) -> list[str]:
@@ -190,7 +135,7 @@ def _save_run_charts(page, run_url: str) -> None:
     _save_screenshot(page, "mlflow_run_charts.png")
 
 
-def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
+def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, mlflow_ui, tmp_path):
     run = tracked.run
     run_name, run_id, experiment_id = run.info.run_name, run.info.run_id, run.info.experiment_id
     client = MlflowClient(tracking_uri=tracked.uri)
@@ -264,7 +209,4 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
             page.screenshot(path=str(tmp_path / "model.png"), full_page=True)
         finally:
             page.close()
-    assert any("huey" in command for _, command in started)  # MLflow's job consumers
-    survivors = [command for p, command in started
-                 if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert not survivors, f"processes the UI started outlived it: {survivors}"
+    assert any("huey" in command for _, command in started)  # MLflow's job consumers, ended

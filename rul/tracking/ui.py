@@ -50,6 +50,9 @@ def main(argv: list[str]) -> int:
     def interrupted(signum, _frame):
         raise KeyboardInterrupt(signum)
 
+    # Ctrl-C is handled explicitly: a process started with SIGINT ignored (a background job
+    # of a non-interactive shell, some CI runners) keeps it ignored under Python's default.
+    signal.signal(signal.SIGINT, interrupted)
     signal.signal(signal.SIGTERM, interrupted)
     signal.signal(signal.SIGHUP, interrupted)  # the terminal closed
     try:
