@@ -7,12 +7,13 @@ CONFIG  ?= experiments/fd001.yaml
 TUNE_CONFIG ?= experiments/tune_fd001.yaml
 # Extra arguments for train/evaluate/tune/test, e.g. make train ARGS="epochs=5 model=lstm"
 ARGS    ?=
-# `make evaluate`: trainings of CONFIG, seeds seed, seed+1, ... (README: Honest evaluation)
+# `make evaluate`: trainings of CONFIG, seeds seed, seed+1, ... (docs: Results)
 SEEDS   ?= 5
 # `make evaluate`: seeds trained side by side in worker processes (the CPU threads split), e.g. JOBS=2
 JOBS    ?= 1
-# `make server`: an MLflow tracking server for workers on other machines (README: Scaling out).
-# HOST=0.0.0.0 to serve the network; SERVER_BACKEND may be a postgresql:// URL.
+# `make server` (an MLflow tracking server for workers on other machines, docs: Scale out)
+# and `make serve` (a model's scoring server) listen here. HOST=0.0.0.0 to serve the network;
+# SERVER_BACKEND may be a postgresql:// URL.
 HOST    ?= 127.0.0.1
 PORT    ?= 5000
 SERVER_BACKEND   ?= sqlite:///mlflow-server.db
@@ -22,8 +23,12 @@ SERVER_ARGS      ?=
 NPROC   ?= 1
 # Optional torch requirement installed first, e.g. TORCH=torch==2.13.0 for the CPU build.
 TORCH   ?=
+# `make report`: rul report's options, e.g. REPORT_ARGS="--tracking-uri http://host:5000"
+BENCH_RESULTS ?= bench/results
+REPORT_ARGS   ?=
+DOCS_STAMP := $(VENV)/.docs-installed
 
-# Use the C-MAPSS copy beside this checkout when there is one (see README: Data).
+# Use the C-MAPSS copy beside this checkout when there is one (see docs: Getting started, Data).
 ifneq ($(wildcard ../shared/cmapss/train_FD001.txt),)
 CMAPSS_DIR ?= $(abspath ../shared/cmapss)
 endif
@@ -31,7 +36,8 @@ ifdef CMAPSS_DIR
 export CMAPSS_DIR
 endif
 
-.PHONY: install train evaluate tune test test-fast ui server bench lint clean
+.PHONY: install train evaluate tune test test-fast ui serve server bench lint clean docs \
+	report screenshots
 
 install: $(STAMP)
 
@@ -61,11 +67,24 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" $(ARGS)
 
-# The UI of the local store; `rul train` prints this command and the address with the port.
+# The UI of a local store (default ./mlflow.db; STORE= another, e.g. the MLFLOW_TRACKING_URI
+# a run used); `rul train` prints this command, with the store and port it used. Ctrl-C stops
+# it and every process it started (rul.tracking.ui).
 UI_PORT ?= 5000
+STORE   ?= sqlite:///mlflow.db
 ui: $(STAMP)
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --default-artifact-root ./mlruns \
-		--host 127.0.0.1 --port $(UI_PORT)
+	$(BIN)/python -m rul.tracking.ui --backend-store-uri '$(STORE)' \
+		--default-artifact-root ./mlruns --host 127.0.0.1 --port $(UI_PORT)
+
+# `make serve`: a registered model behind MLflow's scoring server, run from this project's
+# environment (docs: Predict and serve), e.g. make serve MODEL=models:/rul-fd001/3 PORT=5001.
+# The local store unless MLFLOW_TRACKING_URI says otherwise.
+MODEL   ?= models:/rul-fd001@champion
+serve: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" \
+		MLFLOW_TRACKING_URI="$${MLFLOW_TRACKING_URI:-sqlite:///mlflow.db}" \
+		$(BIN)/mlflow models serve -m "$(MODEL)" --env-manager local --host $(HOST) \
+		--port $(PORT)
 
 server: $(STAMP)
 	$(BIN)/mlflow server --backend-store-uri $(SERVER_BACKEND) \
@@ -75,9 +94,31 @@ server: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench $(ARGS)
 
+# The docs site (mkdocs-material, the `docs` extra), built strictly: a warning, a broken link
+# or anchor fails it. CI runs it. The configuration and CLI reference pages are generated from
+# the code during the build.
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,postgres,docs]'
+	touch $(DOCS_STAMP)
+
+# The Results and Performance pages and their figures, from the evaluation runs of the store
+# (MLFLOW_TRACKING_URI or ./mlflow.db), the benches' JSON in BENCH_RESULTS
+# (`make bench ARGS="speed memory --json bench/results"`) and docs/data/*.yaml.
+report: $(STAMP)
+	$(BIN)/rul report $(if $(wildcard $(BENCH_RESULTS)/*.json),--bench-dir $(BENCH_RESULTS)) \
+		$(REPORT_ARGS)
+
+# The MLflow UI screenshots of the docs (docs/assets/mlflow_*.png): the browser test saves them
+# when RUL_SCREENSHOTS names a folder (needs Chromium and the C-MAPSS data).
+screenshots: $(STAMP)
+	RUL_SCREENSHOTS=$(abspath docs/assets) $(BIN)/python -m pytest -q tests/test_ui_browser.py
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache build site *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

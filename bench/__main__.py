@@ -11,14 +11,22 @@
             torch.compile, --quick fewer rounds)
 
 python -m bench [data|engine|tracking|accuracy|memory|speed ...] [--quick] [--compile]
+                [--json DIR]
 (default: data engine tracking memory speed)
+
+--json DIR writes each bench's result to DIR/<bench>-<UTC time>.json with the machine it ran
+on (rul/machine.py), the commit, the date and the command: what `rul report` turns into the
+Performance page.
 """
 
 
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -41,6 +49,8 @@ def bench_data():
     done = time.perf_counter()
     print(f"data: load {loaded - start:.3f}s + fit/transform/window {done - loaded:.3f}s "
           f"= {done - start:.3f}s for {len(windows)} windows (target < 1 s)")
+    return _summary({"FD001 load + fit + transform + windows (s)": round(done - start, 3),
+                     "target (s)": "< 1"})
 
 
 def minimal_loop(model, train, config, epochs):
@@ -109,6 +119,8 @@ def bench_engine(epochs=3):
     print(f"engine: rul {r:,.0f} samples/s vs minimal loop {m:,.0f} samples/s "
           f"-> ratio {r / m:.3f} (target >= 0.90; micro {config.micro_batch_size} x K "
           f"{config.accumulation_steps}, fp32 CPU, {torch.get_num_threads()} threads)")
+    return _summary({"rul samples/s": round(r), "minimal loop samples/s": round(m),
+                     "ratio": round(r / m, 3), "target": ">= 0.90"})
 
 
 def bench_tracking():
@@ -146,6 +158,8 @@ def bench_tracking():
     print(f"tracking: tracked {tracked:.1f}s vs untracked {plain:.1f}s for {epochs} epochs "
           f"-> overhead {100 * (tracked / plain - 1):.1f}% (target <= 5%; includes model "
           "logging, registration, figures, datasets)")
+    return _summary({"tracked (s)": round(tracked, 1), "untracked (s)": round(plain, 1),
+                     "overhead (%)": round(100 * (tracked / plain - 1), 1), "target (%)": "<= 5"})
 
 
 def bench_accuracy():
@@ -161,18 +175,51 @@ def bench_accuracy():
     print(f"accuracy: default config test RMSE {m['test_rmse']:.2f} (target <= 13.0), "
           f"uncapped {m['test_rmse_uncapped']:.2f}, score {m['test_score']:.1f}, best epoch "
           f"{m['best_epoch']}/{outcome.state.epoch}, {seconds:.0f}s wall (target <= 300 s)")
+    return _summary({"test RMSE": round(m["test_rmse"], 2), "score": round(m["test_score"], 1),
+                     "best epoch": m["best_epoch"], "wall time (s)": round(seconds),
+                     "precision": outcome.precision.name})
 
 
 def bench_memory():
     from bench.memory import bench_memory as run
 
-    run(quick=QUICK)
+    return run(quick=QUICK)
 
 
 def bench_speed():
     from bench.speed import bench_speed as run
 
-    run(quick=QUICK, compile_too=COMPILE)
+    return run(quick=QUICK, compile_too=COMPILE)
+
+
+def _summary(values: dict) -> dict:
+    """A bench whose result is a few named figures: one table of what and measured."""
+    return {"columns": ["what", "measured"], "rows": [[k, v] for k, v in values.items()]}
+
+
+def _git(*args) -> str | None:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def write_result(folder: Path, name: str, result: dict, argv: list[str]) -> Path:
+    """One bench's result as JSON, with where, when and how it was measured."""
+    from rul.machine import machine_tags
+
+    now = datetime.now(timezone.utc)
+    dirty = _git("status", "--porcelain")
+    record = {"bench": name, "date": now.strftime("%Y-%m-%d %H:%M UTC"),
+              "commit": _git("rev-parse", "--short", "HEAD") or "unknown",
+              "dirty": None if dirty is None else bool(dirty),
+              "command": " ".join(["python -m bench", *argv]), "machine": machine_tags(),
+              **result}
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-{now.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return path
 
 
 QUICK = COMPILE = False
@@ -180,6 +227,14 @@ QUICK = COMPILE = False
 
 def main(argv):
     global QUICK, COMPILE
+    given = list(argv)
+    json_dir = None
+    if "--json" in argv:
+        at = argv.index("--json")
+        if at + 1 >= len(argv):
+            sys.exit("--json needs a folder, e.g. --json bench/results")
+        json_dir = Path(argv[at + 1])
+        argv = argv[:at] + argv[at + 2:]
     QUICK, COMPILE = "--quick" in argv, "--compile" in argv
     if "--sensors-only" in argv:  # the default model without the engine's age (14 inputs):
         os.environ["RUL_BENCH_FEATURES"] = "14"  # memory and speed, as measured before it
@@ -190,8 +245,12 @@ def main(argv):
     unknown = [c for c in chosen if c not in benches]
     if unknown:
         sys.exit(f"unknown bench {unknown}; choose from {', '.join(benches)}")
+    options = [a for a in given if a.startswith("--") and a != "--json"]
     for name in chosen:
-        benches[name]()
+        result = benches[name]()
+        if json_dir is not None:
+            path = write_result(json_dir, name, result, [name, *options])
+            print(f"wrote {path}")
 
 
 

@@ -16,12 +16,12 @@ import torch
 
 from rul.models.spec import NetworkSpec
 from rul.training.hardware import keep_freed_memory
-from rul.training.micro_batch import measure_step
+from rul.training.micro_batch import StepSettings, measure_step
 from rul.training.precision import Precision, resolve_precision
 
 B, MICROS = 512, (512, 256, 128, 64)
 # experiments/fd001.yaml's inputs: FD001's 14 informative sensors and the engine's age;
-# `--sensors-only` (bench/__main__.py) sets 14, the model the README's figures before it timed
+# `--sensors-only` (bench/__main__.py) sets 14, the model the recorded figures before it timed
 N_FEATURES = int(os.environ.get("RUL_BENCH_FEATURES", 15))
 DEFAULT_MODEL = NetworkSpec(n_features=N_FEATURES)  # experiments/fd001.yaml's model
 
@@ -36,14 +36,14 @@ def measure(precision: Precision, micro: int, steps: int) -> tuple[int, float]:
     model = DEFAULT_MODEL.build().to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scaler = precision.grad_scaler()
-    peak, _ = measure_step(model, optimizer, scaler, micro_batches, precision, 1.0,
-                           DEFAULT_MODEL.rul_cap)
-    seconds = sum(measure_step(model, optimizer, scaler, micro_batches, precision, 1.0,
-                               DEFAULT_MODEL.rul_cap)[1] for _ in range(steps))
+    settings = StepSettings(precision, 1.0, DEFAULT_MODEL.rul_cap)
+    peak, _ = measure_step(model, optimizer, scaler, micro_batches, settings)
+    seconds = sum(measure_step(model, optimizer, scaler, micro_batches, settings)[1]
+                  for _ in range(steps))
     return peak, B * steps / seconds if steps else 0.0
 
 
-def bench_memory(quick: bool = False) -> None:
+def bench_memory(quick: bool = False) -> dict:
     keep_freed_memory()  # as `rul train` on a CPU, before its memory probe
     runs = [("cpu", p) for p in ("fp32", "bf16")]
     if torch.cuda.is_available():
@@ -54,6 +54,7 @@ def bench_memory(quick: bool = False) -> None:
           f"{torch.get_num_threads()} CPU threads, {name}, torch {torch.__version__}")
     print(f"{'device':6} {'prec':5} {'micro':>5} {'K':>2} {'peak_MiB':>9} {'samples/s':>10} "
           f"{'peak/1x512':>10} {'speed/1x512':>11}")
+    rows = []
     for device, name in runs:
         precision = resolve_precision(name, torch.device(device))
         measure(precision, MICROS[-1], 0)  # warm-up: one-time initialisation not counted
@@ -63,3 +64,9 @@ def bench_memory(quick: bool = False) -> None:
             reference = reference or (peak, rate)
             print(f"{device:6} {name:5} {micro:5d} {B // micro:2d} {peak / 2**20:9.1f} "
                   f"{rate:10.0f} {peak / reference[0]:10.2f} {rate / reference[1]:11.2f}")
+            rows.append([device, name, f"{micro} x {B // micro}", round(peak / 2**20, 1),
+                         round(rate), round(peak / reference[0], 2),
+                         round(rate / reference[1], 2)])
+    return {"columns": ["device", "precision", "micro x K", "peak MiB", "samples/s",
+                        f"peak / ({B}x1)", f"speed / ({B}x1)"], "rows": rows,
+            "note": f"effective batch {B}, {N_FEATURES} inputs, one AdamW step per row"}

@@ -203,7 +203,7 @@ def label(device: torch.device, precision: str) -> str:
     return "cpu fp32 eager" if precision == "fp32" else "cpu bf16 autocast"
 
 
-def bench_speed(quick: bool = False, compile_too: bool = False) -> None:
+def bench_speed(quick: bool = False, compile_too: bool = False) -> dict:
     rounds, steps = (3, 2) if quick else (9, 4)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     chosen, reason = auto_precision(device, "cnn")
@@ -233,3 +233,10 @@ def bench_speed(quick: bool = False, compile_too: bool = False) -> None:
     print(f"precision: auto here = {default.spec.label} ({reason}); native bf16 CPU: "
           f"{cpu_has_native_bf16()}")
     print(f"speed ratio: {default.median / reference.median:.2f}")
+    return {"columns": ["path", "samples/s", "min", "max", "ratio to reference", "setup s"],
+            "rows": [[p.spec.label, round(p.median), round(min(p.rates)), round(max(p.rates)),
+                      round(p.median / reference.median, 2), round(p.setup_seconds, 1)]
+                     for p in every],
+            "summary": {"speed ratio": round(default.median / reference.median, 2),
+                        "precision: auto here": default.spec.label},
+            "note": f"{rounds} interleaved rounds of {steps} steps, one process per path"}

@@ -1,4 +1,4 @@
-"""Command line: `rul train`, `rul evaluate`, `rul predict`, `rul tune`."""
+"""Command line: `rul train`, `rul evaluate`, `rul predict`, `rul tune`, `rul report`."""
 
 import os
 import sys
@@ -9,18 +9,28 @@ import click
 
 from rul import config as cfg
 from rul.interrupts import Terminated, exit_code, interrupts_as_exceptions
+from rul.reporting.cli import report
 
 
 class UserError(click.ClickException):
     exit_code = 2
 
 
+class ServiceError(click.ClickException):
+    """A server that did not answer (rul.services): exit 69, EX_UNAVAILABLE."""
+
+    exit_code = 69
+
+
 def _user_errors():
     from mlflow.exceptions import MlflowException
 
     from rul.data.errors import DataError, DataUnavailableError
+    from rul.tracking.run_checkpoints import CannotResume
+    from rul.training.checkpoint import CheckpointDamaged
 
-    return (cfg.ConfigError, DataError, DataUnavailableError, FileNotFoundError, MlflowException)
+    return (cfg.ConfigError, DataError, DataUnavailableError, FileNotFoundError, MlflowException,
+            CannotResume, CheckpointDamaged)
 
 
 def _load_config(config_path, overrides, data_dir=None, loader=cfg.load):
@@ -37,18 +47,40 @@ def _load_config(config_path, overrides, data_dir=None, loader=cfg.load):
 
 
 @contextmanager
-def _ends_cleanly(after_interrupt: str, on_first_signal=None):
+def _ends_cleanly(after_interrupt, on_first_signal=None):
     """The block's bad inputs end the command with their one-line error (exit 2); SIGINT or
-    SIGTERM end it with the signal's name and `after_interrupt` (exit 130 or 143), once the
-    block has cleaned up (runs marked KILLED): never a traceback."""
+    SIGTERM end it with the signal's name and `after_interrupt` (a text, or a function that
+    says what is left) (exit 130 or 143), once the block has cleaned up (runs marked KILLED):
+    never a traceback."""
+    from rul.services import ServiceUnavailable
+
     try:
         with interrupts_as_exceptions(on_first_signal=on_first_signal):
             yield
+    except ServiceUnavailable as error:
+        raise ServiceError(str(error)) from None
     except _user_errors() as error:
         raise UserError(str(error)) from None
     except KeyboardInterrupt as interruption:
-        click.echo(f"\n{_signal_name(interruption)}: {after_interrupt}", err=True)
+        said = after_interrupt() if callable(after_interrupt) else after_interrupt
+        click.echo(f"\n{_signal_name(interruption)}: {said}", err=True)
         sys.exit(exit_code(interruption))
+
+
+def _after_interrupted_training(config, run_ids: list, world) -> str:
+    """What an interrupted `rul train` leaves: a run and its checkpoint to resume, a run
+    stopped before its first checkpoint (nothing to resume), or no run yet."""
+    from rul.tracking.run_checkpoints import RunCheckpoints
+
+    if not world.is_main:
+        return "rank 0 ends the run and says what is kept"
+    if not run_ids:
+        return "nothing was started (no run was created)"
+    if RunCheckpoints(config.checkpoint_dir).has_checkpoint(run_ids[-1]):
+        return ("the run is marked KILLED and its checkpoint kept; continue it with: "
+                "rul train ... --resume")
+    return ("the run is marked KILLED; it stopped before its first epoch ended, so it has no "
+            "checkpoint and nothing can be resumed: run the command again")
 
 
 @click.group()
@@ -91,15 +123,16 @@ def train(config_path, overrides, data_dir, resume, jobs, no_progress):
     if jobs > 1:
         raise UserError(f"--jobs {jobs}: a single model trains in one process (--jobs runs "
                         "an ensemble's members side by side; torchrun splits one training)")
-    with _ends_cleanly("the run is marked KILLED and its checkpoint kept; continue it with: "
-                       "rul train ... --resume"):
+    run_ids = []
+    with _ends_cleanly(lambda: _after_interrupted_training(config, run_ids, world)):
         try:
             with process_group(world, config.device):
                 if not world.is_main:  # trains its share; writes nothing, tracks nothing
                     train_plan(plan_run(config, world=world), progress=False)
                     return
                 outcome, run_id = train_tracked(config, resume=True if resume == "newest"
-                                                else resume or False, progress=not no_progress)
+                                                else resume or False, progress=not no_progress,
+                                                on_run_created=run_ids.append)
         except PeerLost as error:
             click.echo(f"error: {error}; the run is marked FAILED" if world.is_main
                        else f"error: {error}", err=True)
@@ -180,14 +213,37 @@ def _signal_name(interruption: KeyboardInterrupt) -> str:
 
 
 def browse_hint(tracking_uri: str, experiment_id: str) -> str:
-    """Where to look at the runs: the server itself, or how to start the UI on a local store,
-    with the port used (RUL_UI_PORT, default 5000) and the experiment's runs view."""
+    """Where to look at the runs: the server itself, or how to start the UI on the store that
+    was used (RUL_UI_PORT, default 5000), and the experiment's runs view. `make ui` is named
+    where it works (a Makefile with a `ui` target here), with STORE= unless the store is
+    its default ./mlflow.db; a relative SQLite path is made absolute."""
+    import shlex
+    import shutil
+
+    from rul.tracking.store import DEFAULT_URI, sqlite_path
+
     page = f"/#/experiments/{experiment_id}?workflowType=machine_learning"
     if tracking_uri.startswith(("http://", "https://")):
         return tracking_uri.rstrip("/") + page
     port = os.environ.get("RUL_UI_PORT", "5000")
-    return (f"make ui UI_PORT={port} (or: mlflow ui --backend-store-uri {tracking_uri} "
-            f"--port {port}), then http://127.0.0.1:{port}{page}")
+    database = sqlite_path(tracking_uri)
+    store = f"sqlite:///{database.absolute()}" if database else tracking_uri
+    beside = Path(sys.executable).with_name("mlflow")  # the mlflow of this environment
+    mlflow_ui = "mlflow" if shutil.which("mlflow") == str(beside) or not beside.exists() \
+        else str(beside)
+    ui = f"{mlflow_ui} ui --backend-store-uri {shlex.quote(store)} --port {port}"
+    then = f"then http://127.0.0.1:{port}{page}"
+    if not _makefile_has_ui():
+        return f"{ui}, {then}"
+    chosen = "" if tracking_uri == DEFAULT_URI else f" STORE={shlex.quote(store)}"
+    return f"make ui{chosen} UI_PORT={port} (or: {ui}), {then}"
+
+
+def _makefile_has_ui() -> bool:
+    try:
+        return "\nui:" in "\n" + Path("Makefile").read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 @main.command()
@@ -202,23 +258,34 @@ def browse_hint(tracking_uri: str, experiment_id: str) -> str:
               show_default=True,
               help="A unit with fewer rows than the window: edge-pad it (flagged `padded`) "
                    "or reject the input.")
+@click.option("--strict", is_flag=True,
+              help="Refuse the input when a unit lies outside the training fleet (otherwise "
+                   "such units are flagged and named in a warning).")
 @click.option("--horizon", type=float, default=None,
               help="Cycles ahead for p_fail_within, the probability that the engine fails "
                    "within them (default 20; below the model's RUL cap).")
-def predict(model_uri, input_path, output, tracking_uri, short_history, horizon):
+def predict(model_uri, input_path, output, tracking_uri, short_history, strict, horizon):
     """Predict the RUL of each engine at its last cycle; writes CSV
-    `unit,rul,rul_lower,rul_upper,p_fail_within,padded` (bounds: the model's calibrated
-    interval, if any; p_fail_within: the probability of failing within --horizon cycles)."""
-    from rul.inference import predict_file, write_predictions
+    `unit,rul,rul_lower,rul_upper,p_fail_within,padded,flagged,flag_reason` (bounds: the
+    model's calibrated interval, if any; p_fail_within: the probability of failing within
+    --horizon cycles; flagged: the unit lies outside the training fleet, and why)."""
+    from rul.inference import PredictOptions, outside_warning, predict_file, write_predictions
+    from rul.services import ServiceUnavailable
 
     try:
         if output and not Path(output).parent.is_dir():  # before the work, not after it
             raise UserError(f"{output}: folder {Path(output).parent} does not exist")
-        result = predict_file(model_uri, input_path, tracking_uri, short_history, horizon)
+        result = predict_file(model_uri, input_path, tracking_uri,
+                              PredictOptions(short_history, strict, horizon))
         if output:
             write_predictions(result, output)
+    except ServiceUnavailable as error:
+        raise ServiceError(str(error)) from None
     except (*_user_errors(), ValueError) as error:
         raise UserError(str(error)) from None
+    warning = outside_warning(result)
+    if warning:
+        click.echo(warning, err=True)
     if output:
         click.echo(f"wrote {len(result)} predictions to {output}", err=True)
     else:
@@ -236,17 +303,18 @@ def predict(model_uri, input_path, output, tracking_uri, short_history, horizon)
               help="Optuna storage URL (default: sqlite, or a journal file with --workers>1).")
 @click.option("--study-name", default=None, help="Study name (default: from the config).")
 @click.option("--data-dir", type=click.Path(file_okay=False), help="Local C-MAPSS folder.")
-def tune(config_path, overrides, n_trials, timeout, workers, storage, study_name, data_dir):
-    """Search micro-batch size, accumulation steps and more with Optuna."""
+def tune(config_path, overrides, data_dir, **study):
+    """Search the effective batch, learning rate and more with Optuna."""
     from rul.tuning.study import quiet_optuna, run_study
 
     config = _load_config(config_path, overrides, data_dir, loader=cfg.load_tuning)
     with _ends_cleanly("the study's runs are marked KILLED and the study is kept; run the same "
                        "command again to continue it", on_first_signal=quiet_optuna):
-        summary = run_study(config, n_trials=n_trials, timeout=timeout, workers=workers,
-                            storage=storage, study_name=study_name)
+        summary = run_study(config, **study)
     click.echo(summary)
 
+
+main.add_command(report)  # rul/reporting/cli.py
 
 if __name__ == "__main__":
     main()

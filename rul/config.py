@@ -8,6 +8,7 @@ becomes one line of a ConfigError: `<source>: <key>=<value>: <what is wrong>`.
 import difflib
 import os
 import re
+import sys
 import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -121,33 +122,63 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
 
     # data and preprocessing
     subset: _one_of(*SUBSETS) = "FD001"
+    """Which C-MAPSS subset to train and test on (FD001: one operating condition, one fault
+    mode)."""
     data_dir: OptionalText = None
+    """Folder holding train_FDxxx.txt, test_FDxxx.txt and RUL_FDxxx.txt; null: CMAPSS_DIR, then
+    the cache data/cmapss/, then a verified download."""
     window: PositiveInt = DEFAULT_WINDOW
+    """Cycles per input window: the model sees a unit's last `window` cycles."""
     rul_cap: PositiveInt = DEFAULT_RUL_CAP
+    """Cap of the piecewise-linear RUL target in cycles: early in life the target stays at the
+    cap; predictions and interval bounds never exceed it."""
     features: Annotated[str | list[str], Field(
         description="'informative', 'all' or a list of sensor columns")] = "informative"
+    """Sensor columns fed to the model: the 14 informative sensors, all 21, or an explicit list
+    such as [s_2, s_3]."""
     include_settings: Flag = False
+    """Also feed the three operational settings as inputs."""
     include_cycle: Flag = False  # the engine's age in cycles as one more input column
-    # each training engine's record starts a random 0..N cycles late (drawn per engine from the
-    # split seed) and is renumbered from 1, as a record begun after wear nobody counted: the
-    # age then stops being exact in training (validation and test records stay as recorded)
+    """Feed the engine's age (cycles since the start of its record) as one more input column.
+    It assumes that `cycle` counts from each engine's first cycle in service, in a fleet whose
+    lives resemble the training fleet's (see Concepts: inputs)."""
     late_start_max: NonNegativeInt = 0
+    """Train on records that start a random 0..N cycles late (drawn per training engine from
+    the split seed, renumbered from 1), as records begun after wear nobody counted: the age is
+    then not exact in training. Validation and test records stay as recorded."""
     drop_constant: Flag = False
+    """Drop input columns that are (nearly) constant within every operating condition of the
+    training units."""
     normalization: _one_of("minmax", "zscore") = "minmax"
+    """How inputs are scaled, fitted on the training units only: min-max to [-1, 1] or z-score."""
     condition_scaling: _one_of("auto", "global", "per_condition") = "auto"  # per_condition
     # for FD002/FD004 when auto
+    """Scale sensors per operating condition or globally; auto: per condition for the subsets
+    with six conditions (FD002, FD004)."""
     smoothing_alpha: _number("a number in (0, 1] (weight of the newest cycle; 1 = off)",
                              gt=0, le=1) = 0.1  # causal exponential smoothing per unit
+    """Weight of the newest cycle in the causal exponential smoothing of each unit's sensors; 1
+    turns smoothing off."""
     val_fraction: _number("a number between 0 and 1 (validation units for early stopping)",
                           gt=0, lt=1) = 0.2
+    """Share of the training units held out (whole units) for early stopping, model selection and
+    interval calibration."""
     # model (architecture defaults: rul.models.spec)
     model: _one_of(*KINDS) = DEFAULT_KIND
+    """Network: the DCNN of Li et al. (2018), an LSTM, a GRU or a Transformer encoder."""
     hidden_size: PositiveInt = ARCHITECTURE_DEFAULTS["hidden_size"]
+    """Width of the recurrent/Transformer layers, and of the DCNN's dense head."""
     num_layers: PositiveInt = ARCHITECTURE_DEFAULTS["num_layers"]
+    """Number of layers: convolution layers of the DCNN, stacked recurrent or Transformer layers
+    otherwise."""
     dropout: _number("a number in [0, 1)", ge=0, lt=1) = ARCHITECTURE_DEFAULTS["dropout"]
+    """Dropout probability (the DCNN's head; between layers of the others)."""
     kernel_size: PositiveInt = ARCHITECTURE_DEFAULTS["kernel_size"]
+    """Time steps covered by each DCNN convolution."""
     filters: PositiveInt = ARCHITECTURE_DEFAULTS["filters"]  # cnn
+    """Channels of each DCNN convolution layer."""
     num_heads: PositiveInt = ARCHITECTURE_DEFAULTS["num_heads"]  # transformer
+    """Attention heads of the Transformer; must divide hidden_size."""
     # optimization
     # The effective batch B is the accuracy decision; its split into micro-batches x K is a
     # memory and speed decision (exact accumulation: same B, same model). `auto` measures the
@@ -155,44 +186,80 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     # memory_budget (null: CUDA's free memory less a margin; CPU: half the available RAM),
     # with K = ceil(B / micro). With integers, B = micro x K unless stated.
     micro_batch_size: MicroBatch = 256
+    """Samples per forward/backward pass: a memory and speed choice that does not change the
+    model; auto measures peak memory and picks the largest that fits memory_budget."""
     accumulation_steps: PositiveInt = 2  # derived when micro_batch_size is auto
+    """Micro-batches accumulated per optimizer step (K); derived when micro_batch_size is auto."""
     effective_batch_size: Annotated[PositiveInt | None, Field(
         description="a positive integer or null")] = None  # null: micro x K
+    """Samples per optimizer step (B): the accuracy decision; null means micro_batch_size x
+    accumulation_steps."""
     memory_budget: MemorySize = None
+    """Peak memory allowed to micro_batch_size: auto; null: the free CUDA memory less 10 %, or
+    half the available RAM on CPU."""
     epochs: PositiveInt = 100
+    """Maximum number of passes over the training windows."""
     # cosine decay from 2e-3 to 0 over all epochs' steps: on validation units it beat the
-    # constant 1e-3 at the same cost (README: Honest evaluation, "The recipe")
+    # constant 1e-3 at the same cost (docs: Results)
     lr: _number("a number > 0", gt=0) = 2e-3
+    """Peak learning rate of AdamW (the cosine schedule decays it to 0)."""
     weight_decay: _number("a number >= 0", ge=0) = 0.0
+    """AdamW's decoupled weight decay."""
     scheduler: _one_of("none", "cosine", "onecycle") = "cosine"
+    """Learning-rate schedule over all optimizer steps: constant, cosine decay to 0, or one-
+    cycle."""
     max_grad_norm: Annotated[_number("a number > 0", gt=0) | None, Field(
         description="a number > 0, or null to disable clipping")] = 1.0
+    """Gradients are clipped to this global L2 norm after unscaling, once per optimizer step;
+    null disables clipping."""
     ema_decay: _number("a number in [0, 1) (0 turns the weight average off)",
                        ge=0, lt=1) = 0.99  # evaluate a moving average of the weights
+    """Decay of the exponential moving average of the weights used for validation, early stopping
+    and the returned model; 0 turns it off."""
     precision: _one_of("auto", "fp32", "fp16", "bf16") = "auto"
+    """Training arithmetic: auto picks fp16 on CUDA, bf16 on a CPU with native bf16 (for the
+    DCNN) and fp32 otherwise; evaluation always runs in float32."""
     seed: NonNegativeInt = 42
+    """Seed of the validation split, weight init, dropout and batch order; the same seed and
+    machine give the same run."""
     # members of an ensemble model: seeds seed .. seed+N-1 (init and batch order), one shared
-    # validation split (that of `seed`); their predictions are averaged (README: Ensembles)
+    # validation split (that of `seed`); their predictions are averaged (docs: Evaluate)
     ensemble: PositiveInt = 1
+    """Members of an ensemble model (seeds seed .. seed+N-1), whose predictions are averaged into
+    one served model."""
     # how the members split the training units: "shared", all on the validation split of `seed`
     # (val_fraction); "folds", the units cut into N folds by seed's permutation: member i
     # early-stops on fold i and trains on the others (val_fraction unused), so the ensemble
-    # learns from every training unit and its val_rmse is out-of-fold (README: Ensembles)
+    # learns from every training unit and its val_rmse is out-of-fold (docs: Evaluate)
     ensemble_split: _one_of("shared", "folds") = "shared"
+    """How ensemble members split the training units: all on the validation split of `seed`
+    (shared), or one fold each (folds: out-of-fold validation)."""
     deterministic: Flag = False
+    """Ask torch for deterministic algorithms (slower; needed for bitwise-equal runs on CUDA)."""
     patience: PositiveInt = 20
+    """Epochs without a better validation RMSE before early stopping ends the run."""
     device: _one_of("auto", "cpu", "cuda") = "auto"
+    """Where to train: auto (CUDA when available), cpu or cuda."""
     # prediction intervals of the logged model: split conformal on the validation windows
     interval_coverage: Annotated[_number("a number strictly between 0 and 1", gt=0, lt=1)
                                  | None, Field(description="a number strictly between 0 and 1"
                                                ", or null to disable prediction intervals")
                                  ] = 0.9
+    """Target coverage of the prediction interval (split conformal, calibrated on the validation
+    windows); null: the model returns no bounds."""
     # tracking and outputs
     tracking_uri: OptionalText = None
+    """MLflow store for the run; null: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db with
+    artifacts in ./mlruns."""
     experiment: OptionalText = None  # default rul-<subset>
+    """MLflow experiment name; null: rul-<subset>."""
     register: Flag = True
+    """Register the model as rul-<subset> and move the champion alias when validation RMSE
+    improves."""
     run_name: OptionalText = None
+    """MLflow run name; null: model, effective batch, K and seed, e.g. cnn-b512-k2-s42."""
     checkpoint_dir: Text = "mlruns/checkpoints"
+    """Folder of the per-epoch checkpoints that `rul train --resume` continues from."""
 
     @field_validator("subset", mode="before")
     @classmethod
@@ -363,8 +430,10 @@ def _objective_hint(name: str) -> str:
 
 class Categorical(_Strict):
     type: Literal["categorical"]
+    """categorical: draw one of `choices`."""
     choices: Annotated[list[bool | int | float | str | None], Field(
         min_length=1, description="a non-empty list of values")]
+    """The values a trial may draw."""
 
 
 class _Range(_Strict):
@@ -379,16 +448,24 @@ class _Range(_Strict):
 
 class IntRange(_Range):
     type: Literal["int"]
+    """int: draw an integer between low and high (both included)."""
     low: Annotated[int, Field(description="an integer")]
+    """Smallest value."""
     high: Annotated[int, Field(description="an integer")]
+    """Largest value."""
     log: Flag = False
+    """Draw on a log scale (low must be > 0)."""
 
 
 class FloatRange(_Range):
     type: Literal["float"]
+    """float: draw a number between low and high."""
     low: _number("a number")
+    """Smallest value."""
     high: _number("a number")
+    """Largest value."""
     log: Flag = False
+    """Draw on a log scale (low must be > 0)."""
 
 
 Dimension = Annotated[Categorical | IntRange | FloatRange, Field(discriminator="type")]
@@ -399,27 +476,44 @@ class TuningConfig(_Strict):
     In YAML both sit side by side at the top level; `load_tuning` splits them."""
 
     train: TrainConfig = Field(default_factory=TrainConfig)
+    """The base training config of every trial (in YAML its keys sit at the top level beside the
+    tuning keys)."""
     search_space: Annotated[dict[str, Dimension], Field(
         description="a mapping of training keys to distributions")] = {}
+    """Training keys each trial draws, each a distribution: categorical (choices), int or float
+    (low, high, optional log)."""
     max_effective_batch: Annotated[PositiveInt | None, Field(
         description="a positive integer or null")] = None  # larger micro x K is pruned
+    """Trials whose effective batch exceeds this are pruned before training; null: no limit."""
     scale_lr_with_batch: Flag = False  # lr x effective_batch / 512 (linear scaling rule)
+    """Scale each trial's lr by effective_batch_size / 512 (the linear scaling rule)."""
     n_trials: PositiveInt = 12
+    """Trials to run when the command gives no --n-trials."""
     pruner: _one_of("median", "hyperband", "none") = "median"
+    """Pruner that stops unpromising trials on their per-epoch validation RMSE (off for several
+    objectives)."""
     pruner_warmup_epochs: NonNegativeInt = 3
+    """Epochs a trial trains before it may be pruned."""
     study_name: OptionalText = None  # default rul-<subset>-tune
+    """Optuna study name; null: rul-<subset>-tune."""
     # Study on a database server (--storage postgresql://...): a worker beats every
     # heartbeat_interval seconds; one silent for the grace period (default 2 intervals) is
     # dead, its trial FAIL (and retried up to retry_dead_trials times).
     heartbeat_interval: PositiveInt = 60
+    """Seconds between a worker's heartbeats on a database storage (PostgreSQL)."""
     heartbeat_grace_period: Annotated[PositiveInt | None, Field(
         description="a positive integer or null")] = None
+    """Seconds of silence after which a worker counts as dead and its trial fails; null: two
+    heartbeat intervals."""
     retry_dead_trials: NonNegativeInt = 0
+    """How many times a trial whose worker died is re-queued."""
     # What the study optimises (rul.tuning.objectives): val_rmse alone, or with samples_per_s
     # and/or peak_memory_mb (multi-objective: a Pareto front, no pruning).
     objectives: Annotated[list[str], Field(description=(
         "a non-empty list of objective names: val_rmse, samples_per_s, peak_memory_mb"))] = list(
         DEFAULT_OBJECTIVES)
+    """What the study optimises: val_rmse alone, or with samples_per_s and/or peak_memory_mb (a
+    Pareto front)."""
 
     @field_validator("objectives")
     @classmethod
@@ -514,53 +608,111 @@ def _check_dimension(train: TrainConfig, key: str, dimension) -> None:
 
 def load(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> TrainConfig:
     """Read a YAML config (or none: defaults) and apply overrides ('key=value' strings)."""
-    values, changes, source = _read(path, overrides)
-    return build(values, changes, source)
+    values, changes, source, changes_source = _read(path, overrides)
+    return build(values, changes, source, changes_source)
 
 
 def load_tuning(path: str | Path | None = None,
                 overrides: list[str] | dict | None = None) -> TuningConfig:
     """Read a flat tuning YAML (training and tuning keys side by side) and apply overrides."""
-    values, changes, source = _read(path, overrides)
-    return build_tuning(values, changes, source)
+    values, changes, source, changes_source = _read(path, overrides)
+    return build_tuning(values, changes, source, changes_source)
 
 
-def build(values: dict, changes: dict | None = None, source: str = "config") -> TrainConfig:
-    merged = {**values, **(changes or {})}
-    return _validate(TrainConfig, merged, merged, source)
+def build(values: dict, changes: dict | None = None, source: str = "config",
+          changes_source: str | None = None) -> TrainConfig:
+    """`values` (from `source`) with `changes` (from `changes_source`, default `source`)
+    applied; an error names the source of the key it is about."""
+    changes = _auto_keeps_the_batch(values, changes or {}, announce=changes_source is not None)
+    merged = {**values, **changes}
+    return _validate(TrainConfig, merged, merged,
+                     _Origins(source, changes_source, set(values), set(changes)))
 
 
-def build_tuning(values: dict, changes: dict | None = None,
-                 source: str = "config") -> TuningConfig:
-    merged = {**values, **(changes or {})}
+def build_tuning(values: dict, changes: dict | None = None, source: str = "config",
+                 changes_source: str | None = None) -> TuningConfig:
+    changes = _auto_keeps_the_batch(values, changes or {}, announce=changes_source is not None)
+    merged = {**values, **changes}
     tuning = {k: v for k, v in merged.items() if k in TUNING_KEYS}
     train = {k: v for k, v in merged.items() if k not in TUNING_KEYS}
-    return _validate(TuningConfig, {**tuning, "train": train}, merged, source)
+    return _validate(TuningConfig, {**tuning, "train": train}, merged,
+                     _Origins(source, changes_source, set(values), set(changes)))
 
 
-def _read(path, overrides) -> tuple[dict, dict, str]:
+def _auto_keeps_the_batch(values: dict, changes: dict, announce: bool) -> dict:
+    """`micro_batch_size=auto` as a change, with no effective_batch_size stated anywhere:
+    the effective batch stays the one `values` (and the defaults) imply, micro x K, so that
+    asking for the automatic split never changes the model. Said on stderr when `announce`."""
+    if (changes.get("micro_batch_size") != "auto" or "effective_batch_size" in changes
+            or values.get("effective_batch_size") is not None):
+        return changes
+    fields = TrainConfig.model_fields
+    micro = values.get("micro_batch_size", fields["micro_batch_size"].default)
+    k = values.get("accumulation_steps", fields["accumulation_steps"].default)
+    if not (_positive_int(micro) and _positive_int(k)):
+        return changes  # the file's own split is auto or invalid: its error says so
+    if announce:
+        print(f"micro_batch_size=auto keeps the effective batch of the config, {micro} x {k} = "
+              f"{micro * k} (state effective_batch_size to change it)", file=sys.stderr)
+    return {**changes, "effective_batch_size": micro * k}
+
+
+COMMAND_LINE = "command line"
+
+
+def _read(path, overrides) -> tuple[dict, dict, str, str]:
+    """(the file's values, the overrides, the name of each's source)."""
     values: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"{path}: config file not found")
-        try:
-            values = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as error:
-            raise ConfigError(f"{path}: not valid YAML: {error}") from None
-        if not isinstance(values, dict):
-            raise ConfigError(f"{path}: expected a mapping of keys to values")
+        values = _yaml_mapping(path)
     if isinstance(overrides, dict):
-        changes = overrides
+        changes, changes_source = overrides, "overrides"
     else:
         changes = dict(_parse_override(item) for item in overrides or [])
-    return values, changes, str(path) if path is not None else "config"
+        changes_source = COMMAND_LINE
+    return values, changes, str(path) if path is not None else "config", changes_source
+
+
+def _yaml_mapping(path: Path) -> dict:
+    """The file's mapping; any problem is one line `file:line:column: what is wrong`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not a UTF-8 text file (byte {error.start}: "
+                          f"{error.reason})") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot be read ({error.strerror})") from None
+    try:
+        values = yaml.safe_load(text) or {}
+    except yaml.MarkedYAMLError as error:
+        raise ConfigError(_yaml_problem(path, error)) from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys to values")
+    return values
+
+
+def _yaml_problem(path: Path, error: yaml.MarkedYAMLError) -> str:
+    mark = error.problem_mark or error.context_mark
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+    what = error.problem or error.context or "unreadable"
+    context = error.context_mark
+    if error.problem and error.context and context is not None and (
+            context.line, context.column) != (mark.line, mark.column):
+        what += f" ({error.context} that starts at {context.line + 1}:{context.column + 1})"
+    elif error.problem and error.context:
+        what += f" ({error.context})"
+    return f"{where}: not valid YAML: {what}"
 
 
 def _parse_override(item: str) -> tuple[str, Any]:
     key, sep, raw = item.partition("=")
     if not sep or not key:
-        raise ConfigError(f"override {item!r} must look like key=value")
+        raise ConfigError(f"{COMMAND_LINE}: override {item!r} must look like key=value")
     try:
         return key.strip(), yaml.safe_load(raw)
     except yaml.YAMLError:
@@ -570,15 +722,38 @@ def _parse_override(item: str) -> tuple[str, Any]:
 # ------------------------------------------------------------------ errors
 
 
-def _validate(model: type[BaseModel], data: dict, flat: dict, source: str):
+class _Origins:
+    """Where each key's value came from: the file (or `config`: the defaults) or the
+    overrides (the command line)."""
+
+    def __init__(self, file: str, changes: str | None, written: set, changed: set):
+        self.file, self.changes = file, changes or file
+        self.written, self.changed = written - changed, changed
+
+    def of_key(self, key) -> str:
+        return self.changes if key in self.changed else self.file
+
+    def of_rule(self, line: str) -> str:
+        """A cross-field rule names its keys (`key=value`, the first one leading): the
+        sources of those keys, the file's (or the defaults') when none was written."""
+        named = {*re.findall(r"\b([a-z_]+)=", line), re.match(r"[a-z_]*", line).group()}
+        sources = [self.file] if named & self.written else []
+        if named & self.changed:
+            sources.append(self.changes)
+        return " and ".join(dict.fromkeys(sources)) or self.file
+
+
+def _validate(model: type[BaseModel], data: dict, flat: dict, origins: _Origins):
     try:
         return model.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(_explain(error, model, flat, source)) from None
+        raise ConfigError(_explain(error, model, flat, origins)) from None
 
 
-def _explain(error: ValidationError, model: type[BaseModel], flat: dict, source: str) -> str:
-    """One line per problem, unknown keys first; never pydantic's own dump."""
+def _explain(error: ValidationError, model: type[BaseModel], flat: dict,
+             origins: _Origins) -> str:
+    """One line per problem, unknown keys first, each naming where its value came from (the
+    file or the command line); never pydantic's own dump."""
     unknown, lines = [], []
     for item in error.errors(include_url=False):
         loc = tuple(item["loc"])
@@ -589,14 +764,22 @@ def _explain(error: ValidationError, model: type[BaseModel], flat: dict, source:
             continue
         if loc[:1] == ("search_space",) and len(loc) > 1:
             line = _space_problem(str(loc[1]), loc[2:], item, flat.get("search_space"))
+            source = origins.of_key("search_space")
         elif item["type"] == "config_rule":
             line = item["msg"]
+            source = origins.of_rule(line)
         else:
             key = loc[0]
             line = f"{key}={flat.get(key)!r}: {_must_be(key, item)}"
+            source = origins.of_key(key)
         if f"{source}: {line}" not in lines:
             lines.append(f"{source}: {line}")
-    return "\n".join(_unknown_keys(unknown, model, source) + lines)
+    by_source = {}
+    for key in unknown:
+        by_source.setdefault(origins.of_key(key), []).append(key)
+    named = [line for source, keys in by_source.items()
+             for line in _unknown_keys(keys, model, source)]
+    return "\n".join(sorted(named, key=lambda line: "unknown key" not in line) + lines)
 
 
 def _must_be(key: str, item: dict) -> str:

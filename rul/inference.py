@@ -5,6 +5,7 @@ or without a header (then the 26 columns in NASA's order). Every format goes thr
 rul.data.validation.validate_rows, the check the training reader and the pyfunc model apply.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -43,13 +44,25 @@ def read_rows(path: str | Path) -> pd.DataFrame:
     return validate_rows(frame, path)
 
 
+@dataclass(frozen=True)
+class PredictOptions:
+    """How `rul predict` predicts: what to do with short histories, whether a unit outside the
+    training fleet refuses the input, and the horizon of p_fail_within (None: the model's
+    default, 20 cycles)."""
+    short_history: str = "pad"
+    strict: bool = False
+    horizon: float | None = None
+
+
 def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
-                 short_history: str = "pad", horizon: float | None = None) -> pd.DataFrame:
-    """Columns unit, rul, rul_lower, rul_upper, p_fail_within, padded: one row per unit, in
-    the file's order. rul_lower/rul_upper are the model's calibrated prediction interval
-    (clipped to [0, rul_cap]), p_fail_within the probability of failing within `horizon`
-    cycles (None: the model's default, 20); a model logged without an interval gives unit,
-    rul, padded only."""
+                 options: PredictOptions = PredictOptions()) -> pd.DataFrame:
+    """Columns unit, rul, rul_lower, rul_upper, p_fail_within, padded, flagged, flag_reason:
+    one row per unit, in the file's order. rul_lower/rul_upper are the model's calibrated
+    prediction interval (clipped to [0, rul_cap]), p_fail_within the probability of failing
+    within the horizon; flagged/flag_reason say which units lie outside the training fleet,
+    and `strict` refuses the file when one does. A model logged without an interval has no
+    bounds and no probability, one logged before the envelope no flags (and refuses
+    `strict`), one logged before the horizon takes none."""
     import mlflow
 
     from rul.tracking.store import configure
@@ -57,10 +70,16 @@ def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
     rows = read_rows(input_path)
     configure(tracking_uri)
     model = mlflow.pyfunc.load_model(model_uri)
+    params = {"short_history": options.short_history}
+    if options.horizon is not None:
+        params["horizon"] = float(options.horizon)
+    if options.strict:
+        schema = model.metadata.get_params_schema()
+        if schema is None or "strict" not in {p.name for p in schema.params}:
+            raise ValueError(f"{model_uri}: this model was logged before rul checked inputs "
+                             "against the training fleet; it cannot predict with --strict")
+        params["strict"] = True
     try:
-        params = {"short_history": short_history}
-        if horizon is not None:  # a model logged before the horizon existed takes none
-            params["horizon"] = float(horizon)
         return model.predict(rows, params=params)
     except mlflow.exceptions.MlflowException as error:  # the model names its source "input"
         message = str(error.message)
@@ -80,3 +99,15 @@ def write_predictions(result: pd.DataFrame, output: str | Path) -> None:
         partial.replace(output)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def outside_warning(result: pd.DataFrame, named: int = 5) -> str | None:
+    """One line naming the units flagged outside the training fleet (None: none is)."""
+    if "flagged" not in result or not result["flagged"].any():
+        return None
+    flagged = result[result["flagged"]]
+    listed = [f"unit {u} ({r})" for u, r in zip(flagged["unit"], flagged["flag_reason"])]
+    more = f"; and {len(listed) - named} more" if len(listed) > named else ""
+    return (f"warning: {len(listed)} of {len(result)} units lie outside the training fleet, "
+            f"their predictions are less certain (column flag_reason): "
+            f"{'; '.join(listed[:named])}{more}")

@@ -7,16 +7,25 @@ They are built from a seeded numpy RNG, so every run writes the same bytes.
 MLflow tests get a fresh store in a temporary folder: `mlflow_store` (per test), the
 `mlflow_store_at` context manager (for module fixtures and blocks inside a test), or
 `fd001_store` (per module, on the real FD001 data, with the tiny training's config builder).
+`mlflow_ui` serves a store as `make ui` does and stops it as Ctrl-C does.
 """
 
 import contextlib
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 
 from rul.data.schema import COLUMNS, INFORMATIVE_SENSORS, SENSOR_COLUMNS, SETTING_COLUMNS
@@ -214,6 +223,80 @@ def mlflow_store(tmp_path) -> Iterator[SimpleNamespace]:
     """A fresh MLflow store in `tmp_path`, the working directory for the test."""
     with fresh_mlflow_store(tmp_path) as store:
         yield store
+
+
+# ------------------------------------------------------------------ make ui
+
+UI_START_S = 180  # `mlflow ui` migrates a new store and starts workers: slow on 2 cores
+UI_STOP_S = 120
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _sigint_ignored():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def serve_mlflow_ui(store, started: list) -> Iterator[str]:
+    """`make ui`'s command (python -m rul.tracking.ui) over `store` on a free port; yields its
+    base URL, then stops it as Ctrl-C does (SIGINT). It starts with SIGINT ignored, as a
+    background job of a non-interactive shell (some CI runners) starts: Ctrl-C must stop it
+    all the same. `started` gets the processes it ran, found just before the stop. A UI that
+    does not stop within UI_STOP_S, or leaves a process running, is killed with its tree and
+    fails the test."""
+    port = _free_port()
+    log_path = store.root / "ui.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "rul.tracking.ui", "--backend-store-uri", store.uri,
+             "--port", str(port), "--host", "127.0.0.1"],
+            cwd=store.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_sigint_ignored)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + UI_START_S
+            while True:
+                assert server.poll() is None, log_path.read_text()[-3000:]
+                try:
+                    with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
+                        if response.status == 200:
+                            break
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    pass
+                assert time.monotonic() < deadline, f"mlflow ui silent for {UI_START_S} s"
+                time.sleep(1)
+            yield base
+        finally:
+            if server.poll() is None:
+                started.extend((p, " ".join(p.cmdline()))  # the job consumers start late
+                               for p in psutil.Process(server.pid).children(recursive=True))
+                server.send_signal(signal.SIGINT)  # Ctrl-C
+                try:
+                    server.wait(timeout=UI_STOP_S)
+                except subprocess.TimeoutExpired:  # leave nothing behind, then fail below
+                    for process, _ in [*started, (psutil.Process(server.pid), "")]:
+                        with contextlib.suppress(psutil.NoSuchProcess):
+                            process.kill()
+                    server.wait()
+                    raise AssertionError(
+                        f"the UI did not stop within {UI_STOP_S} s of Ctrl-C") from None
+                left = [(p, command) for p, command in started
+                        if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+                for process, _ in left:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        process.kill()
+                assert not left, f"processes the UI started outlived it: {left}"
+
+
+@pytest.fixture(scope="session")
+def mlflow_ui() -> Callable[..., contextlib.AbstractContextManager[str]]:
+    """`with mlflow_ui(store, started) as base_url:` see `serve_mlflow_ui`."""
+    return serve_mlflow_ui
 
 
 # ------------------------------------------------------------------ tiny trainings on FD001

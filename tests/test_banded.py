@@ -182,7 +182,7 @@ def test_a_row_that_is_not_whole_steps_is_refused():
 
 
 def test_the_default_layer_does_1_25_times_the_convolutions_work():
-    """Blocks trade zeros multiplied for products BLAS runs fast (README: Speed)."""
+    """Blocks trade zeros multiplied for products BLAS runs fast (docs: Performance)."""
     plan = band_plan(30, 10, 10, 10)
     multiply_adds = sum(rows * cols for *_, (rows, cols) in plan.forward)
     assert multiply_adds / (30 * 10 * 10 * 10) == 1.25

@@ -235,19 +235,70 @@ TRAIN_ERRORS = [
 
 @pytest.mark.parametrize("override,message", TRAIN_ERRORS)
 def test_bad_training_values_are_one_clear_line(override, message):
-    text = train_error(override)
-    assert text.startswith(f"{TRAIN_PATH}: {message}"), text
+    text = train_error(override)  # overrides as typed after the file: the command line's
+    assert text.startswith(f"command line: {message}"), text
     assert "\n" not in text and "validation error" not in text and "pydantic" not in text
 
 
-def test_source_is_config_without_a_file():
-    with pytest.raises(cfg.ConfigError, match=r"^config: epochs=0: must be a positive integer$"):
+def test_an_error_names_where_its_value_came_from(tmp_path):
+    with pytest.raises(cfg.ConfigError, match=r"^command line: epochs=0: must be a positive "
+                                              r"integer$"):
         cfg.load(None, ["epochs=0"])
+    written = tmp_path / "run.yaml"
+    written.write_text("epochs: 0\nlr: 0.001\n")
+    with pytest.raises(cfg.ConfigError) as error:
+        cfg.load(written, ["lr=0", "epochs=3", "dropout=2"])
+    assert str(error.value).splitlines() == [
+        "command line: dropout=2: must be a number in [0, 1)",
+        "command line: lr=0: must be a number > 0"]
+    with pytest.raises(cfg.ConfigError, match=f"^{written}: epochs=0: must be a positive"):
+        cfg.load(written, ["lr=0.01"])
+    with pytest.raises(cfg.ConfigError, match="^overrides: lr=0: must be"):
+        cfg.load(written, {"lr": 0, "epochs": 3})  # changes given by a program, not typed
+    with pytest.raises(cfg.ConfigError, match="^config: ensemble_split='folds': needs "):
+        cfg.build({"ensemble_split": "folds"})  # a file-less config: the defaults' name
+
+
+def test_micro_batch_size_auto_keeps_the_batch_the_config_implies(tmp_path, capsys):
+    config = cfg.load(TRAIN_PATH, ["micro_batch_size=auto"])  # the defaults' 256 x 2
+    assert (config.micro_batch_size, config.effective_batch_size) == ("auto", 512)
+    assert capsys.readouterr().err == (
+        "micro_batch_size=auto keeps the effective batch of the config, 256 x 2 = 512 "
+        "(state effective_batch_size to change it)\n")
+    written = tmp_path / "run.yaml"
+    written.write_text("micro_batch_size: 64\naccumulation_steps: 3\n")
+    assert cfg.load(written, ["micro_batch_size=auto"]).effective_batch_size == 192
+    assert cfg.load(written, ["micro_batch_size=auto",
+                              "effective_batch_size=100"]).effective_batch_size == 100
+    written.write_text("micro_batch_size: 64\neffective_batch_size: 100\n")
+    assert cfg.load(written, ["micro_batch_size=auto"]).effective_batch_size == 100  # stated
+    assert cfg.load(None, ["micro_batch_size=auto"]).effective_batch_size == 512
+    capsys.readouterr()
+    assert cfg.TrainConfig().replace(micro_batch_size="auto").effective_batch_size == 512
+    assert capsys.readouterr().err == ""  # a program's change: derived, not announced
+    written.write_text("micro_batch_size: auto\n")  # the file's own auto states no batch
+    with pytest.raises(cfg.ConfigError, match=f"^{written}: micro_batch_size='auto': needs "
+                                              "effective_batch_size"):
+        cfg.load(written)
+    tuning = cfg.load_tuning(TUNE_PATH, ["micro_batch_size=auto"])
+    assert tuning.train.effective_batch_size == 512
+
+
+def test_a_rule_names_the_sources_of_the_keys_it_is_about(tmp_path):
+    written = tmp_path / "run.yaml"
+    written.write_text("micro_batch_size: 100\n")
+    with pytest.raises(cfg.ConfigError) as error:
+        cfg.load(written, ["effective_batch_size=500"])
+    assert str(error.value).startswith(
+        f"{written} and command line: effective_batch_size=500: disagrees with "
+        "micro_batch_size=100 x accumulation_steps=2")
+    with pytest.raises(cfg.ConfigError, match="^command line: effective_batch_size=500: "):
+        cfg.load(None, ["effective_batch_size=500", "accumulation_steps=3"])
 
 
 def test_tuning_keys_given_to_train_point_to_rul_tune():
     assert train_error("n_trials=3") == (
-        f"{TRAIN_PATH}: 'n_trials' is a tuning key used by `rul tune`, not by `rul train`")
+        "command line: 'n_trials' is a tuning key used by `rul tune`, not by `rul train`")
     with pytest.raises(cfg.ConfigError) as error:
         cfg.load(TUNE_PATH)  # the tuning file read by `rul train`
     assert str(error.value) == (
@@ -258,18 +309,32 @@ def test_tuning_keys_given_to_train_point_to_rul_tune():
 def test_several_problems_are_reported_together_one_per_line():
     lines = train_error(["foo=1", "epochs=0", "lr=-1", "n_trials=2"]).splitlines()
     assert lines == [
-        f"{TRAIN_PATH}: unknown key(s) 'foo'",
-        f"{TRAIN_PATH}: 'n_trials' is a tuning key used by `rul tune`, not by `rul train`",
-        f"{TRAIN_PATH}: epochs=0: must be a positive integer",
-        f"{TRAIN_PATH}: lr=-1: must be a number > 0",
+        "command line: unknown key(s) 'foo'",
+        "command line: 'n_trials' is a tuning key used by `rul tune`, not by `rul train`",
+        "command line: epochs=0: must be a positive integer",
+        "command line: lr=-1: must be a number > 0",
     ]
 
 
 def test_bad_override_and_bad_files_are_named(tmp_path):
-    assert "override 'noequals' must look like key=value" in train_error("noequals")
+    assert train_error("noequals") == "command line: override 'noequals' must look like key=value"
     bad = tmp_path / "bad.yaml"
-    bad.write_text("epochs: [1,\n")
-    with pytest.raises(cfg.ConfigError, match="bad.yaml: not valid YAML"):
+    bad.write_text("epochs: 3\nlr: [1,\n")
+    with pytest.raises(cfg.ConfigError) as error:
+        cfg.load(bad)
+    assert str(error.value) == (f"{bad}:3:1: not valid YAML: expected the node content, but "
+                                "found '<stream end>' (while parsing a flow node)")
+    bad.write_text("epochs: 3\nlr: 1e-3\n  dropout: 0.2\n")
+    with pytest.raises(cfg.ConfigError) as error:
+        cfg.load(bad)
+    assert str(error.value) == f"{bad}:3:10: not valid YAML: mapping values are not allowed here"
+    bad.write_text('run_name: "open\nepochs: 3\n')
+    with pytest.raises(cfg.ConfigError) as error:
+        cfg.load(bad)
+    assert str(error.value) == (f"{bad}:3:1: not valid YAML: found unexpected end of stream "
+                                "(while scanning a quoted scalar that starts at 1:11)")
+    bad.write_bytes(b"epochs: 3\nrun_name: caf\xe9\n")
+    with pytest.raises(cfg.ConfigError, match=r"bad.yaml: not a UTF-8 text file \(byte 23: "):
         cfg.load(bad)
     with pytest.raises(cfg.ConfigError, match="missing.yaml: config file not found"):
         cfg.load(tmp_path / "missing.yaml")
@@ -340,7 +405,7 @@ TUNE_ERRORS = [
 @pytest.mark.parametrize("changes,message", TUNE_ERRORS)
 def test_bad_tuning_values_are_one_clear_line(changes, message):
     text = tune_error(changes)
-    assert text.startswith(f"{TUNE_PATH}: {message}"), text
+    assert text.startswith(f"overrides: {message}"), text
     assert "\n" not in text and "validation error" not in text
 
 
@@ -390,12 +455,17 @@ def test_replace_returns_a_revalidated_copy():
 
 @pytest.mark.parametrize("args,message", [
     (["train", str(TRAIN_PATH), "epochs=0"], "epochs=0: must be a positive integer"),
-    (["train", "lerning_rate=0.1"], "config: unknown key(s) 'lerning_rate' (did you mean 'lr'?)"),
+    (["train", "lerning_rate=0.1"],
+     "command line: unknown key(s) 'lerning_rate' (did you mean 'lr'?)"),
+    (["train", str(TRAIN_PATH), "lr=0"], "command line: lr=0: must be a number > 0"),
     (["train", str(TUNE_PATH)], "are tuning keys used by `rul tune`, not by `rul train`"),
     (["tune", str(TUNE_PATH), "pruner_warmup_epochs=-3"],
      "pruner_warmup_epochs=-3: must be a non-negative integer"),
     (["tune", str(TUNE_PATH), "search_space={lr: {type: float, low: 1, high: 0.1}}"],
      "search_space.lr: low=1.0: must be less than high=0.1"),
+    (["tune", str(TRAIN_PATH)], "the config has no search_space to tune"),
+    (["tune", str(TUNE_PATH), "--workers", "2", "--storage", "sqlite:///o.db"],
+     "--storage sqlite:///o.db: SQLite storage is unsafe with --workers > 1"),
 ])
 def test_cli_refuses_bad_configs_with_exit_code_2_and_no_traceback(args, message, tmp_path,
                                                                    monkeypatch):

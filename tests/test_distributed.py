@@ -216,7 +216,7 @@ def runs_of(store):
 
 def step_losses(client, run_id) -> dict[int, float]:
     """The run's train loss per step (a resumed run re-logs a few steps: the last one wins)."""
-    history = sorted(client.get_metric_history(run_id, "train_loss"), key=lambda m: m.timestamp)
+    history = sorted(client.get_metric_history(run_id, "train/loss"), key=lambda m: m.timestamp)
     return {m.step: m.value for m in history}
 
 
@@ -263,7 +263,7 @@ def test_a_rank_that_dies_ends_the_run_failed_and_resume_continues_it(
     args = [f"data_dir={real_data_dir}", "micro_batch_size=128", "accumulation_steps=2"]
     # torchrun SIGTERMs the survivor once it sees rank 1 gone; rank 1 dies while rank 0 waits
     # in a collective, and torchrun checks every 5 s, not 0.1 s: rank 0's collective fails
-    # first also on a loaded machine (README: Scaling out says what a user sees otherwise)
+    # first also on a loaded machine (docs: Scale out says what a user sees otherwise)
     died = run_rul(args, mlflow_store, torchrun(tmp_path, monitor_interval=5),
                    {"RUL_TEST_DIE_AT_STEP": "30"})
     assert died.returncode != 0

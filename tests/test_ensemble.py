@@ -82,7 +82,7 @@ def test_members_share_the_validation_split_and_preprocessor(ensemble):
 
 def test_parent_metrics_are_those_of_the_averaged_prediction(ensemble):
     metrics, outcome = ensemble.parent.data.metrics, ensemble.outcome
-    assert metrics["val_rmse"] == pytest.approx(outcome.metrics["val_rmse"], rel=1e-12)
+    assert metrics["val/rmse"] == pytest.approx(outcome.metrics["val_rmse"], rel=1e-12)
     predicted = outcome.predictions["predicted_rul"].to_numpy()
     members = np.array([m.predictions["predicted_rul"] for m in outcome.members])
     np.testing.assert_allclose(predicted, members.mean(axis=0), rtol=1e-6)
@@ -131,7 +131,7 @@ def test_model_by_alias_averages_the_members_on_raw_rows(ensemble, fd001_client,
     result = by_alias.predict(rows)
     pd.testing.assert_frame_equal(result, model.predict(rows))
     assert list(result.columns) == ["unit", "rul", "rul_lower", "rul_upper", "p_fail_within",
-                                    "padded", "rul_std"]
+                                    "padded", "rul_std", "flagged", "flag_reason"]
     # the ensemble's own interval: calibrated on its averaged validation predictions
     interval = ensemble.outcome.interval
     member = ensemble.outcome.members[0]
@@ -152,7 +152,7 @@ def test_model_by_alias_averages_the_members_on_raw_rows(ensemble, fd001_client,
     assert (result["rul_std"] > 0).mean() > 0.5  # two different networks (equal at the cap)
     # the same numbers as the training side's averaged test prediction
     np.testing.assert_allclose(result["rul"], ensemble.outcome.predictions["predicted_rul"],
-                               rtol=1e-5)
+                               atol=1e-3, rtol=0)  # ONNX against torch
 
 
 def test_single_model_output_is_unchanged(poor_single, fd001):
@@ -257,7 +257,7 @@ def test_folds_ensemble_validates_out_of_fold(folds_ensemble, fd001):
             np.sqrt(np.mean(residuals[-1] ** 2)), rel=1e-5)  # its own fold is its validation
     residuals = np.concatenate(residuals)
     assert len(residuals) == sum(n - 30 + 1 for n in fd001.train.groupby("unit").size())
-    assert parent.data.metrics["val_rmse"] == pytest.approx(np.sqrt(np.mean(residuals ** 2)),
+    assert parent.data.metrics["val/rmse"] == pytest.approx(np.sqrt(np.mean(residuals ** 2)),
                                                            rel=1e-6)
     assert outcome.interval.n_calibration == 100  # every training engine, out of fold
     assert outcome.interval == fit_interval(CalibrationSet.joined(
@@ -273,9 +273,9 @@ def test_folds_ensemble_serves_like_any_ensemble(folds_ensemble, fd001):
     model = mlflow.pyfunc.load_model(f"runs:/{folds_ensemble.run_id}/model")
     result = model.predict(fd001.test)
     assert list(result.columns) == ["unit", "rul", "rul_lower", "rul_upper", "p_fail_within",
-                                    "padded", "rul_std"]
+                                    "padded", "rul_std", "flagged", "flag_reason"]
     np.testing.assert_allclose(result["rul"], folds_ensemble.outcome.predictions["predicted_rul"],
-                               rtol=1e-5)
+                               atol=1e-3, rtol=0)  # ONNX against torch
 
 
 # ---------------------------------------------------------------- bad input, interruptions

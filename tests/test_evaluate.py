@@ -25,6 +25,7 @@ from rul.evaluation.seeds import INTERVAL_REPORTED, REPORTED, summary_table
 from rul.plan import evaluation_seeds
 from rul.tracking import evaluation_run
 from rul.tracking.evaluation_run import evaluate_seeds
+from rul.tracking.metric_names import logged
 from rul.tracking.parent_run import INDEX_TAG, KIND_TAG
 from rul.training.listener import TrainingListener
 
@@ -61,11 +62,13 @@ def test_one_parent_and_a_finished_child_per_seed(evaluated):
 def test_aggregates_are_mean_and_std_of_the_children(evaluated):
     metrics, children = evaluated.parent.data.metrics, evaluated.children
     for key in (*REPORTED, *INTERVAL_REPORTED):  # intervals are on by default
-        child_key = "best_val_rmse" if key == "val_rmse" else key
+        child_key = logged("best_val_rmse" if key == "val_rmse" else key)
         values = np.array([c.data.metrics[child_key] for c in children])
-        assert metrics[f"{key}_mean"] == pytest.approx(values.mean(), rel=1e-12), key
-        assert metrics[f"{key}_std"] == pytest.approx(values.std(ddof=1), rel=1e-12), key
-    assert metrics["wall_time_s"] > 0
+        assert metrics[logged(f"{key}_mean")] == pytest.approx(values.mean(), rel=1e-12), key
+        assert metrics[logged(f"{key}_std")] == pytest.approx(values.std(ddof=1),
+                                                               rel=1e-12), key
+    assert "test_rmse_mean" in metrics and "val/rmse_std" in metrics
+    assert metrics["system/wall_time_s"] > 0
 
 
 def test_per_seed_table_lists_each_child(evaluated, fd001_client, tmp_path):
@@ -123,9 +126,9 @@ def test_a_folds_ensemble_evaluates_out_of_fold(fd001_store, fd001_client):
                                        f"tags.`{PARENT}` = '{ensemble.info.run_id}'")
     assert ensemble.data.tags["ensemble.split"] == "folds"
     assert sorted(m.data.tags["ensemble.fold"] for m in members) == ["0", "1"]
-    assert parent.data.metrics["val_rmse_mean"] == pytest.approx(
-        ensemble.data.metrics["val_rmse"], rel=1e-12)
-    assert parent.data.metrics["val_rmse_mean"] != pytest.approx(
+    assert parent.data.metrics["val/rmse_mean"] == pytest.approx(
+        ensemble.data.metrics["val/rmse"], rel=1e-12)
+    assert parent.data.metrics["val/rmse_mean"] != pytest.approx(
         ensemble.data.metrics["member_val_rmse_mean"], rel=1e-6)
 
 

@@ -2,16 +2,16 @@
 
 Most tests use a model logged without training (a fitted Preprocessor and a seeded, untrained
 tiny network: the numbers are arbitrary but deterministic), registered as rul-fd001@champion in
-a temporary SQLite store. The clean-environment test (slow) trains a tiny model for real.
+a temporary SQLite store. The logged model is the lean one (ONNX); models logged before it
+(pickled Preprocessor, torch weights) are logged here the old way and must still load. The
+clean-environment test (slow) is in test_lean_env.py.
 """
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,6 +33,8 @@ from rul.models import NetworkSpec
 from rul.preprocessing import Preprocessor
 from rul.serving.predictor import InferenceSpec, predict_frame
 from rul.tracking.model_logging import log_pyfunc
+
+ROWS_OUT = ["unit", "rul", "padded", "flagged", "flag_reason"]  # the tiny model's output
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_NAME = "rul-fd001"
@@ -86,9 +88,14 @@ def model(store):
 
 @pytest.fixture(scope="module")
 def expected(model, fd001):
-    """In-process predictions on the typed FD001 test set."""
-    inner = model.unwrap_python_model()
-    return predict_frame(inner.preprocessor, inner.model, fd001.test)
+    """In-process predictions of the logged (lean) model on the typed FD001 test set."""
+    return model.predict(fd001.test)
+
+
+@pytest.fixture(scope="module")
+def torch_outcome(fd001):
+    """The logged model's torch network and Preprocessor (tiny_outcome is seeded)."""
+    return tiny_outcome(fd001)
 
 
 def raw_rows(real_data_dir) -> pd.DataFrame:
@@ -139,6 +146,22 @@ def test_validate_rows_missing_column_empty_frame_and_not_a_frame(fd001):
         validate_rows(fd001.test.iloc[:0])
     with pytest.raises(DataError, match="expected a table of rows, got list"):
         validate_rows([[1, 2]])
+
+
+def test_validate_rows_names_renamed_columns_briefly(fd001):
+    renamed = fd001.test.rename(columns={"s_4": "s4", "s_9": "sensor 9"})
+    with pytest.raises(DataError) as info:
+        validate_rows(renamed)
+    assert str(info.value) == ("input: missing columns ['s_4', 's_9'] (found instead ['s4', "
+                               "'sensor 9']); expected unit, cycle, setting_1..setting_3, "
+                               "s_1..s_21")
+    with pytest.raises(DataError) as info:
+        validate_rows(pd.DataFrame({f"{'x' * 100}{i}": [1.0] for i in range(40)}))
+    assert str(info.value) == (f"input: missing all 26 columns (found instead "
+                               f"{['x' * 12 + '...'] * 3} and 37 more); expected unit, cycle, "
+                               "setting_1..setting_3, s_1..s_21")
+    with pytest.raises(DataError, match=r"^input: missing 22 of the 26 columns; expected"):
+        validate_rows(fd001.test[COLUMNS[:4]])
 
 
 def test_validate_rows_ignores_extra_columns_and_keeps_unit_order(fd001):
@@ -218,30 +241,34 @@ def test_a_model_with_the_engines_age_reads_it_from_the_input_rows(mlflow_store,
         answers[include_cycle] = [served.predict(rows)["rul"].to_numpy()
                                   for rows in (fd001.test, older)]
         inner = served.unwrap_python_model()
-        last_column = inner.preprocessor.feature_columns_[-1]
+        last_column = inner.model.spec.preprocessing.feature_columns[-1]
         assert last_column == ("cycle" if include_cycle else "s_21")
     as_recorded, as_older = answers[True]
     np.testing.assert_array_equal(answers[False][0], answers[False][1])
     assert np.abs(as_recorded - as_older).max() > 1e-3
 
 
-def test_short_unit_is_edge_padded_and_flagged(model, fd001):
-    inner = model.unwrap_python_model()
-    window = inner.preprocessor.window
+def test_short_unit_is_edge_padded_and_flagged(model, torch_outcome, fd001):
+    preprocessor, network = torch_outcome.data.preprocessor, torch_outcome.model
+    window = preprocessor.window
     test = fd001.test
     short = test[test["unit"] == 1].head(5)  # 5 rows, window 30
     exact = test[test["unit"] == 2].head(window)
     rows = pd.concat([short, exact])
 
-    result = predict_frame(inner.preprocessor, inner.model, rows)
+    result = predict_frame(preprocessor, network, rows)
+    served = model.predict(rows)
 
-    assert result["unit"].tolist() == [1, 2]
-    assert result["padded"].tolist() == [True, False]
+    assert result["unit"].tolist() == served["unit"].tolist() == [1, 2]
+    assert result["padded"].tolist() == served["padded"].tolist() == [True, False]
+    assert served["flagged"].tolist() == [True, False]
+    assert served["flag_reason"].tolist() == ["5-row history, shorter than the window (30)", ""]
+    np.testing.assert_allclose(served["rul"], result["rul"], atol=1e-3, rtol=0)
     # the padding rule: the first row repeated in front of the 5 real ones
-    values = inner.preprocessor.transform(short)
+    values = preprocessor.transform(short)
     padded_window = np.concatenate([np.repeat(values[:1], window - 5, axis=0), values])
     with torch.inference_mode():
-        by_hand = inner.model(torch.as_tensor(padded_window[None])).item()
+        by_hand = network(torch.as_tensor(padded_window[None])).item()
     # float32 noise of a batch of 2 against a batch of 1 (MKL's products and oneDNN's kernels
     # differ by batch size; tanh by sigmoid rounds near 0 in steps of ~1e-7) is ~1e-5 cycles;
     # another
@@ -265,7 +292,7 @@ def test_short_unit_rejected_on_request_names_unit_and_rows(model, fd001):
 
 def test_pyfunc_accepts_rows_as_users_read_them(model, expected, real_data_dir):
     raw = raw_rows(real_data_dir)
-    assert list(expected.columns) == ["unit", "rul", "padded"]
+    assert list(expected.columns) == ROWS_OUT
     assert len(expected) == 100 and not expected["padded"].any()
     for frame in (raw, raw.astype(np.float64)):
         result = model.predict(frame)
@@ -291,23 +318,48 @@ def test_pyfunc_rejects_what_rul_predict_rejects(model, fd001, edit, problem):
     assert problem in str(info.value.message)
 
 
+def test_lean_model_predicts_what_the_torch_network_predicts(expected, torch_outcome, fd001):
+    """The same weights through ONNX and through torch: within 1e-3 cycles on FD001's test
+    set, every other column equal."""
+    by_torch = predict_frame(torch_outcome.data.preprocessor, torch_outcome.model, fd001.test)
+    np.testing.assert_allclose(expected["rul"], by_torch["rul"], atol=1e-3, rtol=0)
+    pd.testing.assert_frame_equal(expected[["unit", "padded"]], by_torch[["unit", "padded"]])
+
+
 def test_logged_requirements_are_installable_and_lean(store):
     path = mlflow.pyfunc.get_model_dependencies(CHAMPION_URI)
     lines = [x for x in Path(path).read_text().splitlines() if x and not x.startswith("#")]
     names = {x.split("==")[0] for x in lines}
-    assert names == {"mlflow", "torch", "numpy", "pandas", "scikit-learn", "cloudpickle"}
+    assert names == {"mlflow-skinny", "onnxruntime", "numpy", "pandas"}
     assert not any("+" in x for x in lines), lines
-    assert f"torch=={torch.__version__.split('+')[0]}" in lines
+    assert f"pandas=={pd.__version__.split('+')[0]}" in lines
+
+
+def test_torch_weights_stay_with_the_run(store, fd001, torch_outcome):
+    """weights/ beside the model: the state dict and the spec, enough to rebuild the network."""
+    from rul.serving.torch_weights import load_torch_model
+
+    run_id = mlflow.models.get_model_info(store.model_uri).run_id
+    spec, networks = load_torch_model(run_id)
+    assert spec.model == "cnn" and spec.onnx == () and len(networks) == 1
+    for name, value in torch_outcome.model.state_dict().items():
+        torch.testing.assert_close(networks[0].state_dict()[name], value, rtol=0, atol=0)
+    rows = fd001.test[fd001.test["unit"] <= 3]
+    pd.testing.assert_frame_equal(
+        predict_frame(spec.preprocessing, networks, rows),
+        predict_frame(torch_outcome.data.preprocessor, torch_outcome.model, rows))
 
 
 def test_spec_with_unknown_and_missing_keys_still_loads(store, fd001, expected):
     """A spec written by another rul version: an extra key, no format_version, no dropout."""
     local = Path(mlflow.artifacts.download_artifacts(store.model_uri,
                                                      dst_path=str(store.root / "copy")))
-    spec_path = local / "artifacts" / "inference_spec.json"
+    spec_path = local / "artifacts" / "inference" / "inference_spec.json"
     spec = json.loads(spec_path.read_text())
-    assert spec == {"model": "cnn", "window": 30, "rul_cap": 125.0, "n_features": 14,
-                    "architecture": ARCH, "format_version": 1}
+    assert {k: v for k, v in spec.items() if k not in ("preprocessing", "envelope")} == {
+        "model": "cnn", "window": 30, "rul_cap": 125.0, "n_features": 14,
+        "architecture": ARCH, "format_version": 1, "onnx": ["network.onnx"]}
+    assert spec["preprocessing"]["feature_columns"][-1] == "s_21"
     spec["activation"] = "tanh"
     spec["architecture"]["stochastic_depth"] = 0.1
     del spec["format_version"], spec["architecture"]["dropout"]
@@ -332,37 +384,36 @@ def test_spec_defaults_and_errors():
         InferenceSpec.from_dict({k: v for k, v in base.items() if k != "n_features"})
 
 
-def test_inference_imports_nothing_from_training(fd001):
-    """With tqdm, click, YAML, matplotlib and optuna impossible to import, the serving code
-    imports and predicts; importing the pyfunc module adds only rul modules to mlflow's."""
+def test_inference_imports_nothing_from_training(store, fd001):
+    """With torch, scikit-learn, MLflow and the training tools impossible to import, the lean
+    runtime loads the logged model's folder and predicts; with only torch and scikit-learn
+    blocked, MLflow loads it as a pyfunc and predicts the same."""
+    folder = mlflow.artifacts.download_artifacts(store.model_uri,
+                                                 dst_path=str(store.root / "imports"))
     script = textwrap.dedent(f"""
         import sys, importlib.abc
-        FORBIDDEN = {FORBIDDEN!r}
         class Block(importlib.abc.MetaPathFinder):
+            def __init__(self, names):
+                self.names = names
             def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in FORBIDDEN:
+                if name.split(".")[0] in self.names:
                     raise ImportError("blocked: " + name)
-        sys.meta_path.insert(0, Block())
-        import numpy, pandas, torch
+        blocked = Block({(*FORBIDDEN, "torch", "sklearn", "scipy", "mlflow")!r})
+        sys.meta_path.insert(0, blocked)
         from rul.data.reader import read_trajectories
-        from rul.models import build_network
-        from rul.preprocessing import Preprocessor
-        from rul.serving.predictor import predict_frame
+        from rul.serving.runtime import LeanModel
         rows = read_trajectories(sys.argv[1])
-        prep = Preprocessor().fit(rows)
-        net = build_network("cnn", prep.n_features, 30, 125).eval()
-        print(len(predict_frame(prep, net, rows)))
-        assert not [m for m in sys.modules if m.split(".")[0] in FORBIDDEN]
-        sys.meta_path.pop(0)
-        import mlflow.pyfunc, sklearn.cluster, sklearn.preprocessing
-        before = set(sys.modules)
-        import rul.serving.pyfunc_model
-        added = sorted(m for m in set(sys.modules) - before if not m.startswith("rul"))
-        print("added", added)
-        assert not added, added
+        lean = LeanModel.load(sys.argv[2]).predict(rows)
+        print(len(lean))
+        assert not [m for m in sys.modules if m.split(".")[0] in blocked.names]
+        blocked.names = {{"torch", "sklearn"}}
+        import mlflow.pyfunc
+        served = mlflow.pyfunc.load_model(sys.argv[2]).predict(rows)
+        assert served.equals(lean), (served, lean)
+        assert not [m for m in sys.modules if m.split(".")[0] in blocked.names]
     """)
     done = subprocess.run(
-        [sys.executable, "-c", script, str(fd001.files["test"])], capture_output=True,
+        [sys.executable, "-c", script, str(fd001.files["test"]), folder], capture_output=True,
         text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -383,7 +434,7 @@ def test_cli_predict_reads_every_format_alike(store, tmp_path, expected, real_da
     for path in inputs:
         result = cli("--input", str(path))
         assert result.exit_code == 0, result.output
-        assert result.stdout.splitlines()[0] == "unit,rul,padded"
+        assert result.stdout.splitlines()[0] == ",".join(ROWS_OUT)
         printed = pd.read_csv(pd.io.common.StringIO(result.stdout))
         np.testing.assert_array_equal(printed["unit"], expected["unit"])
         np.testing.assert_allclose(printed["rul"], expected["rul"], atol=1e-4, rtol=0)
@@ -431,69 +482,6 @@ def test_cli_predict_bad_inputs_are_clear_errors(store, tmp_path, fd001):
     assert pd.read_csv(pd.io.common.StringIO(padded.stdout))["padded"].tolist() == [True, True]
 
 
-# ------------------------------------------------------------------ a clean environment
-
-
-@pytest.mark.slow
-def test_champion_loads_in_a_clean_virtualenv_without_rul(tmp_path, real_data_dir):
-    """A virtualenv built from the model's own requirements.txt, rul not installed, another
-    working directory: the registered champion loads by alias and predicts the FD001 test set
-    with the numbers of the training run."""
-    from rul import config as cfg
-    from rul.tracking.tracked_run import train_tracked
-
-    store = tmp_path / "store"
-    store.mkdir()
-    uri = f"sqlite:///{store}/mlflow.db"
-    patch = pytest.MonkeyPatch()
-    patch.chdir(store)
-    try:
-        config = cfg.load(ROOT / "experiments" / "fd001.yaml", {
-            "epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
-            "micro_batch_size": 1024, "accumulation_steps": 1, "tracking_uri": uri,
-            "checkpoint_dir": str(store / "ckpt"), "data_dir": str(real_data_dir)})
-        outcome, _ = train_tracked(config, progress=False)
-        requirements = mlflow.pyfunc.get_model_dependencies(CHAMPION_URI)
-    finally:
-        mlflow.set_tracking_uri(None)
-        patch.undo()
-
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    python = str(venv / "bin" / "python")
-    started = time.monotonic()
-    pip = subprocess.run([python, "-m", "pip", "install", "-q", "-r", requirements],
-                         capture_output=True, text=True, timeout=900)
-    assert pip.returncode == 0, pip.stderr[-3000:]
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    script = textwrap.dedent("""
-        import importlib.util, sys, mlflow
-        assert importlib.util.find_spec("rul") is None, "rul is importable before loading"
-        model = mlflow.pyfunc.load_model("models:/rul-fd001@champion")
-        import pandas as pd
-        names = ["unit", "cycle"] + [f"setting_{i}" for i in (1, 2, 3)]
-        names += [f"s_{i}" for i in range(1, 22)]
-        rows = pd.read_csv(sys.argv[1], sep=r"\\s+", header=None, names=names)
-        model.predict(rows).to_csv(sys.argv[2], index=False)
-        print("tqdm" in sys.modules, "yaml" in sys.modules)
-    """)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["MLFLOW_TRACKING_URI"] = uri
-    out = tmp_path / "predictions.csv"
-    done = subprocess.run([python, "-c", script, str(Path(real_data_dir) / "test_FD001.txt"),
-                           str(out)], cwd=elsewhere, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = pd.read_csv(out)
-    np.testing.assert_array_equal(result["unit"], outcome.predictions["unit"])
-    np.testing.assert_allclose(result["rul"], outcome.predictions["predicted_rul"],
-                               atol=1e-4, rtol=0)
-    assert not result["padded"].any()
-    print(f"clean venv: pip install {time.monotonic() - started:.0f} s")
-    shutil.rmtree(venv, ignore_errors=True)
-
-
 # ------------------------------------------------------------------ the DCNN's padding
 
 
@@ -531,3 +519,76 @@ def test_models_logged_with_the_whole_config_still_load(tmp_path, fd001):
     assert spec == InferenceSpec("cnn", 30, 125.0, 14, ARCH)
     network = spec.build_network()
     network.load_state_dict(outcome.model.state_dict())  # same architecture, same keys
+
+
+def log_legacy_model(outcome, workdir: Path) -> str:
+    """Log `outcome` as rul logged models before the lean runtime: the pickled RULModel, the
+    pickled Preprocessor, the state dict and a spec without preprocessing numbers."""
+    import pickle
+
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
+    from mlflow.types.schema import AnyType
+
+    from rul.serving.pyfunc_model import RULModel
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "preprocessor.pkl").write_bytes(pickle.dumps(outcome.data.preprocessor))
+    torch.save(outcome.model.state_dict(), workdir / "model.pt")
+    InferenceSpec.from_network(outcome.network_spec).write(workdir / "inference_spec.json")
+    signature = ModelSignature(
+        inputs=Schema([ColSpec(AnyType(), c) for c in COLUMNS]),
+        outputs=Schema([ColSpec("long", "unit"), ColSpec("double", "rul"),
+                        ColSpec("boolean", "padded")]),
+        params=ParamSchema([ParamSpec("short_history", "string", "pad")]))
+    info = mlflow.pyfunc.log_model(
+        name="model", python_model=RULModel(), signature=signature,
+        artifacts={"preprocessor": str(workdir / "preprocessor.pkl"),
+                   "weights": str(workdir / "model.pt"),
+                   "inference_spec": str(workdir / "inference_spec.json")},
+        code_paths=[str(ROOT / "rul")], pip_requirements=["mlflow", "torch", "scikit-learn"])
+    return info.model_uri
+
+
+def test_models_logged_before_the_lean_runtime_still_load(mlflow_store, tmp_path, fd001,
+                                                          torch_outcome):
+    """A pickled RULModel with its torch weights loads in rul's environment and predicts as
+    before: unit, rul, padded, the torch network's numbers."""
+    with mlflow.start_run():
+        uri = log_legacy_model(torch_outcome, tmp_path / "legacy")
+    model = mlflow.pyfunc.load_model(uri)
+    rows = fd001.test[fd001.test["unit"] <= 5]
+    result = model.predict(rows)
+    pd.testing.assert_frame_equal(
+        result, predict_frame(torch_outcome.data.preprocessor, torch_outcome.model, rows))
+    assert list(result.columns) == ["unit", "rul", "padded"]
+    with pytest.raises(MlflowException, match="unit 1 has 5 rows"):
+        model.predict(rows.groupby("unit").head(5), params={"short_history": "reject"})
+    strict = CliRunner().invoke(main, ["predict", "--model", uri, "--input",
+                                       str(write_csv(rows, tmp_path / "rows.csv")), "--strict",
+                                       "--tracking-uri", mlflow.get_tracking_uri()])
+    assert strict.exit_code == 2
+    assert "this model was logged before rul checked inputs against the training fleet" in (
+        strict.output)
+
+
+def test_cli_predict_warns_of_units_outside_the_fleet_and_strict_refuses(store, tmp_path,
+                                                                          fd001):
+    rows = fd001.test[fd001.test["unit"] <= 4].copy()
+    rows.loc[(rows["unit"] == 3) & (rows["cycle"] == 5), "s_9"] = 1e9
+    path = write_csv(rows, tmp_path / "glitch.csv")
+    result = cli("--input", str(path))
+    assert result.exit_code == 0, result.output
+    printed = pd.read_csv(pd.io.common.StringIO(result.stdout))
+    assert printed["flagged"].tolist() == [False, False, True, False]
+    assert result.stderr.startswith("warning: 1 of 4 units lie outside the training fleet")
+    assert "unit 3 (s_9 " in result.stderr and "(cycle 5))" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+    refused = cli("--input", str(path), "--strict")
+    assert refused.exit_code == 2
+    assert (f"{path}: outside the training fleet (strict): unit 3 (s_9 " in refused.output)
+    assert "Traceback" not in refused.output
+    clean = cli("--input", str(write_csv(rows[rows["unit"] != 3], tmp_path / "ok.csv")),
+                "--strict")
+    assert clean.exit_code == 0 and clean.stderr == ""

@@ -18,7 +18,13 @@ from rul.training.batching import WindowBatches
 from rul.training.engine import fit
 from rul.training.hardware import cpu_has_native_bf16
 from rul.training.listener import TrainingListener
-from rul.training.micro_batch import ProbeRow, candidates, choose_split, probe
+from rul.training.micro_batch import (
+    ProbeRow,
+    StepSettings,
+    candidates,
+    choose_split,
+    probe,
+)
 from rul.training.precision import resolve_precision
 from rul.training.run import train
 from rul.training.seeding import derive_seeds, seed_everything
@@ -52,7 +58,7 @@ def test_bad_memory_budgets_are_one_line_config_errors(budget, problem):
     with pytest.raises(cfg.ConfigError) as error:
         cfg.load(None, {"micro_batch_size": "auto", "effective_batch_size": 512,
                         "memory_budget": budget})
-    assert str(error.value) == f"config: memory_budget={budget!r}: {problem}" + (
+    assert str(error.value) == f"overrides: memory_budget={budget!r}: {problem}" + (
         " (such as 512MiB)" if "greater" in problem else ", 512MiB or 2GB (or null)")
 
 
@@ -73,9 +79,12 @@ def test_the_effective_batch_is_stated_or_derived_and_a_disagreement_is_an_error
     with pytest.raises(cfg.ConfigError, match=r"effective_batch_size=1000: disagrees with "
                        r"micro_batch_size=256 x accumulation_steps=2"):
         cfg.load(None, {"effective_batch_size": 1000})
+    # auto given on top of a config keeps the batch it implies (test_config.py); a config
+    # that itself says auto must state the batch
+    assert cfg.load(None, {"micro_batch_size": "auto"}).effective_batch_size == 512
     with pytest.raises(cfg.ConfigError, match="micro_batch_size='auto': needs "
                        "effective_batch_size"):
-        cfg.load(None, {"micro_batch_size": "auto"})
+        cfg.build({"micro_batch_size": "auto"})
 
 
 # ------------------------------------------------------------------ probe and choice
@@ -106,7 +115,7 @@ def test_probe_measures_peak_memory_that_grows_with_the_micro_batch():
         return nn.Sequential(nn.Linear(16, 4096), nn.ReLU(), nn.Linear(4096, 1), nn.Flatten(0))
 
     before = torch.get_rng_state()
-    table = probe(wide, (x, y), CPU_FP32, [4096, 256])
+    table = probe(wide, (x, y), StepSettings(CPU_FP32), [4096, 256])
     assert torch.equal(torch.get_rng_state(), before)  # the run's random stream is untouched
     assert [row.micro_batch_size for row in table] == [256, 4096]
     small, large = table[0].peak_bytes, table[1].peak_bytes

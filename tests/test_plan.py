@@ -87,9 +87,12 @@ def test_the_run_path_makes_each_decision_in_the_plan_only(call, allowed):
 def test_no_function_on_the_run_path_takes_more_than_six_parameters():
     from rul import cli, parallel
     from rul.tracking import ensemble_run, evaluation_run, parent_run, run_logging, tracked_run
-    from rul.training import run
+    from rul.training import micro_batch, run
+    from rul.tuning import study
 
-    path = [cli.train.callback, cli.evaluate.callback, tracked_run.train_tracked,
+    path = [cli.train.callback, cli.evaluate.callback, cli.tune.callback, study.run_study,
+            study._worker, study.objective_for, micro_batch.probe_split, micro_batch.probe,
+            tracked_run.train_tracked,
             tracked_run.track, tracked_run._open_run, tracked_run._train_in_run,
             run_logging.log_plan, run_logging.log_outcome, plan_module.plan_run,
             plan_module.plan_ensemble, plan_module.plan_seeds, run.train,

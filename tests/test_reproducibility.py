@@ -157,5 +157,6 @@ def test_cli_train_end_to_end(real_data_dir, tmp_path, mlflow_store, monkeypatch
     assert client.get_model_version_by_alias("rul-fd001", "champion").run_id == run.info.run_id
     assert not list((tmp_path / "ckpt").glob("*.pt"))  # finished: checkpoint removed
     experiment_id = run.info.experiment_id  # the hint opens its runs view on the port used
-    assert (f"--port 5123), then http://127.0.0.1:5123/#/experiments/{experiment_id}"
-            "?workflowType=machine_learning") in result.stdout
+    assert (f"ui --backend-store-uri sqlite:///{tmp_path}/mlflow.db --port 5123, then "
+            f"http://127.0.0.1:5123/#/experiments/{experiment_id}"
+            "?workflowType=machine_learning") in result.stdout  # no Makefile here: no make ui

@@ -364,3 +364,22 @@ def test_file_study_lock_is_exclusive_across_processes(tmp_path):
     with study_lock(journal, 2, "s"):
         assert other_process_gets_it() == "False"
     assert other_process_gets_it() == "True"
+
+
+def test_a_database_server_that_refuses_is_a_bad_url_said_at_once(postgres_url, tmp_path,
+                                                                   monkeypatch):
+    """It answered: no waiting (rul.services retries servers that do not answer)."""
+    from click.testing import CliRunner
+
+    from rul.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RUL_CONNECT_TIMEOUT", "60")
+    wrong = postgres_url.rsplit("/", 1)[0] + "/no_such_db"
+    started = time.monotonic()
+    result = CliRunner().invoke(main, ["tune", str(TUNE_PATH), "--storage", wrong])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"Error: --storage {wrong}: connection to server at ")
+    assert result.stderr.endswith('database "no_such_db" does not exist\n')
+    assert result.stderr.count("\n") == 1 and time.monotonic() - started < 30
+    assert list(tmp_path.iterdir()) == []

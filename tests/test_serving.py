@@ -1,7 +1,9 @@
-"""`mlflow models serve -m models:/rul-fd001@champion`: good answers, clear 4xx, server stays up.
+"""`make serve` (mlflow models serve -m models:/rul-fd001@champion): good answers, one clear
+line for every bad request, the server stays up.
 
 One server (the tiny logged model of test_inference.py, registered as the champion) answers
-every request of this module; it is started once and stopped at the end.
+every request of this module: `make serve` itself, with the project's environment off PATH
+(as a user who has not activated it), on a free port; it is stopped at the end.
 """
 
 import json
@@ -20,12 +22,14 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
-from test_inference import CHAMPION_URI, log_tiny_model
+from test_inference import CHAMPION_URI, ROOT, log_tiny_model
 from test_intervals import banded_interval
 
 from rul.data.schema import COLUMNS
 
 pytestmark = pytest.mark.slow
+
+MAX_BODY = 300  # characters of a 400's whole JSON body
 
 
 def _free_port() -> int:
@@ -34,10 +38,11 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def split_payload(rows: pd.DataFrame) -> dict:
+def split_payload(rows: pd.DataFrame, **params) -> dict:
     """The dataframe_split body a client sends: column names and row lists."""
     split = json.loads(rows.to_json(orient="split", index=False))
-    return {"dataframe_split": {"columns": split["columns"], "data": split["data"]}}
+    body = {"dataframe_split": {"columns": split["columns"], "data": split["data"]}}
+    return {**body, "params": params} if params else body
 
 
 @pytest.fixture(scope="module")
@@ -54,17 +59,21 @@ def server(tmp_path_factory, fd001):
         mlflow.set_tracking_uri(None)
         patch.undo()
     port = _free_port()
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri,
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    venv = Path(sys.executable).parent.parent
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                           if Path(p).resolve() != (venv / "bin").resolve())
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PATH": path}
+    env.pop("VIRTUAL_ENV", None)
     log = open(root / "serve.log", "wb")  # noqa: SIM115 (closed below)
+    stamp = venv / ".installed"  # `make -o`: never reinstall here
     process = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "models", "serve", "-m", CHAMPION_URI,
-         "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"],
+        ["make", "-C", str(ROOT), "-o", str(stamp), "serve", f"VENV={venv}", f"PORT={port}",
+         f"MODEL={CHAMPION_URI}", f"STAMP={stamp}"],
         cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 120
         while True:
             assert process.poll() is None, (root / "serve.log").read_text()[-3000:]
             try:
@@ -73,7 +82,7 @@ def server(tmp_path_factory, fd001):
                         break
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
-            assert time.monotonic() < deadline, "server did not answer /ping within 90 s"
+            assert time.monotonic() < deadline, "server did not answer /ping within 120 s"
             time.sleep(1)
         yield SimpleNamespace(base=base, model=model, process=process, log=root / "serve.log")
     finally:
@@ -87,88 +96,164 @@ def server(tmp_path_factory, fd001):
         log.close()
 
 
-def post(server, body: bytes | str | dict) -> tuple[int, dict]:
+def post(server, body: bytes | str | dict, content_type: str = "application/json"
+         ) -> tuple[int, str]:
+    """(status, the body as text)."""
     if isinstance(body, dict):
         body = json.dumps(body)
     data = body.encode() if isinstance(body, str) else body
     request = urllib.request.Request(f"{server.base}/invocations", data=data,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": content_type})
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
+            return response.status, response.read().decode()
     except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
+        return error.code, error.read().decode()
+
+
+def predictions(server, body, content_type="application/json") -> list[dict]:
+    status, text = post(server, body, content_type)
+    assert status == 200, text
+    return json.loads(text)["predictions"]
 
 
 def test_valid_payload_answers_like_the_in_process_model(server, fd001):
     rows = fd001.test[fd001.test["unit"].isin([1, 2])]
-    status, answer = post(server, split_payload(rows))
-    assert status == 200, answer
+    answer = predictions(server, split_payload(rows))
     expected = server.model.predict(rows)
-    predictions = answer["predictions"]
-    assert [p["unit"] for p in predictions] == [1, 2]
-    assert [p["padded"] for p in predictions] == [False, False]
-    np.testing.assert_allclose([p["rul"] for p in predictions], expected["rul"], atol=1e-9)
+    assert [p["unit"] for p in answer] == [1, 2]
+    assert [p["padded"] for p in answer] == [False, False]
+    assert [p["flagged"] for p in answer] == [False, False]
+    assert [p["flag_reason"] for p in answer] == ["", ""]
+    np.testing.assert_allclose([p["rul"] for p in answer], expected["rul"], atol=1e-9)
 
 
 def test_integer_sensors_and_float_ids_are_accepted(server, fd001):
     rows = fd001.test[fd001.test["unit"].isin([1, 2])].copy()
     as_users_read = rows.astype({"s_17": np.int64, "s_18": np.int64, "unit": float})
-    status, answer = post(server, split_payload(as_users_read))
-    assert status == 200, answer
-    assert [p["rul"] for p in answer["predictions"]] == pytest.approx(
+    answer = predictions(server, split_payload(as_users_read))
+    assert [p["rul"] for p in answer] == pytest.approx(
         server.model.predict(rows)["rul"].tolist(), abs=1e-9)
+
+
+@pytest.mark.parametrize("index", [True, False])
+def test_csv_bodies_work_as_mlflow_documents_them(server, fd001, index):
+    """text/csv as written by DataFrame.to_csv() (the index as an extra first column, or
+    none), columns in any order: the same predictions as JSON."""
+    rows = fd001.test[fd001.test["unit"].isin([1, 2, 3])]
+    csv = rows[COLUMNS[::-1]].to_csv(index=index)
+    answer = predictions(server, csv, "text/csv")
+    assert [p["unit"] for p in answer] == [1, 2, 3]
+    assert [p["rul"] for p in answer] == pytest.approx(
+        [p["rul"] for p in predictions(server, split_payload(rows))], abs=1e-9)
 
 
 def test_short_history_is_flagged_or_rejected_on_request(server, fd001):
     rows = fd001.test[fd001.test["unit"] == 1].head(5)
-    status, answer = post(server, split_payload(rows))
-    assert status == 200 and answer["predictions"][0]["padded"] is True
-    status, answer = post(server, {**split_payload(rows), "params": {"short_history": "reject"}})
+    answer = predictions(server, split_payload(rows))
+    assert answer[0]["padded"] is True and answer[0]["flagged"] is True
+    assert answer[0]["flag_reason"] == "5-row history, shorter than the window (30)"
+    status, text = post(server, split_payload(rows, short_history="reject"))
     assert status == 400
-    assert "unit 1 has 5 rows" in answer["message"]
+    assert json.loads(text)["message"] == (
+        "input: history shorter than the window (30 cycles): unit 1 has 5 rows")
 
 
 def test_failure_probability_for_the_requested_horizon(server, fd001):
     rows = fd001.test[fd001.test["unit"].isin([1, 2, 3])]
-    status, answer = post(server, split_payload(rows))
-    assert status == 200, answer
+    answer = predictions(server, split_payload(rows))
     default = server.model.predict(rows)
-    np.testing.assert_allclose([p["p_fail_within"] for p in answer["predictions"]],
-                               default["p_fail_within"], atol=1e-12)
-    status, later = post(server, {**split_payload(rows), "params": {"horizon": 60}})
-    assert status == 200, later
-    expected = server.model.predict(rows, params={"horizon": 60.0})["p_fail_within"]
-    np.testing.assert_allclose([p["p_fail_within"] for p in later["predictions"]], expected,
+    np.testing.assert_allclose([p["p_fail_within"] for p in answer], default["p_fail_within"],
                                atol=1e-12)
+    later = predictions(server, split_payload(rows, horizon=60))
+    expected = server.model.predict(rows, params={"horizon": 60.0})["p_fail_within"]
+    np.testing.assert_allclose([p["p_fail_within"] for p in later], expected, atol=1e-12)
     assert not np.allclose(expected, default["p_fail_within"])
-    status, refused = post(server, {**split_payload(rows), "params": {"horizon": 500}})
+    status, text = post(server, split_payload(rows, horizon=500))
+    assert status == 400 and len(text) < MAX_BODY
+    assert json.loads(text)["message"] == ("horizon must be a number of cycles between 0 and "
+                                           "the model's RUL cap (125), exclusive; got 500")
+
+
+def _rows(fd001, units=(1, 2)):
+    return fd001.test[fd001.test["unit"].isin(units)].reset_index(drop=True)
+
+
+def _glitch(fd001):
+    rows = _rows(fd001)
+    rows.loc[rows.index[rows["unit"] == 2][3], "s_9"] = 1e9
+    return rows
+
+
+def _with_value(fd001, column, value):
+    rows = _rows(fd001).astype({column: object})
+    rows.iloc[1, rows.columns.get_loc(column)] = value
+    return rows
+
+
+BAD_REQUESTS = {
+    "renamed column": (
+        lambda fd: split_payload(_rows(fd).rename(columns={"s_4": "s4"})),
+        "input: missing columns ['s_4'] (found instead ['s4']); expected unit, cycle, "
+        "setting_1..setting_3, s_1..s_21"),
+    "missing column": (
+        lambda fd: split_payload(_rows(fd).drop(columns=["s_9"])),
+        "input: missing columns ['s_9']; expected unit, cycle, setting_1..setting_3, s_1..s_21"),
+    "other columns": (
+        lambda fd: {"dataframe_split": {"columns": ["a", "b"], "data": [[1, 2]]}},
+        "input: missing all 26 columns (found instead ['a', 'b']); expected unit, cycle, "
+        "setting_1..setting_3, s_1..s_21"),
+    "empty list": (
+        lambda fd: {"dataframe_split": {"columns": [], "data": []}},
+        "input: missing all 26 columns; expected unit, cycle, setting_1..setting_3, s_1..s_21"),
+    "no rows": (lambda fd: {"dataframe_split": {"columns": COLUMNS, "data": []}},
+                "input: no rows"),
+    "non-numeric value": (lambda fd: split_payload(_with_value(fd, "s_3", "hot")),
+                          "input: row 2, column s_3: 'hot' is not a number"),
+    "a long value": (lambda fd: split_payload(_with_value(fd, "s_3", "x" * 5000)),
+                     f"input: row 2, column s_3: '{'x' * 26}... is not a number"),
+    "missing value": (lambda fd: split_payload(_with_value(fd, "s_3", None)),
+                      "input: row 2, column s_3: is missing"),
+    "unknown parameter": (lambda fd: split_payload(_rows(fd), shorthistory="reject"),
+                          "unknown parameter 'shorthistory'; allowed: short_history, strict, "
+                          "horizon"),
+    "bad parameter value": (lambda fd: split_payload(_rows(fd), short_history="cut"),
+                            "short_history must be one of pad, reject, got 'cut'"),
+    "strict refusal": (lambda fd: split_payload(_glitch(fd), strict=True),
+                       "input: outside the training fleet (strict): unit 2 (s_9 "),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_REQUESTS))
+def test_bad_requests_get_one_line_of_rul_and_the_server_stays_up(server, fd001, name):
+    make_body, message = BAD_REQUESTS[name]
+    status, text = post(server, make_body(fd001))
+    assert status == 400, (name, status, text)
+    assert len(text) < MAX_BODY, (name, len(text), text)
+    answer = json.loads(text)
+    assert answer["message"].startswith(message), (name, answer["message"])
+    assert "\n" not in answer["message"] and "Failed to predict" not in text
+    assert "Traceback" not in text and "stack_trace" not in answer
+    status, _ = post(server, split_payload(fd001.test[fd001.test["unit"] == 3]))
+    assert status == 200 and server.process.poll() is None
+
+
+def test_bad_csv_value_gets_the_same_line(server, fd001):
+    status, text = post(server, _with_value(fd001, "s_3", "hot").to_csv(index=False),
+                        "text/csv")
+    assert status == 400 and len(text) < MAX_BODY
+    assert json.loads(text)["message"] == "input: row 2, column s_3: 'hot' is not a number"
+
+
+def test_outside_the_fleet_is_flagged_without_strict(server, fd001):
+    answer = predictions(server, split_payload(_glitch(fd001)))
+    assert [p["flagged"] for p in answer] == [False, True]
+    assert answer[1]["flag_reason"].startswith("s_9 ")
+
+
+def test_a_body_mlflow_cannot_parse_is_its_400_and_the_server_stays_up(server, fd001):
+    """Not JSON at all: MLflow's scoring server answers before the model sees anything."""
+    status, _ = post(server, '{"dataframe_split": {"columns": ["unit"')
     assert status == 400
-    assert "horizon must be a number of cycles between 0 and the model's RUL cap (125)" in \
-        refused["message"]
-
-
-@pytest.mark.parametrize(
-    ("name", "body", "problem"),
-    [
-        ("malformed JSON", '{"dataframe_split": {"columns": ["unit"', "Invalid input"),
-        ("wrong columns", {"dataframe_split": {"columns": ["a", "b"], "data": [[1, 2]]}},
-         "missing inputs"),
-        ("empty list", {"dataframe_split": {"columns": [], "data": []}}, "missing inputs"),
-        ("no rows", {"dataframe_split": {"columns": COLUMNS, "data": []}}, "input: no rows"),
-        ("instances: empty list", {"instances": []}, "missing inputs"),
-        ("non-numeric value", None, "row 2, column s_3: 'hot' is not a number"),
-    ],
-)
-def test_bad_requests_get_a_clear_4xx_and_the_server_stays_up(server, fd001, name, body,
-                                                             problem):
-    if body is None:
-        rows = fd001.test[fd001.test["unit"] == 1].head(3).astype({"s_3": object})
-        rows.iloc[1, rows.columns.get_loc("s_3")] = "hot"
-        body = split_payload(rows)
-    status, answer = post(server, body)
-    assert 400 <= status < 500, (name, status, answer)
-    assert problem in answer["message"], (name, answer["message"][-500:])
-    assert "Traceback" not in answer["message"]
     status, _ = post(server, split_payload(fd001.test[fd001.test["unit"] == 3]))
     assert status == 200 and server.process.poll() is None

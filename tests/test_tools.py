@@ -57,6 +57,21 @@ def test_a_longer_window_is_scored_on_the_same_truncations_edge_padded(tool, fd0
     assert n_full == n - 3 * 10 and full != score
 
 
+def test_a_lean_model_scores_as_its_torch_network(tool, fd001, tmp_path):
+    """Models logged now run ONNX: the same score as the torch network within float noise."""
+    from rul.models.spec import NetworkSpec
+    from rul.serving.onnx_export import save_runtime
+    from rul.serving.runtime import LeanModel
+
+    rows = rows_of(fd001.train, np.array([3, 17]))
+    inner = tiny_model(fd001, 30)
+    spec = NetworkSpec("cnn", inner.preprocessor.n_features, 30, 125, ARCH)
+    save_runtime(tmp_path, spec, [inner.model], inner.preprocessor)
+    lean = SimpleNamespace(model=LeanModel.load(tmp_path))  # the lean pyfunc's inner model
+    assert tool.truncation_rmse(lean, rows, 30) == pytest.approx(
+        tool.truncation_rmse(inner, rows, 30), rel=1e-5)
+
+
 # ------------------------------------------------------------------ tools/interval_report.py
 
 REPORT = Path(__file__).resolve().parents[1] / "tools" / "interval_report.py"

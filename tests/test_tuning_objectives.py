@@ -56,7 +56,7 @@ def download(run_id: str, path: str, tracking_uri: str, dst: Path) -> Path:
 def test_bad_objective_lists_are_config_errors_naming_the_key(objectives, problem):
     with pytest.raises(cfg.ConfigError) as error:
         cfg.load_tuning(TUNE_PATH, {"objectives": objectives})
-    assert str(error.value) == f"{TUNE_PATH}: objectives={objectives!r}: {problem}"
+    assert str(error.value) == f"overrides: objectives={objectives!r}: {problem}"
 
 
 def test_objectives_default_to_val_rmse_and_set_directions():
@@ -215,8 +215,9 @@ def test_two_objective_study_stores_two_directions_and_values(pareto):
         assert len(trial.values) == 2
         assert trial.intermediate_values == {}  # pruning off: nothing reported
         run_id = trial.user_attrs["mlflow_run_id"]
-        val = [m.value for m in pareto.client.get_metric_history(run_id, "val_rmse")]
-        speed = [m.value for m in pareto.client.get_metric_history(run_id, "samples_per_s")]
+        val = [m.value for m in pareto.client.get_metric_history(run_id, "val/rmse")]
+        speed = [m.value for m in pareto.client.get_metric_history(run_id,
+                                                              "system/samples_per_s")]
         assert trial.values[0] == pytest.approx(min(val), rel=1e-6)
         assert trial.values[1] == pytest.approx(statistics.median(speed), rel=1e-6)
     assert "pruner='median' is ignored" in pareto.stderr

@@ -1,26 +1,25 @@
 """The MLflow UI, checked in a real browser: headless Debian Chromium driven by playwright.
 
-One tiny tracked training makes a store; `mlflow ui` serves it on a free 127.0.0.1 port. The
-test reads what it expects (run name, metrics, registered version) from MLflow itself, then
-checks that the browser shows it: the experiment's runs table, the run page's metrics and
-registered model, the model page's `champion` alias. Nothing is downloaded: Chromium comes
-from apt (.ci/run installs it), playwright only drives it.
+One tiny tracked training makes a store; `make ui`'s command (python -m rul.tracking.ui, around
+`mlflow ui`) serves it on a free 127.0.0.1 port and is stopped as Ctrl-C stops it, with every
+process it started. The test reads what it expects (run name, metrics, registered version)
+from MLflow itself, then checks that the browser shows it: the experiment's runs table, the
+run page's metrics and registered model, the model metrics tab opening on the training curves,
+the model page's `champion` alias and description. Nothing is downloaded: Chromium comes from
+apt (.ci/run installs it), playwright only drives it.
 
 MLflow 3.17's UI picks the GenAI or the model-training view from one global switch in its
 sidebar (kept in the browser), not from the experiment's `mlflow.experimentKind` tag; a fresh
 browser starts on GenAI. The test therefore flips that switch to "Model training" once, as a
 user does, and checks the experiment then opens on its runs.
+
+With RUL_SCREENSHOTS=<folder> (`make screenshots`) the test also saves the pictures of the docs
+there: the runs view (mlflow_runs.png) and a run's charts (mlflow_run_charts.png), of a tiny
+training given a few more epochs so that its curves show.
 """
 
-import contextlib
 import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -40,8 +39,11 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 CONFIG_PATH = Path(__file__).resolve().parents[1] / "experiments" / "fd001.yaml"
 TINY = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
         "micro_batch_size": 1024, "accumulation_steps": 1, "patience": 5}
-SERVER_START_S = 180  # `mlflow ui` migrates a new store and starts workers: slow on 2 cores
 PAGE_S = 90  # a page's data arrives through several REST calls
+SCREENSHOTS = os.environ.get("RUL_SCREENSHOTS")  # a folder: save the docs' pictures there
+if SCREENSHOTS:
+    TINY = {**TINY, "epochs": 12, "patience": 12}
+FIRST_CHARTS = ["grad_norm", "loss", "loss_epoch", "lr", "rmse"]  # train/..., then val/rmse
 
 
 def _missing(reason: str):
@@ -80,46 +82,6 @@ def tracked(tmp_path_factory, real_data_dir, mlflow_store_at):
         yield store
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def mlflow_ui(store):
-    """`mlflow ui` over the store on a free port; stopped (its whole process group) after."""
-    port = _free_port()
-    log_path = store.root / "ui.log"
-    with open(log_path, "wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store.uri,
-             "--port", str(port), "--host", "127.0.0.1"],
-            cwd=store.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + SERVER_START_S
-            while True:
-                assert server.poll() is None, log_path.read_text()[-3000:]
-                try:
-                    with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
-                        if response.status == 200:
-                            break
-                except (urllib.error.URLError, ConnectionError, TimeoutError):
-                    pass
-                assert time.monotonic() < deadline, f"mlflow ui silent for {SERVER_START_S} s"
-                time.sleep(1)
-            yield base
-        finally:
-            if server.poll() is None:
-                os.killpg(server.pid, signal.SIGTERM)
-                try:
-                    server.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(server.pid, signal.SIGKILL)
-                    server.wait()
-
-
 def _lines(page) -> list[str]:
     """The page's visible text, one entry per line (non-breaking spaces as spaces)."""
     text = page.inner_text("body").replace("\xa0", " ")
@@ -153,7 +115,27 @@ def _version_row(lines: list[str], version: str) -> list[str]:
     return lines[start:end]
 
 
-def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
+def _save_screenshot(page, name: str) -> None:
+    """The page as the docs show it, into RUL_SCREENSHOTS: without the assistant's panel."""
+    page.set_viewport_size({"width": 1400, "height": 700})
+    close = page.get_by_label("Close", exact=True)
+    if close.count():
+        close.first.click()
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(Path(SCREENSHOTS) / name))
+    page.set_viewport_size({"width": 1600, "height": 1000})
+
+
+def _save_run_charts(page, run_url: str) -> None:
+    """The run's model-metrics tab with the charts of the training step and validation."""
+    page.goto(f"{run_url}/model-metrics")
+    page.get_by_text("val_rmse").first.wait_for()
+    page.get_by_placeholder("Search metric charts").fill("^(val_rmse|train_loss|grad_norm)$")
+    page.wait_for_timeout(5000)  # the charts render after their data arrives
+    _save_screenshot(page, "mlflow_run_charts.png")
+
+
+def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, mlflow_ui, tmp_path):
     run = tracked.run
     run_name, run_id, experiment_id = run.info.run_name, run.info.run_id, run.info.experiment_id
     client = MlflowClient(tracking_uri=tracked.uri)
@@ -164,7 +146,8 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
     def version_shown(lines: list[str]) -> bool:  # the registered model's name, then v<version>
         return _adjacent(lines, tracked.model_name, f"v{version}")
 
-    with mlflow_ui(tracked) as base:
+    started = []
+    with mlflow_ui(tracked, started) as base:
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
         page.set_default_timeout(PAGE_S * 1000)
         try:
@@ -183,19 +166,35 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
             assert version_shown(lines)
             assert "Token Usage" not in lines  # not the GenAI overview
             page.screenshot(path=str(tmp_path / "experiment.png"))
+            if SCREENSHOTS:
+                _save_screenshot(page, "mlflow_runs.png")
 
             # the run page: its name, the training metrics, the registered model
             page.goto(f"{base}/#/experiments/{experiment_id}/runs/{run_id}")
-            page.get_by_text("val_rmse", exact=True).first.wait_for()
+            page.get_by_text("val/rmse", exact=True).first.wait_for()
             page.get_by_text("Registered models", exact=True).first.wait_for()
             lines = _lines_when(page, version_shown)
             assert run_name in lines
-            for metric in ("train_loss", "grad_norm", "val_rmse"):
+            for metric in ("train/loss", "train/grad_norm", "val/rmse"):
                 assert metric in lines, metric
                 shown = float(_value_after(lines, metric))  # the latest value, as stored
                 assert shown == pytest.approx(run.data.metrics[metric], rel=1e-9), metric
             assert version_shown(lines)  # registered models
             page.screenshot(path=str(tmp_path / "run.png"), full_page=True)
+            if SCREENSHOTS:
+                _save_run_charts(page, f"{base}/#/experiments/{experiment_id}/runs/{run_id}")
+
+            # the model metrics tab opens on the training curves: train/, then val/
+            page.goto(f"{base}/#/experiments/{experiment_id}/runs/{run_id}/model-metrics")
+            page.get_by_text("grad_norm", exact=True).first.wait_for()
+            lines = _lines(page)
+            sections = [line for line, count in zip(lines, lines[1:])
+                        if count.startswith("(") and count.endswith(")")]
+            assert sections[:2] == ["train", "val"], sections
+            charts = [line for line in lines if line in FIRST_CHARTS]
+            assert charts[:4] == FIRST_CHARTS[:4], charts
+            assert "system/samples_per_s" not in lines  # in the System metrics tab
+            page.screenshot(path=str(tmp_path / "model_metrics.png"))
 
             # the registered model: the description and the champion alias on our version
             page.goto(f"{base}/#/models/{tracked.model_name}")
@@ -204,6 +203,10 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, tmp_path):
             lines = _lines(page)
             assert f"@ {CHAMPION}" in _version_row(lines, version)
             assert any(line.startswith("Remaining useful life") for line in lines)
+            for column in ("unit", "rul", "rul_lower", "rul_upper", "padded", "flagged",
+                           "flag_reason"):  # every output column described
+                assert any(line.startswith(f"{column} (") for line in lines), column
             page.screenshot(path=str(tmp_path / "model.png"), full_page=True)
         finally:
             page.close()
+    assert any("huey" in command for _, command in started)  # MLflow's job consumers, ended

@@ -4,11 +4,11 @@ A model's `val_rmse` averages over every full window of its validation engines, 
 different windows are scored on different targets (a 40-cycle window has no prediction at
 cycles 30-39). This scores each model at every cycle from --from on of the validation engines
 of seed --seed's split, each prediction made from the engine's rows up to that cycle, exactly
-as for a test unit (histories shorter than the window edge-padded, README: Short units).
+as for a test unit (histories shorter than the window edge-padded, docs: Inputs, Short units).
 
     python tools/truncation_val.py --seed 42 runs:/<run id>/model ... [--from 30]
 
-(with MLFLOW_TRACKING_URI pointing at the store). README: The engine's age (window 40).
+(with MLFLOW_TRACKING_URI pointing at the store). docs: Results, Decisions (window 40).
 """
 
 import argparse
@@ -25,20 +25,34 @@ from rul.preprocessing.windows import last_windows
 from rul.training.seeding import derive_seeds
 
 
+def parts(inner):
+    """(preprocessing, windows -> RUL) of a loaded pyfunc's inner model: the lean model
+    (rul.serving.lean_pyfunc: ONNX members, averaged) or a torch one (its Preprocessor and
+    network, as models logged before the lean runtime hold them)."""
+    if hasattr(inner, "preprocessor"):
+        model = inner.model.eval()  # in eval mode the network clamps to [0, rul_cap] itself
+
+        def predict(windows):
+            with torch.inference_mode():
+                return model(torch.from_numpy(windows)).float().numpy().reshape(-1)
+
+        return inner.preprocessor, predict
+    lean = inner.model
+    return lean.spec.preprocessing, lambda windows: lean.member_predictions(windows).mean(0)
+
+
 def truncation_rmse(inner, rows, first_cycle: int) -> tuple[float, int]:
     """RMSE over every (engine, cycle >= first_cycle) of `rows`, capped targets."""
+    preprocessing, predict = parts(inner)
     windows, targets = [], []
-    cap = inner.preprocessor.rul_cap
+    cap = preprocessing.rul_cap
     for _, unit in rows.groupby("unit", sort=False):
-        values = inner.preprocessor.transform(unit)  # causal: row t sees rows up to t only
+        values = preprocessing.transform(unit)  # causal: row t sees rows up to t only
         ids = unit["unit"].to_numpy()
         for t in range(first_cycle, len(unit) + 1):
-            windows.append(last_windows(values[:t], ids[:t], inner.preprocessor.window)[1][0])
+            windows.append(last_windows(values[:t], ids[:t], preprocessing.window)[1][0])
             targets.append(min(len(unit) - t, cap))
-    model = inner.model.eval()  # in eval mode the network clamps to [0, rul_cap] itself
-    with torch.inference_mode():
-        predicted = model(torch.from_numpy(np.stack(windows))).float().numpy().reshape(-1)
-    return rmse(predicted, targets), len(targets)
+    return rmse(predict(np.stack(windows)), targets), len(targets)
 
 
 def main():
@@ -58,7 +72,8 @@ def main():
     for uri in args.models:
         inner = mlflow.pyfunc.load_model(uri).unwrap_python_model()
         score, n = truncation_rmse(inner, rows, args.first)
-        print(f"{uri}: window {inner.preprocessor.window}, val RMSE {score:.3f} on {n} truncations "
+        window = parts(inner)[0].window
+        print(f"{uri}: window {window}, val RMSE {score:.3f} on {n} truncations "
               f"(cycles >= {args.first} of {len(val_units)} validation engines)")
 
 

@@ -16,6 +16,27 @@ from rul.data.schema import COLUMNS
 
 ID_COLUMNS = COLUMNS[:2]  # unit, cycle: positive whole numbers, int64 in the result
 VALUE_COLUMNS = COLUMNS[2:]  # settings and sensors: finite numbers, float64 in the result
+EXPECTED = "unit, cycle, setting_1..setting_3, s_1..s_21"  # COLUMNS, said briefly
+NAMED = 3  # a message lists this many column names, then counts the rest
+
+
+def _names(names: list) -> str:
+    """Column names as a list, the first NAMED (each cut to 15 characters), then a count."""
+    shown = [str(n) if len(str(n)) <= 15 else str(n)[:12] + "..." for n in names[:NAMED]]
+    more = f" and {len(names) - NAMED} more" if len(names) > NAMED else ""
+    return f"{shown}{more}"
+
+
+def _missing(missing: list) -> str:
+    if len(missing) <= NAMED:
+        return f"missing columns {_names(missing)}"
+    return ("missing all" if len(missing) == len(COLUMNS) else f"missing {len(missing)} of the"
+            ) + f" {len(COLUMNS)} columns"
+
+
+def _value(value, limit: int = 30) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def validate_rows(frame: pd.DataFrame, source: str | Path = "input") -> pd.DataFrame:
@@ -23,7 +44,7 @@ def validate_rows(frame: pd.DataFrame, source: str | Path = "input") -> pd.DataF
 
     Accepted: integer or float columns (or strings holding numbers); unit and cycle may be
     floats if they are whole. Extra columns are ignored. Raises DataError for a missing
-    column, no rows, a non-numeric or non-finite value (row and column named), a unit or
+    column (naming the unexpected ones, e.g. a renamed column), no rows, a non-numeric or non-finite value (row and column named), a unit or
     cycle that is not a positive whole number, rows of one unit that are not contiguous, a
     duplicate (unit, cycle), or cycles that do not strictly increase within a unit.
     """
@@ -31,7 +52,9 @@ def validate_rows(frame: pd.DataFrame, source: str | Path = "input") -> pd.DataF
         raise DataError(source, f"expected a table of rows, got {type(frame).__name__}")
     missing = [c for c in COLUMNS if c not in frame.columns]
     if missing:
-        raise DataError(source, f"missing columns {missing}; expected {', '.join(COLUMNS)}")
+        unexpected = [c for c in frame.columns if c not in COLUMNS]
+        found = f" (found instead {_names(unexpected)})" if unexpected else ""
+        raise DataError(source, f"{_missing(missing)}{found}; expected {EXPECTED}")
     if frame.empty:
         raise DataError(source, "no rows")
     values = np.empty((len(frame), len(VALUE_COLUMNS)), dtype=np.float64)
@@ -59,7 +82,7 @@ def _numeric(source, values: pd.Series) -> np.ndarray:
         if bad.any():
             row = int(np.argmax(bad))
             raise DataError(
-                source, f"row {row + 1}, column {name}: {values.iloc[row]!r} is not a number"
+                source, f"row {row + 1}, column {name}: {_value(values.iloc[row])} is not a number"
             )
     finite = np.isfinite(array)
     if not finite.all():

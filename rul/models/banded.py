@@ -13,7 +13,7 @@ input steps [t0 + off, t1 + off + k - 1), clipped to the window, so a block does
 (block + k - 1) / k times the convolution's multiply-adds for its steps (1.4 for 5 steps and
 k = 10) and less where the window's edges clip it (the convolution multiplies its zero padding
 too): 1.25x in all for the default 10-channel layers, 6 blocks of 5 steps over 30, at a width
-BLAS handles well (README: Speed). Each layer's
+BLAS handles well (docs: Performance). Each layer's
 tanh is fused in (as 2 sigmoid(2z) - 1, the 2 folded into M: tanh_into's formula) and its
 backward computes the input gradient block by block over input steps (no zero-fill, no
 overlapping writes) and the kernel's gradient from the blocks' gradients by one index_add.

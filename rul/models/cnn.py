@@ -42,7 +42,7 @@ class TimeConv(nn.Conv2d):
 def tanh_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """out = tanh(x). On CPU as 2 sigmoid(2x) - 1 in float32: PyTorch's vectorised CPU tanh
     (Sleef, 1-ULP) is ~3x slower than its sigmoid, and the three passes together still take
-    half tanh's time (README: Speed); within 2e-7 of tanh, not bit for bit. bfloat16 (autocast)
+    half tanh's time (docs: Performance); within 2e-7 of tanh, not bit for bit. bfloat16 (autocast)
     goes through a float32 copy and is rounded once: 0.45x the time of bf16 torch.tanh, and the
     same bf16 value for all but ~2 in a million elements (those 1 ulp apart). In bf16 itself
     the formula would round small tanh values (about x) to 0 or +-2^-7. Elsewhere torch.tanh
@@ -64,7 +64,7 @@ class _TrimmedTanh(torch.autograd.Function):
     Slicing then tanh costs, per layer and step, a zero-fill and a copy in the slice's backward
     and one more copy of the activation. Here tanh writes straight into a tensor of the input's
     layout (through tanh_into) and the backward writes tanh's gradient straight into the slice
-    of the input's gradient (README: Speed; tests/test_dcnn.py). Not twice differentiable.
+    of the input's gradient (docs: Performance; tests/test_dcnn.py). Not twice differentiable.
     """
 
     @staticmethod

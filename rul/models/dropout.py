@@ -2,10 +2,10 @@
 
 nn.Dropout draws its mask with `bernoulli_`, which on CPUs without MKL's vendor path (AMD's
 among them) runs PyTorch's scalar loop: one double from the Mersenne Twister per element, about
-1.1 ms for the DCNN head's 256 x 450 activations, ~7 % of its bf16 training step (README:
-Speed; on Intel CPUs bernoulli_ takes MKL's path, not measured here). The same Bernoulli(1 - p)
-mask, drawn from the same generator (so the same seeding, checkpoints and resume), costs a
-fraction of that:
+1.1 ms for the DCNN head's 256 x 450 activations, ~7 % of its bf16 training step
+(docs: Performance; on Intel CPUs bernoulli_ takes MKL's path, not measured here). The same
+Bernoulli(1 - p) mask, drawn from the same generator (so the same seeding, checkpoints and
+resume), costs a fraction of that:
 
 - p = 0.5 (the DCNN's default): each random 16-bit word gives 16 fair coins, its bits
   (torch.randint over [0, 2^16) is exactly uniform: 2^16 divides the generator's 2^32);

@@ -5,13 +5,13 @@ import pandas as pd
 from sklearn.base import BaseEstimator
 
 from rul.data.schema import SETTING_COLUMNS
+from rul.preprocessing.envelope import Envelope
 from rul.preprocessing.features import AGE, candidate_columns, near_constant
+from rul.preprocessing.fitted import FittedPreprocessing
 from rul.preprocessing.scaling import ConditionScaler
-from rul.preprocessing.smoothing import smooth_per_unit
 from rul.preprocessing.target import piecewise_rul
 from rul.preprocessing.windows import (
     WindowSet,
-    last_windows,
     short_units,
     warn_dropped,
     window_starts,
@@ -24,7 +24,10 @@ class Preprocessor(BaseEstimator):
     fit(frame) learns the feature columns and the scaler from the given (training) rows;
     transform(frame) returns normalized float32 rows, each unit causally smoothed with
     `smoothing_alpha` (1 = off); windows(frame) and last_windows(frame) build model inputs.
-    Picklable: the fitted object is what inference bundles.
+    What it learned is `fitted()`, plain numbers (rul.preprocessing.fitted), and transform IS
+    their transform: a logged model stores the numbers, and serving applies the same code.
+    fit also records `envelope_`, the range of the training rows (rul.preprocessing.envelope).
+    Picklable (models logged before the numbers were stored bundle the pickled object).
     """
 
     include_cycle = False  # what objects pickled before the parameter existed read
@@ -62,20 +65,30 @@ class Preprocessor(BaseEstimator):
         if AGE in columns:  # the age does not depend on the operating condition: one scaler
             self.age_scaler_ = ConditionScaler(self.normalization).fit(
                 frame[[AGE]].to_numpy(), settings)
+        self.envelope_ = Envelope.fit(frame, self._measured, self.scaler_.conditions(settings),
+                                      self.n_conditions)
         return self
 
     @property
     def _measured(self) -> list[str]:
         return [c for c in self.feature_columns_ if c != AGE]
 
+    def fitted(self) -> FittedPreprocessing:
+        """The fitted numbers: feature columns, each condition's scale and offset, the
+        conditions' centres, the age's scaler, smoothing alpha, window and rul_cap."""
+        age = AGE in self.feature_columns_
+        return FittedPreprocessing(
+            list(self.feature_columns_), self.scaler_.scale_, self.scaler_.offset_,
+            self.scaler_.centres, self.smoothing_alpha, self.window, self.rul_cap,
+            float(self.age_scaler_.scale_[0, 0]) if age else None,
+            float(self.age_scaler_.offset_[0, 0]) if age else None)
+
+    def conditions(self, settings) -> np.ndarray:
+        """Each row's operating condition (0 for every row with one condition)."""
+        return self.scaler_.conditions(settings)
+
     def transform(self, frame: pd.DataFrame) -> np.ndarray:
-        settings = frame[SETTING_COLUMNS].to_numpy()
-        scaled = self.scaler_.transform(frame[self._measured].to_numpy(), settings)
-        if AGE in self.feature_columns_:
-            scaled = np.hstack([scaled, self.age_scaler_.transform(frame[[AGE]].to_numpy(),
-                                                                   settings)])
-        # smoothed after scaling: per-condition scaling is not one affine map over rows
-        return smooth_per_unit(scaled, frame["unit"].to_numpy(), self.smoothing_alpha)
+        return self.fitted().transform(frame)
 
     @property
     def n_features(self) -> int:
@@ -98,4 +111,4 @@ class Preprocessor(BaseEstimator):
 
     def last_windows(self, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """(unit ids, last window of each unit): the input for predicting RUL now."""
-        return last_windows(self.transform(frame), frame["unit"].to_numpy(), self.window)
+        return self.fitted().last_windows(frame)

@@ -15,7 +15,7 @@ from rul.data.split import fold_units, rows_of, split_units
 from rul.errors import ConfigError
 from rul.preprocessing.pipeline import Preprocessor
 from rul.preprocessing.target import cap_rul
-from rul.preprocessing.windows import WindowSet
+from rul.preprocessing.windows import WindowSet, short_units, warn_padded
 
 
 @dataclass
@@ -116,10 +116,13 @@ def _windows(config, subset: CMAPSSSubset, preprocessor: Preprocessor, train_row
 
 def _test_windows(config, subset: CMAPSSSubset, preprocessor: Preprocessor
                   ) -> tuple[np.ndarray, WindowSet]:
-    """The last window of each test unit, its target the capped true RUL."""
+    """The last window of each test unit, its target the capped true RUL; a unit shorter
+    than the window is edge-padded, named in a PaddedUnitWarning and in `padded_units`."""
     test_units, windows = preprocessor.last_windows(subset.test)
+    padded = short_units(subset.test["unit"].to_numpy(), config.window)
+    warn_padded(padded, config.window)
     n, w, f = windows.shape
     return test_units, WindowSet(windows.reshape(n * w, f), np.arange(n) * w,
                                  cap_rul(subset.test_rul.astype(np.float32), config.rul_cap),
-                                 test_units, w)
+                                 test_units, w, padded_units=padded)
 

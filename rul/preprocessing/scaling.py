@@ -5,6 +5,8 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.cluster import KMeans
 from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
+from rul.preprocessing.fitted import nearest_condition, scale_by_condition
+
 
 class ConditionScaler(TransformerMixin, BaseEstimator):
     """Scale features per operating condition.
@@ -12,7 +14,8 @@ class ConditionScaler(TransformerMixin, BaseEstimator):
     The conditions are found by KMeans on the three operational settings (FD002/FD004 have
     six); with `n_conditions=1` this is a plain global scaler. `method` is 'minmax' (to
     [-1, 1]) or 'zscore'. Each condition's scaler is an sklearn scaler fitted on that
-    condition's rows; transform applies them as one vectorized affine map.
+    condition's rows; transform applies them as one vectorized affine map. A row's condition
+    is its nearest KMeans centre, found by rul.preprocessing.fitted (the lean runtime's code).
     """
 
     def __init__(self, method: str = "minmax", n_conditions: int = 1, random_state: int = 0):
@@ -20,10 +23,13 @@ class ConditionScaler(TransformerMixin, BaseEstimator):
         self.n_conditions = n_conditions
         self.random_state = random_state
 
+    @property
+    def centres(self) -> np.ndarray | None:
+        """The conditions' centres in settings space (None: a single condition)."""
+        return self.kmeans_.cluster_centers_ if self.n_conditions > 1 else None
+
     def conditions(self, settings: np.ndarray) -> np.ndarray:
-        if self.n_conditions == 1:
-            return np.zeros(len(settings), dtype=np.int64)
-        return self.kmeans_.predict(np.asarray(settings, dtype=np.float64))
+        return nearest_condition(settings, self.centres)
 
     def fit(self, X, settings=None):
         X = np.asarray(X, dtype=np.float64)
@@ -50,6 +56,4 @@ class ConditionScaler(TransformerMixin, BaseEstimator):
         return self
 
     def transform(self, X, settings=None):
-        labels = self.conditions(settings)
-        X = np.asarray(X, dtype=np.float64)
-        return (X * self.scale_[labels] + self.offset_[labels]).astype(np.float32)
+        return scale_by_condition(X, self.conditions(settings), self.scale_, self.offset_)

@@ -27,6 +27,8 @@ class WindowSet:
     window: int
     # units shorter than the window, left out (no full window): unit id -> its row count
     dropped_units: dict[int, int] = field(default_factory=dict)
+    # units shorter than the window, edge-padded to one window (test): unit id -> row count
+    padded_units: dict[int, int] = field(default_factory=dict)
 
     @property
     def windows_lost(self) -> int:
@@ -44,6 +46,10 @@ class WindowSet:
 
 class ShortUnitWarning(UserWarning):
     """Training rows of a unit shorter than the window were dropped (it has no full window)."""
+
+
+class PaddedUnitWarning(UserWarning):
+    """A test unit shorter than the window was edge-padded to one window for the metrics."""
 
 
 def unit_lengths(units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -66,6 +72,16 @@ def warn_dropped(dropped: dict[int, int], window: int) -> None:
         warnings.warn(ShortUnitWarning(
             f"dropped {len(dropped)} unit(s) shorter than the window ({window} cycles): "
             f"{listed}; {sum(dropped.values())} windows lost (one per row)"
+        ), stacklevel=3)
+
+
+def warn_padded(padded: dict[int, int], window: int) -> None:
+    if padded:
+        listed = ", ".join(f"unit {u} ({n} rows)" for u, n in padded.items())
+        warnings.warn(PaddedUnitWarning(
+            f"padded {len(padded)} test unit(s) shorter than the window ({window} cycles) to "
+            f"one window by repeating their first row: {listed}; their predictions count in "
+            "the test metrics"
         ), stacklevel=3)
 
 

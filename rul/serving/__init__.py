@@ -1,5 +1,7 @@
-"""Inference on raw C-MAPSS rows: the stored inference spec, predict_frame, the pyfunc model.
+"""Inference on raw C-MAPSS rows: the inference spec, the lean runtime, the served pyfunc.
 
-Imports only what inference needs (torch, numpy, pandas, scikit-learn, mlflow and the lean
-parts of rul), so a registered model loads in an environment without the training tools.
+The served model (lean_pyfunc, around runtime.LeanModel) imports numpy, pandas, onnxruntime
+and MLflow's pyfunc base: no torch, no scikit-learn, nothing from training. onnx_export and
+torch_weights (torch) are for logging a model and for using a run's torch networks;
+pyfunc_model keeps models logged before the lean runtime loading in rul's environment.
 """

@@ -1,19 +1,13 @@
-"""The shipped model: raw C-MAPSS rows in, RUL of each unit at its last cycle out.
+"""Models logged before the lean runtime: raw C-MAPSS rows in, RUL of each unit out, in torch.
 
-Bundles the fitted Preprocessor (pickle), the network's weights and its inference spec, so
-`mlflow.pyfunc.load_model("models:/rul-fd001@champion")` needs nothing else. An ensemble's
-weights are a list of state dicts, one per member (spec `members`); it predicts their mean and
-adds the column `rul_std`, the members' spread. The signature
-names the 26 columns but leaves their types to `validate_rows`: MLflow's own enforcement
-would reject integer sensor columns (as read from the NASA files) and float unit/cycle.
+Such a model bundles the fitted Preprocessor (pickle), the network's weights and its
+inference spec, and the pickled RULModel below; it loads in rul's full environment (torch,
+scikit-learn). Models logged now are lean (rul.serving.lean_pyfunc); this class stays so that
+every model registered before keeps loading. An ensemble's weights are a list of state
+dicts, one per member (spec `members`); it predicts their mean and adds the column `rul_std`.
 
-Output: unit, rul, rul_lower, rul_upper, p_fail_within, padded (one row per unit).
-rul_lower/rul_upper is the split conformal interval calibrated on the validation units (see
-rul.evaluation.conformal and the README's "Prediction intervals"); p_fail_within the
-probability that the engine fails within the param `horizon` cycles (default 20), from the same
-calibration. A model logged without an interval (interval_coverage: null, or logged before
-intervals existed) returns unit, rul, padded, one with an interval of the older, single-width
-kind no p_fail_within; its signature says so.
+Output: unit, rul, rul_lower, rul_upper, padded (one row per unit); a model logged without an
+interval returns unit, rul, padded. (Models of this kind predate p_fail_within.)
 """
 
 import json
@@ -22,37 +16,13 @@ from pathlib import Path
 
 import mlflow
 import pandas as pd
-import torch
 from mlflow.exceptions import MlflowException
-from mlflow.models import ModelSignature
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
-from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
-from mlflow.types.schema import AnyType
 
-from rul.data.schema import COLUMNS
 from rul.preprocessing.features import track
-from rul.serving.predictor import DEFAULT_HORIZON, InferenceSpec, predict_frame
-
-INPUT_SCHEMA = Schema([ColSpec(AnyType(), c) for c in COLUMNS])
-PARAMS_SCHEMA = ParamSchema([ParamSpec("short_history", "string", "pad"),
-                             ParamSpec("horizon", "double", DEFAULT_HORIZON)])
-
-
-def signature(intervals: bool = True, members: int = 1,
-              failure_probability: bool = False) -> ModelSignature:
-    """The logged model's signature; `intervals`: its output has rul_lower and rul_upper;
-    `failure_probability`: p_fail_within after them; an ensemble (members > 1) adds rul_std,
-    the members' spread."""
-    bounds = [ColSpec("double", "rul_lower"), ColSpec("double", "rul_upper")] if intervals else []
-    if failure_probability:
-        bounds.append(ColSpec("double", "p_fail_within"))
-    spread = [ColSpec("double", "rul_std")] if members > 1 else []
-    outputs = Schema([ColSpec("long", "unit"), ColSpec("double", "rul"), *bounds,
-                      ColSpec("boolean", "padded"), *spread])
-    return ModelSignature(inputs=INPUT_SCHEMA, outputs=outputs, params=PARAMS_SCHEMA)
-
-
-SIGNATURE = signature(intervals=True)
+from rul.serving.predictor import predict_frame
+from rul.serving.spec import InferenceSpec
+from rul.serving.torch_weights import load_networks
 
 
 class RULModel(mlflow.pyfunc.PythonModel):
@@ -66,29 +36,12 @@ class RULModel(mlflow.pyfunc.PythonModel):
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
         """Bad rows raise an MlflowException carrying validate_rows' message (HTTP 400 when
         served), not a stack trace."""
-        short_history = (params or {}).get("short_history", "pad")
-        horizon = (params or {}).get("horizon", DEFAULT_HORIZON)
+        params = {"short_history": (params or {}).get("short_history", "pad")}
         try:
-            return predict_frame(self.preprocessor, self.model, model_input,
-                                 short_history=short_history,
-                                 interval=getattr(self.spec, "interval", None), horizon=horizon)
+            return predict_frame(self.preprocessor, self.model, model_input, params=params,
+                                 interval=getattr(self.spec, "interval", None))
         except ValueError as error:  # DataError included
             raise MlflowException(str(error), error_code=INVALID_PARAMETER_VALUE) from None
-
-
-def load_networks(spec: InferenceSpec, weights_path) -> list[torch.nn.Module]:
-    """The spec's networks in eval mode: one state dict, or a list of `spec.members`."""
-    saved = torch.load(weights_path, map_location="cpu")
-    states = saved if isinstance(saved, list) else [saved]
-    if len(states) != spec.members:
-        raise ValueError(f"{weights_path}: {len(states)} sets of weights for an inference spec "
-                         f"of {spec.members} member(s)")
-    networks = []
-    for state in states:
-        network = spec.build_network()
-        network.load_state_dict(state)
-        networks.append(network.eval())
-    return networks
 
 
 def load_spec(artifacts: dict, preprocessor) -> InferenceSpec:

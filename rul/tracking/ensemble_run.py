@@ -16,9 +16,11 @@ import mlflow
 from rul.evaluation import figures
 from rul.evaluation.ensemble import EnsembleOutcome, combine
 from rul.plan import plan_ensemble
+from rul.tracking.metric_names import logged_metrics
 from rul.tracking.parent_run import (
     INDEX_TAG,
     KIND_TAG,
+    SEEDS_TAG,
     Children,
     log_parent_config,
     train_under_parent,
@@ -51,7 +53,7 @@ def track_ensemble(ensemble, role: RunRole, jobs: int = 1, progress: bool = True
     name = role.name or (f"ensemble-{config.run_name or default_run_name(config)}"
                          f"-x{config.ensemble}")
     parent = RunRole(role.parent_run_id, name, {
-        KIND_TAG: "ensemble", "rul.seeds": ",".join(str(p.config.seed) for p in ensemble.members),
+        KIND_TAG: "ensemble", SEEDS_TAG: ",".join(str(p.config.seed) for p in ensemble.members),
         **role.tags})
 
     def summarize(children: Children) -> EnsembleOutcome:
@@ -84,7 +86,7 @@ def _log_ensemble(outcome: EnsembleOutcome, seconds: float, split: str) -> None:
     log_parent_config(config, outcome.data, members=config.ensemble)
     mlflow.set_tags({"ensemble.member_runs": ",".join(outcome.member_run_ids),
                      "ensemble.split": config.ensemble_split, "seed.split": split})
-    mlflow.log_metrics({**outcome.metrics, "wall_time_s": seconds})
+    mlflow.log_metrics(logged_metrics({**outcome.metrics, "wall_time_s": seconds}))
     log_figures({
         "member_val_curves.png": figures.member_val_curves(outcome.members,
                                                            config.ensemble_split),

@@ -18,7 +18,14 @@ from rul.evaluation.seeds import Evaluation, aggregate, reported_metrics
 from rul.plan import EnsemblePlan, plan_seeds
 from rul.preprocessing.features import track as track_of
 from rul.tracking.ensemble_run import track_ensemble
-from rul.tracking.parent_run import INDEX_TAG, KIND_TAG, log_parent_config, train_under_parent
+from rul.tracking.metric_names import logged_metrics
+from rul.tracking.parent_run import (
+    INDEX_TAG,
+    KIND_TAG,
+    SEEDS_TAG,
+    log_parent_config,
+    train_under_parent,
+)
 from rul.tracking.tracked_run import CHILD, RunRole, default_run_name, track
 
 
@@ -30,7 +37,7 @@ def evaluate_seeds(config, n_seeds: int, jobs: int = 1, progress: bool = True) -
     children = [partial(_track_seed, plan, _seed_role(config, index, plan),
                         progress and jobs == 1) for index, plan in enumerate(plans)]
     seeds = [plan.config.seed for plan in plans]
-    parent = RunRole(name=name, tags={KIND_TAG: "evaluate", "rul.seeds": ",".join(map(str, seeds))})
+    parent = RunRole(name=name, tags={KIND_TAG: "evaluate", SEEDS_TAG: ",".join(map(str, seeds))})
 
     def summarize(done) -> Evaluation:
         rows = [{"seed": r.seed, "run_id": r.run_id, **reported_metrics(r.outcome),
@@ -39,7 +46,7 @@ def evaluate_seeds(config, n_seeds: int, jobs: int = 1, progress: bool = True) -
                                 track_of(config.include_cycle))
         first = plans[0].members[0] if isinstance(plans[0], EnsemblePlan) else plans[0]
         log_parent_config(config, first.data, seeds=n_seeds)
-        mlflow.log_metrics({**evaluation.aggregates, "wall_time_s": done.seconds})
+        mlflow.log_metrics(logged_metrics({**evaluation.aggregates, "wall_time_s": done.seconds}))
         mlflow.log_table({k: [row[k] for row in rows] for k in rows[0]}, "seeds.json")
         return evaluation
 

@@ -2,8 +2,11 @@
 
 SQLite writes cost tens of ms each; per-step logging would dominate a fast epoch, so step
 metrics are buffered and written with the epoch's metrics in one call. Every metric is logged
-against the global optimizer step, so per-step and per-epoch curves share one x axis; `epoch`
-is a metric too, to plot against.
+against the global optimizer step, so per-step and per-epoch curves share one x axis; the
+epoch is a metric too, to plot against. Names by group (rul.tracking.metric_names). What
+never changes in a run is a param, not a curve: the effective batch size always, the
+micro-batch size and accumulation steps until an out-of-memory back-off changes them (from
+then on they are logged every epoch).
 """
 
 import time
@@ -12,24 +15,26 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from rul.interrupts import deferred
+from rul.tracking.metric_names import logged
 from rul.training.listener import TrainingListener
 
 MAX_METRICS_PER_CALL = 1000  # MLflow's log_batch limit
 
 
 class MLflowListener(TrainingListener):
-    def __init__(self, run_id: str, *, amp: bool, scheduled_lr: bool, effective_batch_size: int):
+    def __init__(self, run_id: str, *, amp: bool, scheduled_lr: bool, micro_batch_size: int,
+                 accumulation_steps: int):
         self.run_id = run_id
         self.amp = amp  # a GradScaler runs: its scale and skipped steps mean something
         self.scheduled_lr = scheduled_lr  # a constant lr is a param, not a curve
-        self.effective_batch_size = effective_batch_size
+        self.split = (micro_batch_size, accumulation_steps)  # the params' split
         self.client = MlflowClient()
         self.buffer: list[Metric] = []
         self.skipped_steps = 0
 
     def _add(self, metrics: dict, step: int) -> None:
         now = int(time.time() * 1000)
-        self.buffer += [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        self.buffer += [Metric(logged(k), float(v), now, step) for k, v in metrics.items()]
 
     def on_step(self, step, result) -> None:
         metrics = {"train_loss": result.loss, "grad_norm": result.grad_norm,
@@ -42,8 +47,10 @@ class MLflowListener(TrainingListener):
         self._add(metrics, step)
 
     def on_epoch(self, epoch, step, metrics) -> None:
-        self._add({**metrics, "epoch": epoch, "effective_batch_size": self.effective_batch_size},
-                  step)
+        split = ("micro_batch_size", "accumulation_steps")
+        changed = tuple(metrics.get(k) for k in split) != self.split  # an OOM back-off
+        self._add({**{k: v for k, v in metrics.items() if changed or k not in split},
+                   "epoch": epoch}, step)
         self.flush()
 
     def flush(self) -> None:

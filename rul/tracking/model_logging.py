@@ -1,13 +1,16 @@
-"""Log the shipped model (rul.serving.pyfunc_model.RULModel) to the active MLflow run.
+"""Log the shipped model to the active MLflow run: the lean model, and the torch weights beside.
 
-What is stored: the fitted Preprocessor (pickle), the weights (state dict), a small JSON
-inference spec (rul.serving.predictor.InferenceSpec, not the whole training config; it holds
-the calibrated prediction interval when the outcome has one), the rul package as code, and
-requirements a public index can satisfy. An ensemble stores one list of its members' state
-dicts, with the same preprocessor and spec.
+The model (`<run>/model`, what gets registered): rul.serving.lean_pyfunc logged as code
+(nothing pickled), the artifact `inference/` (the inference spec JSON with the fitted
+preprocessing and the envelope as plain numbers, and each member's network as ONNX, exported
+from the same weights and checked against them), the rul package as code, and the lean
+requirements: mlflow-skinny, onnxruntime, numpy and pandas at versions a public index serves.
+
+The run also keeps the torch weights for resuming and fine-tuning: `weights/model.pt` (an
+ensemble: `weights/ensemble.pt`, a list of its members' state dicts) with the same
+`weights/inference_spec.json`; rul.serving.torch_weights loads them.
 """
 
-import pickle
 import warnings
 from importlib.metadata import version
 from pathlib import Path
@@ -15,18 +18,21 @@ from pathlib import Path
 import mlflow
 import torch
 
-from rul.preprocessing.features import track
-from rul.serving.predictor import InferenceSpec
-from rul.serving.pyfunc_model import RULModel, signature
+from rul.serving import lean_pyfunc
+from rul.serving.onnx_export import save_runtime
+from rul.serving.runtime import RUNTIME_FOLDER
+from rul.serving.signature import signature
+from rul.serving.spec import SPEC_FILE, InferenceSpec
 
-# What inference imports; nothing from training (tqdm, click, YAML, matplotlib, optuna).
-INFERENCE_PACKAGES = ("mlflow", "torch", "numpy", "pandas", "scikit-learn", "cloudpickle")
+# What the served model imports: MLflow's pyfunc base (mlflow-skinny), onnxruntime, numpy,
+# pandas. Nothing from training (torch, scikit-learn, tqdm, click, YAML, matplotlib, optuna).
+INFERENCE_PACKAGES = ("mlflow-skinny", "onnxruntime", "numpy", "pandas")
+WEIGHTS_FOLDER = "weights"
 
 
 def log_pyfunc(outcome, workdir: Path) -> str:
-    """Log the pyfunc model (and the raw torch weights) of a training or an ensemble
-    (rul.evaluation.ensemble: every member's weights, one preprocessor) to the active run;
-    return its URI."""
+    """Log the model of a training or an ensemble (rul.evaluation.ensemble: every member's
+    network, one preprocessing) and its torch weights to the active run; return its URI."""
     return _log_model(outcome.network_spec, outcome.data, outcome.models, outcome.interval,
                       workdir)
 
@@ -35,28 +41,19 @@ def _state(network) -> dict:
     return {k: v.cpu() for k, v in network.state_dict().items()}
 
 
-def _log_model(spec, data, networks: list, interval, workdir: Path) -> str:
+def _log_model(network_spec, data, networks: list, interval, workdir: Path) -> str:
     """`interval`: the calibrated rul.evaluation.conformal.Interval, or None (no bounds)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    preprocessor = data.preprocessor
-    preprocessor_path = workdir / "preprocessor.pkl"
-    preprocessor_path.write_bytes(pickle.dumps(preprocessor))
+    runtime = workdir / RUNTIME_FOLDER
+    spec = save_runtime(runtime, network_spec, networks, data.preprocessor, interval)
     members = len(networks)
-    weights_path = workdir / ("model.pt" if members == 1 else "ensemble.pt")
-    torch.save(_state(networks[0]) if members == 1 else [_state(n) for n in networks],
-               weights_path)
-    spec_path = workdir / "inference_spec.json"
-    InferenceSpec.from_network(spec, interval, members,
-                               track(preprocessor.include_cycle)).write(spec_path)
     example = data.subset.test[data.subset.test["unit"].isin([1, 2])]
     with warnings.catch_warnings():
         # unit and cycle are integers that are never missing: MLflow's hint about NaN in
         # integer columns does not apply.
         warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
         info = mlflow.pyfunc.log_model(
-            name="model", python_model=RULModel(),
-            artifacts={"preprocessor": str(preprocessor_path), "weights": str(weights_path),
-                       "inference_spec": str(spec_path)},
+            name="model", python_model=lean_pyfunc.__file__,
+            artifacts={RUNTIME_FOLDER: str(runtime)},
             signature=signature(intervals=interval is not None, members=members,
                                 failure_probability=getattr(interval, "method", None)
                                 == "banded"),
@@ -64,8 +61,18 @@ def _log_model(spec, data, networks: list, interval, workdir: Path) -> str:
             code_paths=[str(Path(__file__).resolve().parents[1])],  # the rul package
             pip_requirements=requirements(),
         )
-    mlflow.log_artifact(str(weights_path), artifact_path="weights")
+    _log_weights(spec, networks, workdir / WEIGHTS_FOLDER)
     return info.model_uri
+
+
+def _log_weights(spec: InferenceSpec, networks: list, folder: Path) -> None:
+    """The torch weights and the spec (without ONNX names) under the run's weights/."""
+    folder.mkdir(parents=True, exist_ok=True)
+    weights = folder / ("model.pt" if len(networks) == 1 else "ensemble.pt")
+    torch.save(_state(networks[0]) if len(networks) == 1 else [_state(n) for n in networks],
+               weights)
+    InferenceSpec.from_dict({**spec.to_dict(), "onnx": []}).write(folder / SPEC_FILE)
+    mlflow.log_artifacts(str(folder), artifact_path=WEIGHTS_FOLDER)
 
 
 def public_version(package: str) -> str:

@@ -22,10 +22,12 @@ from rul.interrupts import deferred
 from rul.parallel import run_tasks
 from rul.tracking.lifecycle import run_ends_cleanly
 from rul.tracking.run_logging import config_params, data_tags, source_tags
+from rul.tracking.run_notes import log_run_notes
 from rul.tracking.store import configure, ensure_experiment
 
 KIND_TAG = "rul.kind"  # evaluate | ensemble (single runs have none)
 INDEX_TAG = "rul.seed_index"  # a child's place among the parent's children
+SEEDS_TAG = "rul.seeds"  # the parent's: its children's seeds, comma-separated
 
 
 @dataclass
@@ -84,3 +86,4 @@ def log_parent_config(config, data, **params) -> None:
     mlflow.log_params(config_params(config, effective_batch_size=config.effective_batch_size,
                                     **params))
     mlflow.set_tags(data_tags(data))
+    log_run_notes(config, data.test)  # padded test units, a short last micro-batch

@@ -8,6 +8,8 @@ import mlflow
 from mlflow.tracking import MlflowClient
 
 from rul.data.schema import COLUMNS
+from rul.serving.signature import OUTPUT_COLUMNS
+from rul.tracking.metric_names import read
 
 CHAMPION = "champion"
 VAL_RMSE_TAG = "val_rmse"
@@ -19,12 +21,28 @@ def registered_model_name(subset: str) -> str:
     return f"rul-{subset.lower()}"
 
 
-def model_description(name: str) -> str:
+def output_lines(outputs) -> list[str]:
+    """One line per column of an output schema (mlflow.types.Schema): name, type, meaning."""
+    lines = []
+    for column in outputs.inputs:
+        meaning = OUTPUT_COLUMNS.get(column.name, (None, ""))[1]
+        kind = getattr(column.type, "name", column.type)  # DataType.string -> string
+        lines.append(f"- `{column.name}` ({kind}){': ' + meaning if meaning else ''}")
+    return lines
+
+
+def model_description(name: str, outputs=None) -> str:
+    """The registered model's description; `outputs`: the newest version's output schema,
+    every column described."""
+    columns = "\n".join(output_lines(outputs)) if outputs is not None else (
+        "- `unit`, `rul` at the unit's last cycle")
     return (
         f"Remaining useful life (cycles) of turbofan engines, NASA C-MAPSS, model `{name}`.\n\n"
         f"Input: raw C-MAPSS rows, one per engine cycle, columns {', '.join(COLUMNS)}; give "
         "each unit's whole history (sensors are smoothed causally from its first cycle).\n\n"
-        "Output: one row per unit, `unit` and `rul` at the unit's last cycle.\n\n"
+        f"Output: one row per unit:\n{columns}\n\n"
+        "Parameters: `short_history` (`pad` or `reject` a unit shorter than the window), "
+        "`strict` (refuse units outside the training fleet).\n\n"
         f"Load: `mlflow.pyfunc.load_model(\"models:/{name}@{CHAMPION}\").predict(rows)`, or "
         f"`rul predict --model models:/{name}@{CHAMPION} --input test_FD001.txt`.\n\n"
         f"The `{CHAMPION}` alias points at the version with the lowest validation RMSE "
@@ -33,7 +51,7 @@ def model_description(name: str) -> str:
 
 
 def _number(values: dict, key: str) -> str:
-    value = values.get(key)
+    value = read(values, key)
     return "n/a" if value is None else f"{float(value):.3f}"
 
 
@@ -67,8 +85,9 @@ def version_description(run, val_rmse: float) -> str:
 
 def version_tags(run, val_rmse: float) -> dict:
     tags = {VAL_RMSE_TAG: repr(float(val_rmse)), "run_id": run.info.run_id}
-    if "test_rmse" in run.data.metrics:
-        tags["test_rmse"] = repr(float(run.data.metrics["test_rmse"]))
+    test_rmse = read(run.data.metrics, "test_rmse")
+    if test_rmse is not None:
+        tags["test_rmse"] = repr(float(test_rmse))
     for key in ("subset", "rul.track"):  # the track: sensors, or sensors and the age
         if key in run.data.tags:
             tags[key] = run.data.tags[key]
@@ -76,8 +95,9 @@ def version_tags(run, val_rmse: float) -> dict:
     return tags
 
 
-def _describe_model(client: MlflowClient, name: str) -> None:
-    description = model_description(name)
+def _describe_model(client: MlflowClient, name: str, model_uri: str) -> None:
+    signature = mlflow.models.get_model_info(model_uri).signature
+    description = model_description(name, signature.outputs if signature else None)
     if client.get_registered_model(name).description != description:
         client.update_registered_model(name, description=description)
 
@@ -139,7 +159,7 @@ def register_and_promote(model_uri: str, name: str, run_id: str, val_rmse: float
     version = mlflow.register_model(model_uri, name, tags=version_tags(run, val_rmse))
     client.update_model_version(name, version.version,
                                 description=version_description(run, val_rmse))
-    _describe_model(client, name)
+    _describe_model(client, name, model_uri)
 
     previous_version = _champion(client, name)  # what this version competes with
     if previous_version == str(version.version):  # a concurrent run already moved it here

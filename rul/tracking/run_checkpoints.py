@@ -3,15 +3,29 @@
 Two runs of one config never share a file. `--resume` continues the newest unfinished run of
 the config whose checkpoint exists and that no live process holds (the lock is an flock, so a
 process killed even with SIGKILL releases it), or the run it is given.
+
+The checkpoint is verified before the run is reopened: a damaged newest file gives way to the
+one before it (rul.training.checkpoint keeps it), said in one line; with none intact the run
+cannot be continued, its files are removed, a run left RUNNING by a killed process is marked
+KILLED, and CannotResume says so.
 """
 
 import fcntl
+import os
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from rul.training.checkpoint import Checkpointer
+from rul.training import checkpoint
+from rul.training.checkpoint import CheckpointDamaged, Checkpointer
+
+CHECKPOINT_TAG = "rul.checkpoint"  # why a run's checkpoint was given up
+
+
+class CannotResume(Exception):
+    """`--resume` cannot continue the run it found (its checkpoint, or another process)."""
 
 
 class RunCheckpoints:
@@ -24,21 +38,29 @@ class RunCheckpoints:
     def _lock_path(self, run_id: str) -> Path:
         return self.directory / f"{run_id}.lock"
 
+    def has_checkpoint(self, run_id: str) -> bool:
+        return Checkpointer(self.path(run_id)).exists()
+
     @contextmanager
     def held(self, run_id: str):
-        """Hold the run's lock while training it; yields the run's Checkpointer."""
+        """Hold the run's lock while training it; yields the run's Checkpointer. A run that
+        ends without a checkpoint (stopped in its first epoch) leaves no lock file."""
         self.directory.mkdir(parents=True, exist_ok=True)
         handle = open(self._lock_path(run_id), "a")  # noqa: SIM115 (held for the block)
         try:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise RuntimeError(f"run {run_id} is being trained by another process") from None
+                raise CannotResume(f"run {run_id} is being trained by another process") from None
             yield Checkpointer(self.path(run_id))
         finally:
+            if not self.has_checkpoint(run_id):
+                self._lock_path(run_id).unlink(missing_ok=True)
             handle.close()  # releases the lock
 
     def is_held(self, run_id: str) -> bool:
+        if not self._lock_path(run_id).exists():
+            return False
         try:
             with open(self._lock_path(run_id), "a") as handle:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -48,9 +70,10 @@ class RunCheckpoints:
 
     def resumable_run(self, client: MlflowClient, experiment_id: str, digest: str,
                       run_id: str | None = None) -> str:
-        """The run `--resume` continues (see the module docstring), or FileNotFoundError."""
+        """The run `--resume` continues (see the module docstring), its checkpoint verified;
+        FileNotFoundError when there is none, CannotResume when it cannot be continued."""
         if run_id is not None:
-            if not self.path(run_id).is_file():
+            if not self.has_checkpoint(run_id):
                 raise FileNotFoundError(f"--resume {run_id}: no checkpoint at {self.path(run_id)}")
             run = client.get_run(run_id)
             if run.info.status == "FINISHED":
@@ -60,19 +83,52 @@ class RunCheckpoints:
                     f"--resume {run_id}: that run trained another config (its "
                     "rul.config_digest differs: other keys or defaults); resume it with the "
                     "config and version it started with")
-            return run_id
+            if self.is_held(run_id):
+                raise CannotResume(f"--resume {run_id}: that run is being trained by another "
+                                   "process right now")
+            return self._verified(client, run)
         runs = client.search_runs(
             [experiment_id], order_by=["attributes.start_time DESC"],
             filter_string=f"tags.`rul.config_digest` = '{digest}' "
                           "and attributes.status != 'FINISHED'")
         for run in runs:
             rid = run.info.run_id
-            if self.path(rid).is_file() and not self.is_held(rid):
-                return rid
+            if self.has_checkpoint(rid) and not self.is_held(rid):
+                return self._verified(client, run)
         raise FileNotFoundError(
             f"nothing to resume: no unfinished run of this config has a checkpoint in "
             f"{self.directory} (run without --resume to start a new one)")
 
+    def _verified(self, client: MlflowClient, run) -> str:
+        """`run`'s id once its newest intact checkpoint is in place (module docstring)."""
+        rid = run.info.run_id
+        path = self.path(rid)
+        try:
+            checkpoint.load(path)
+            return rid
+        except (CheckpointDamaged, FileNotFoundError) as error:
+            found = (f"damaged ({error.reason})" if isinstance(error, CheckpointDamaged)
+                     else "missing")
+        try:
+            earlier = checkpoint.load(checkpoint.previous(path))
+        except (CheckpointDamaged, FileNotFoundError):
+            self.remove(rid)
+            client.set_tag(rid, CHECKPOINT_TAG, f"{found}, no earlier one intact: removed; the "
+                                                "run cannot be resumed")
+            if run.info.status == "RUNNING":  # its process was killed: nobody holds it
+                client.set_terminated(rid, status="KILLED")
+            raise CannotResume(
+                f"--resume: run {rid} cannot be continued: its checkpoint {path} is {found} and "
+                "no earlier one is intact (the files were removed); start the run over: the "
+                "same command without --resume") from None
+        os.replace(checkpoint.previous(path), path)
+        epoch = earlier["train_state"].epoch
+        print(f"run {rid}: its newest checkpoint is {found}; resuming from the one before it, "
+              f"after epoch {epoch}", file=sys.stderr)
+        client.set_tag(rid, CHECKPOINT_TAG, f"the newest {found}: resumed from the one before "
+                                            f"it (epoch {epoch})")
+        return rid
+
     def remove(self, run_id: str) -> None:
-        self.path(run_id).unlink(missing_ok=True)
+        Checkpointer(self.path(run_id)).remove()
         self._lock_path(run_id).unlink(missing_ok=True)

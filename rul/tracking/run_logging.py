@@ -16,9 +16,12 @@ from mlflow.utils import mlflow_tags
 
 from rul.data.split import rows_of
 from rul.evaluation import figures
+from rul.machine import machine_tags
 from rul.models.spec import unused_architecture_keys
 from rul.preprocessing.features import track
+from rul.tracking.metric_names import logged_metrics
 from rul.tracking.model_logging import log_pyfunc
+from rul.tracking.run_notes import log_run_notes
 from rul.training.distributed import rank_seed
 from rul.training.micro_batch import table_rows
 
@@ -44,15 +47,15 @@ def data_tags(data) -> dict[str, str]:
 def log_plan(plan, tags: dict) -> None:
     """A new run's params and tags: what it trains, on what, where and how."""
     config, world, seeds = plan.config, plan.world, plan.seeds
-    mlflow.log_params(config_params(config, effective_batch_size=plan.global_batch_size,
-                                    world_size=world.size))
     # units shorter than the window give no training window (a ShortUnitWarning said which)
     dropped = {**plan.data.train.dropped_units, **plan.data.val.dropped_units}
-    mlflow.log_metrics({"short_units_dropped": len(dropped),
-                        "windows_lost": plan.data.train.windows_lost
-                        + plan.data.val.windows_lost})
+    mlflow.log_params(config_params(
+        config, effective_batch_size=plan.global_batch_size, world_size=world.size,
+        short_units_dropped=len(dropped),
+        windows_lost=plan.data.train.windows_lost + plan.data.val.windows_lost))
     if dropped:
         mlflow.set_tag("short_units", ", ".join(f"{u} ({n} rows)" for u, n in dropped.items()))
+    log_run_notes(config, plan.data.test)  # padded test units, a short last micro-batch
     mlflow.set_tags({
         **{f"seed.{k}": v for k, v in seeds.as_dict().items()},
         **({f"seed.rank_{r}": rank_seed(seeds.torch, r) for r in range(world.size)}
@@ -68,7 +71,7 @@ def _log_split(split) -> None:
     if split is None:
         return
     mlflow.set_tags({"memory.auto": "true", "memory.budget_bytes": str(split.budget)})
-    mlflow.log_metric("memory.chosen_peak_mb", split.peak_bytes / 2**20)
+    mlflow.log_param("memory.chosen_peak_mb", f"{split.peak_bytes / 2**20:.1f}")
     rows = table_rows(split.table)
     mlflow.log_table({k: [row[k] for row in rows] for k in rows[0]}, "memory_probe.json")
 
@@ -76,7 +79,7 @@ def _log_split(split) -> None:
 def log_outcome(outcome) -> None:
     """A finished training's results; sets outcome.model_uri."""
     mlflow.set_tag("device", str(outcome.precision.device))
-    mlflow.log_metrics(outcome.metrics, step=outcome.state.step)
+    mlflow.log_metrics(logged_metrics(outcome.metrics), step=outcome.state.step)
     _log_inputs(outcome.data)
     log_figures({
         "learning_curves.png": figures.learning_curves(outcome.state.history),
@@ -144,11 +147,11 @@ def _git(*args) -> str | None:
 
 
 def environment_tags() -> dict:
-    tags = {"torch_version": torch.__version__, "cuda_version": str(torch.version.cuda),
+    tags = {"cuda_version": str(torch.version.cuda),
             "python_version": platform.python_version(),
-            "torch_threads": str(torch.get_num_threads()),
             "device_name": torch.cuda.get_device_name() if torch.cuda.is_available()
-            else platform.processor() or platform.machine()}
+            else platform.processor() or platform.machine(),
+            **machine_tags()}  # CPU model and flags, threads: what the docs' tables show
     commit, dirty = _git("rev-parse", "HEAD"), _git("status", "--porcelain")
     tags.update({"git_commit": commit or "unknown",
                  "git_dirty": "unknown" if dirty is None else str(bool(dirty)).lower()})

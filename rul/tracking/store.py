@@ -1,9 +1,20 @@
-"""Which MLflow store to use, and the experiment for a subset."""
+"""Which MLflow store to use, and the experiment for a subset.
 
+A store is made ready once per process before its first use (`configure`): a tracking
+server must answer (rul.services waits for it, bounded), and a new SQLite store's tables are
+created by one process at a time (MLflow migrates an empty database on first use; two
+processes doing it at once fail), under an flock on the database's folder.
+"""
+
+import fcntl
 import os
+from contextlib import contextmanager, suppress
+from pathlib import Path
 
 import mlflow
 from mlflow.tracking import MlflowClient
+
+from rul import services
 
 DEFAULT_URI = "sqlite:///mlflow.db"  # MLflow 3's own default: metadata here, artifacts ./mlruns
 
@@ -11,15 +22,68 @@ DEFAULT_URI = "sqlite:///mlflow.db"  # MLflow 3's own default: metadata here, ar
 # MLflow's own, makes it open on the runs table and model metrics.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
+DATABASES = ("postgresql", "mysql", "mssql", "oracle")
+
+_ready: set[str] = set()  # stores made ready in this process
+
+
+def store_uri(tracking_uri: str | None = None) -> str:
+    """Config key > MLFLOW_TRACKING_URI > sqlite:///mlflow.db in the working directory."""
+    return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
 
 
 def configure(tracking_uri: str | None = None) -> str:
-    """Config key > MLFLOW_TRACKING_URI > sqlite:///mlflow.db in the working directory."""
-    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+    """Use the store `store_uri` names; it is made ready on first use (module docstring)."""
+    uri = store_uri(tracking_uri)
     # MLflow draws a progress bar for every tiny artifact it reads back; ours is the epoch bar.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     mlflow.set_tracking_uri(uri)
+    _make_ready(uri)
     return uri
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///` URI (None for other stores and in-memory ones)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri.removeprefix("sqlite:///").split("?")[0]
+    return None if not path or path.startswith(":memory:") else Path(path)
+
+
+def _make_ready(uri: str) -> None:
+    database = sqlite_path(uri)
+    key = str(database.resolve()) if database else uri
+    if key in _ready:
+        return
+    if uri.startswith(("http://", "https://")):
+        services.wait_for_http(uri, "MLflow tracking server")
+    elif uri.split(":")[0].split("+")[0] in DATABASES:
+        services.wait_for_database(uri, "MLflow tracking store")
+    if database is not None:
+        with _first_use_lock(database):
+            MlflowClient(uri).search_experiments(max_results=1)  # creates or checks the tables
+    _ready.add(key)
+
+
+@contextmanager
+def _first_use_lock(database: Path):
+    """An flock on the database's folder (created if needed, as MLflow would): no file of its
+    own, released when the process ends however it ends. Where the folder cannot be locked
+    (no such folder can be made, a filesystem without flock) MLflow goes on alone and says
+    what is wrong itself."""
+    folder = database.absolute().parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = os.open(folder, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        with suppress(OSError):
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)
 
 
 def ensure_experiment(name: str) -> str:

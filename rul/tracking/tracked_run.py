@@ -64,13 +64,14 @@ def default_run_name(config, world_size: int = 1) -> str:
             f"-k{config.accumulation_steps}-s{config.seed}")
 
 
-def train_tracked(config, resume: bool | str = False, progress: bool = True):
+def train_tracked(config, resume: bool | str = False, progress: bool = True,
+                  on_run_created: Callable[[str], None] | None = None):
     """`rul train`: plan `config` (continuing the newest unfinished run of it with
     resume=True, or the run `resume` names) and track it as the config says; return
-    (outcome, run_id)."""
+    (outcome, run_id). `on_run_created(run_id)` once the run exists."""
     target = resume_target(config, None if resume is True else resume) if resume else None
-    return track(plan_run(config, target), RunRole(register=config.register),
-                 progress=progress)
+    role = RunRole(register=config.register, on_run_created=on_run_created)
+    return track(plan_run(config, target), role, progress=progress)
 
 
 def resume_target(config, run_id: str | None = None) -> ResumeTarget:
@@ -141,5 +142,6 @@ def _train_in_run(plan, role: RunRole, checkpointer, listener, progress: bool):
               f"{plan.resume['train_state'].epoch}", file=sys.stderr)
     tracker = MLflowListener(mlflow.active_run().info.run_id, amp=plan.precision.use_scaler,
                              scheduled_lr=plan.config.scheduler != "none",
-                             effective_batch_size=plan.global_batch_size)
+                             micro_batch_size=plan.config.micro_batch_size,
+                             accumulation_steps=plan.config.accumulation_steps)
     return train(plan, Listeners(tracker, listener), checkpointer, progress)

@@ -4,6 +4,8 @@ The sequence of effective batches depends only on the seed, the epoch and the ef
 size B = micro_batch_size x K x world_size, never on how B is split into micro-batches.
 """
 
+import math
+
 import torch
 
 
@@ -46,3 +48,24 @@ def effective_batches(n: int, micro_batch_size: int, accumulation_steps: int, se
     for batch in order.split(size):
         shard = batch[rank::world_size]
         yield list(shard.split(micro_batch_size))
+
+
+def micro_batch_split(effective_batch_size: int, micro_batch_size: int) -> str | None:
+    """'256 + 244' (or '62 x 8 + 4') when the micro-batches do not divide the effective
+    batch, so that its last micro-batch is short; None when B = micro x K."""
+    k = math.ceil(effective_batch_size / micro_batch_size)
+    last = effective_batch_size - micro_batch_size * (k - 1)
+    if last == micro_batch_size:
+        return None
+    full = f"{micro_batch_size}" if k == 2 else f"{k - 1} x {micro_batch_size}"
+    return f"{full} + {last}"
+
+
+def split_note(effective_batch_size: int, micro_batch_size: int) -> str | None:
+    """One line saying how an effective batch that micro x K does not divide is trained."""
+    split = micro_batch_split(effective_batch_size, micro_batch_size)
+    if split is None:
+        return None
+    return (f"effective_batch_size={effective_batch_size} trains as micro-batches of {split} "
+            f"(the last one short); each step weights its samples exactly, so the model is "
+            f"that of B={effective_batch_size}")

@@ -32,7 +32,7 @@ def auto_precision(device: torch.device, model: str) -> tuple[str, str]:
     """(precision, reason) of `precision: auto` for `model` on `device`: the fastest one known
     to keep accuracy there. CUDA: fp16 autocast + GradScaler (tensor cores on every CUDA GPU;
     the scaler keeps small gradients). A CPU with native bf16 (AVX512-BF16/AMX): bf16 autocast
-    for the DCNN, whose 5-seed accuracy in bf16 was measured against fp32 (README: Speed);
+    for the DCNN, whose 5-seed accuracy in bf16 was measured against fp32 (docs: Performance);
     fp32 for the other models (not measured). A CPU without: fp32 (bf16 autocast is emulated
     there, ~0.15x fp32's samples/s in `python -m bench speed`)."""
     if device.type == "cuda":
@@ -42,7 +42,7 @@ def auto_precision(device: torch.device, model: str) -> tuple[str, str]:
                         "slower")
     if model == "cnn":
         return "bf16", ("CPU with native bf16: bf16 autocast, 1.4-2.1x fp32's speed for the DCNN "
-                        "at the same 5-seed accuracy (README: Speed)")
+                        "at the same 5-seed accuracy (docs: Performance)")
     return "fp32", (f"CPU with native bf16: fp32 for model={model} (bf16's speed and accuracy "
                     "measured for the DCNN only; precision=bf16 opts in)")
 
@@ -53,7 +53,7 @@ def keep_freed_memory() -> bool:
     A training step on a CPU allocates and frees the same few-MiB activation buffers over and
     over. By default glibc serves blocks of this size by mmap or hands freed heap back to the
     kernel (trim), so every step page-faults its buffers in again: thousands of faults per
-    step of the default run (README: Speed). With blocks up to 32 MiB taken from the heap, up
+    step of the default run (docs: Performance). With blocks up to 32 MiB taken from the heap, up
     to 1 GiB of free heap kept and the heap grown in large steps, the buffers are reused and
     the faults go away. The process keeps its peak resident memory instead of shrinking after
     it. Not glibc (macOS, musl): nothing changes, False. The memory probe's malloc_trim still

@@ -29,6 +29,15 @@ CPU_SHARE = 0.5  # default CPU budget: half of the memory available when the pro
 
 
 @dataclass(frozen=True)
+class StepSettings:
+    """How a measured step computes: its precision, clipping and loss scale (rul_cap)."""
+
+    precision: object  # rul.training.precision.Precision
+    max_grad_norm: float | None = 1.0
+    target_scale: float = 1.0
+
+
+@dataclass(frozen=True)
 class ProbeRow:
     micro_batch_size: int
     peak_bytes: int
@@ -48,9 +57,8 @@ def candidates(effective_batch_size: int, smallest: int = MIN_CANDIDATE) -> list
     return sizes
 
 
-def probe(model_factory, sample_batch, precision, candidate_sizes, optimizer_factory=None,
-          max_grad_norm: float | None = 1.0, target_scale: float = 1.0,
-          stop_above: int | None = None) -> list[ProbeRow]:
+def probe(model_factory, sample_batch, settings: StepSettings, candidate_sizes,
+          optimizer_factory=None, stop_above: int | None = None) -> list[ProbeRow]:
     """Peak memory and time of one optimizer step per micro size, smallest first.
 
     `model_factory()` builds a fresh model on the training device; `sample_batch` (x, y) holds
@@ -63,13 +71,12 @@ def probe(model_factory, sample_batch, precision, candidate_sizes, optimizer_fac
     random_state = RandomState(x.device)  # the probe must not move the run's random streams
     try:
         first = min(candidate_sizes)  # warm-up: one-time lazy initialisation is not a cost
-        _measure(model_factory, make_optimizer, precision, x[:first], y[:first], max_grad_norm,
-                 target_scale)
+        _measure(model_factory, make_optimizer, settings, x[:first], y[:first])
         rows = []
         for size in sorted(candidate_sizes):
             try:
-                peak, seconds = _measure(model_factory, make_optimizer, precision, x[:size],
-                                         y[:size], max_grad_norm, target_scale)
+                peak, seconds = _measure(model_factory, make_optimizer, settings, x[:size],
+                                         y[:size])
             except torch.OutOfMemoryError:
                 peak, seconds = -1, math.inf
             rows.append(ProbeRow(size, peak, seconds))
@@ -123,24 +130,24 @@ def format_bytes(size: int) -> str:
     return f"{size}B"
 
 
-def _measure(model_factory, make_optimizer, precision, x, y, max_grad_norm, target_scale):
+def _measure(model_factory, make_optimizer, settings: StepSettings, x, y):
     baseline = reset_peak(x.device)
     model = model_factory()
     model.train()
-    return measure_step(model, make_optimizer(model), precision.grad_scaler(), [(x, y)],
-                        precision, max_grad_norm, target_scale, baseline)
+    return measure_step(model, make_optimizer(model), settings.precision.grad_scaler(),
+                        [(x, y)], settings, baseline)
 
 
-def measure_step(model, optimizer, scaler, micro_batches, precision, max_grad_norm=1.0,
-                 target_scale=1.0, baseline: int | None = None) -> tuple[int, float]:
+def measure_step(model, optimizer, scaler, micro_batches, settings: StepSettings,
+                 baseline: int | None = None) -> tuple[int, float]:
     """(peak bytes, seconds) of one optimizer_step over `micro_batches`; `baseline` is the
     memory reading peaks count from (default: a fresh reset now)."""
-    device = precision.device
+    device = settings.precision.device
     if baseline is None:
         baseline = reset_peak(device)
     started = time.perf_counter()
-    optimizer_step(model, optimizer, scaler, micro_batches, precision, max_grad_norm,
-                   target_scale)
+    optimizer_step(model, optimizer, scaler, micro_batches, settings.precision,
+                   settings.max_grad_norm, settings.target_scale)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - started
@@ -174,8 +181,8 @@ def probe_split(config, network, train_windows, precision) -> SplitChoice:
         len(train_windows.starts)]
     sample = WindowBatches(train_windows, device).get(torch.arange(max(sizes), device=device))
     budget = config.memory_budget or default_budget(device)
-    table = probe(lambda: network.build().to(device), sample, precision, sizes,
-                  lambda m: make_optimizer(m, config), config.max_grad_norm, config.rul_cap,
-                  stop_above=budget)
+    settings = StepSettings(precision, config.max_grad_norm, config.rul_cap)
+    table = probe(lambda: network.build().to(device), sample, settings, sizes,
+                  lambda m: make_optimizer(m, config), stop_above=budget)
     micro, k = choose_split(b, budget, table)
     return SplitChoice(micro, k, budget, table)

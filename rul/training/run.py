@@ -6,6 +6,7 @@ tracking listener and checkpointer, the others with neither) and evaluates the t
 itself (identical numbers).
 """
 
+import sys
 from dataclasses import dataclass
 
 import pandas as pd
@@ -13,7 +14,7 @@ import pandas as pd
 from rul.evaluation.conformal import Interval
 from rul.evaluation.intervals import CalibrationSet, calibrate_interval
 from rul.evaluation.metrics import rul_metrics
-from rul.training.batching import WindowBatches
+from rul.training.batching import WindowBatches, split_note
 from rul.training.checkpoint import Checkpointer
 from rul.training.engine import TrainState, fit
 from rul.training.listener import TrainingListener
@@ -61,6 +62,9 @@ def train(plan, listener: TrainingListener | None = None,
     """Train `plan`'s network (from its checkpoint when it resumes one) and evaluate it on
     the test units."""
     config, device, data = plan.config, plan.device, plan.data
+    note = split_note(config.effective_batch_size, config.micro_batch_size)
+    if note and plan.world.is_main and plan.resume is None:
+        print(note, file=sys.stderr)
     seed_everything(plan.seeds, config.deterministic)
     model = plan.network.build().to(device)
     state = fit(model, config, plan.precision, plan.seeds, WindowBatches(data.train, device),

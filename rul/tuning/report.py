@@ -18,6 +18,7 @@ import optuna
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
+from rul.tracking.metric_names import read
 from rul.tuning.objectives import ACCURACY, accuracy_of, is_multi
 
 PARETO_FILE = "pareto_front.csv"
@@ -79,11 +80,12 @@ def pareto_table(study: optuna.Study, objectives) -> pd.DataFrame:
         if run_id:
             run = client.get_run(run_id)
             metrics, params = run.data.metrics, run.data.params
-        micro, k = metrics.get("micro_batch_size"), metrics.get("accumulation_steps")
+        micro, k = (_split_value(metrics, params, key)
+                    for key in ("micro_batch_size", "accumulation_steps"))
         rows.append({
             "trial": trial.number,
             **dict(zip(objectives, trial.values, strict=True)),
-            "effective_batch": _int(metrics.get("effective_batch_size")),
+            "effective_batch": _int(_split_value(metrics, params, "effective_batch_size")),
             "micro_x_k": f"{_int(micro)}x{_int(k)}" if micro and k else "",
             "lr": float(params["lr"]) if "lr" in params else float("nan"),
             **{f"params_{name}": value for name, value in trial.params.items()},
@@ -91,6 +93,16 @@ def pareto_table(study: optuna.Study, objectives) -> pd.DataFrame:
         })
     table = pd.DataFrame(rows)
     return table.sort_values([ACCURACY, "trial"], ignore_index=True) if rows else table
+
+
+def _split_value(metrics: dict, params: dict, key: str):
+    """The run's last micro-batch size, accumulation steps or effective batch: a metric where
+    it changed during the run (an out-of-memory back-off; every epoch in runs logged before
+    constants became params), else its param."""
+    value = read(metrics, key)
+    if value is None and str(params.get(key, "")).isdigit():
+        value = params[key]
+    return value
 
 
 def _int(value):

@@ -20,6 +20,9 @@ from pathlib import Path
 import optuna
 from mlflow.tracking import MlflowClient
 
+from rul import services
+from rul.services import with_driver
+
 DEFAULT_SQLITE = "sqlite:///optuna.db"
 DEFAULT_JOURNAL = "optuna.journal"
 DEAD_WORKER_REASON = "the worker running this trial died (no heartbeat)"
@@ -38,11 +41,23 @@ def is_server(url: str) -> bool:
     return not is_journal(url) and not url.startswith("sqlite")
 
 
-def with_driver(url: str) -> str:
-    """`postgresql://` with the driver the `postgres` extra installs (psycopg2); SQLAlchemy
-    2.1 would pick psycopg 3 otherwise. An explicit `postgresql+driver://` is kept."""
-    return "postgresql+psycopg2://" + url.removeprefix("postgresql://") \
-        if url.startswith("postgresql://") else url
+def check_url(url: str | None, workers: int) -> str:
+    """The storage URL for `workers` (None: the default), or ConfigError when unusable."""
+    from rul.config import ConfigError
+
+    url = resolve_url(url, workers)
+    if url.startswith("sqlite") and workers > 1:
+        raise ConfigError(f"--storage {url}: SQLite storage is unsafe with --workers > 1: use "
+                          "a .journal file (the default) or an RDB server URL")
+    return url
+
+
+def wait_for_server(url: str | None, workers: int) -> None:
+    """A database server URL must answer before anything is done with it: retried for a
+    bounded time with a countdown, then ServiceUnavailable (rul.services)."""
+    url = resolve_url(url, workers)
+    if is_server(url):
+        services.wait_for_database(url, "--storage")
 
 
 def open_storage(url: str | None, workers: int, heartbeat_interval: int | None = None,
@@ -50,10 +65,7 @@ def open_storage(url: str | None, workers: int, heartbeat_interval: int | None =
     """The storage for `url` (None: the default for `workers`). With `heartbeat_interval`, a
     server URL opens an RDBStorage with Optuna's heartbeat; otherwise the URL is returned
     as is and Optuna opens it."""
-    url = resolve_url(url, workers)
-    if url.startswith("sqlite") and workers > 1:
-        raise ValueError("SQLite storage is unsafe with --workers > 1: use a .journal file "
-                         "(the default) or an RDB server URL")
+    url = check_url(url, workers)
     if is_journal(url):
         from optuna.storages.journal import JournalFileBackend
 

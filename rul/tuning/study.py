@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
@@ -35,10 +36,12 @@ from rul.tuning.space import suggest, trial_overrides
 from rul.tuning.storage import (  # noqa: F401 (DEFAULT_*: re-exported)
     DEFAULT_JOURNAL,
     DEFAULT_SQLITE,
+    check_url,
     has_heartbeat,
     open_storage,
     retried_trial_numbers,
     study_lock,
+    wait_for_server,
 )
 
 STARTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
@@ -284,19 +287,32 @@ def _close_interrupted_trials(study: optuna.Study, client: MlflowClient) -> None
             client.set_terminated(run_id, status="KILLED")
 
 
-def _worker(config: TuningConfig, storage_url, workers, study_name, parent_run_id, target, timeout,
-            worker):
+@dataclass(frozen=True)
+class StudyWork:
+    """What every worker of one `rul tune` invocation shares."""
+
+    config: TuningConfig
+    storage: str | None  # the URL as given (None: the default for `workers`)
+    workers: int
+    study_name: str
+    parent_run_id: str
+    target: int  # counted trials to reach
+    timeout: float | None  # seconds; no new trial starts after it
+
+
+def _worker(work: StudyWork, worker: int):
+    config, target = work.config, work.target
     configure(config.train.tracking_uri)
-    storage = open_study_storage(config, storage_url, workers)
-    study = load_study(config, storage, study_name, worker)
+    storage = open_study_storage(config, work.storage, work.workers)
+    study = load_study(config, storage, work.study_name, worker)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = None if work.timeout is None else time.monotonic() + work.timeout
     while counted_trials(study) < target:
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             break
         with deferred():  # Optuna's own storage writes are never cut; trials are `immediate`
-            study.optimize(objective_for(config, parent_run_id), timeout=left,
+            study.optimize(objective_for(config, work.parent_run_id), timeout=left,
                            catch=(Exception,), callbacks=[_stop_at(target)])
         if not has_heartbeat(storage):
             break
@@ -332,10 +348,10 @@ def _worker_process(*args) -> None:
         sys.exit(exit_code(interruption))
 
 
-def _run_workers(args, workers: int) -> None:
+def _run_workers(work: StudyWork) -> None:
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=_worker_process, args=(*args, i))
-                 for i in range(workers)]
+    processes = [context.Process(target=_worker_process, args=(work, i))
+                 for i in range(work.workers)]
     try:
         for p in processes:
             p.start()
@@ -356,9 +372,12 @@ def _run_workers(args, workers: int) -> None:
 def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float | None = None,
               workers: int = 1, storage: str | None = None, study_name: str | None = None):
     if not config.search_space:
-        raise ValueError("the config has no search_space to tune")
+        raise ConfigError("the config has no search_space to tune (a tuning config lists one: "
+                          "experiments/tune_fd001.yaml)")
+    check_url(storage, workers)  # before anything is written
     n_trials = n_trials if n_trials is not None else config.n_trials
     study_name = study_name or config.effective_study_name
+    wait_for_server(storage, workers)  # a server that does not answer: bounded, then one line
     configure(config.train.tracking_uri)
     experiment_id = ensure_experiment(config.train.experiment_name)  # once, before any worker
     client = MlflowClient()
@@ -385,12 +404,12 @@ def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float 
         print(f"objectives {', '.join(config.objectives)}: a multi-objective study is not "
               f"pruned (Optuna cannot prune several objectives); pruner={config.pruner!r} is "
               "ignored", file=sys.stderr)
-    args = (config, storage, workers, study_name, parent_run_id, target, timeout)
+    work = StudyWork(config, storage, workers, study_name, parent_run_id, target, timeout)
     with run_ends_cleanly(parent_run_id):
         if workers == 1:
-            _worker(*args, 0)
+            _worker(work, 0)
         else:
-            _run_workers(args, workers)
+            _run_workers(work)
         with study_lock(storage, workers, study_name):  # one registration at a time
             study = load_study(config, open_storage(storage, workers), study_name)
             summary = _record_study(study, parent_run_id, config)

@@ -1,0 +1,12 @@
+"""mkdocs hooks: pages generated from the code at build time (never committed)."""
+
+from mkdocs.structure.files import File
+
+from rul.reference import cli_reference, config_reference
+
+
+def on_files(files, config):
+    for page, content in (("reference/configuration.md", config_reference()),
+                          ("reference/cli.md", cli_reference())):
+        files.append(File.generated(config, page, content=content))
+    return files

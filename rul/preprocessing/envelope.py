@@ -1,0 +1,162 @@
+"""The envelope of the training fleet, and which units of a request lie outside it.
+
+Fitted on the rows the preprocessing was fitted on (the training units) and stored with the
+model as plain numbers: for each operating condition the range [min, max] and the standard
+deviation of every measured feature and of the three settings; the largest step between two
+consecutive cycles of a training unit (1 in C-MAPSS) and the latest first cycle (1). Numpy
+and pandas only: the lean runtime imports it.
+
+A unit is flagged, with a short reason, when the rows its prediction reads (its whole history
+when the model smooths, since a smoothed row carries every row before it; else its last
+window) hold
+- a feature more than `sd_limit` training standard deviations beyond the training range of
+  its condition ("s_9 31 sd beyond the training range (cycle 12)"),
+- settings more than `sd_limit` standard deviations outside the box of their nearest training
+  condition ("settings unlike the training conditions (cycle 12)"),
+- gaps: a step between consecutive cycles larger than training's ("3 cycles missing"),
+- a history that starts later than training's did, or is shorter than the window (padded).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from rul.data.schema import SETTING_COLUMNS
+from rul.preprocessing.windows import unit_lengths
+
+SD_LIMIT = 4.0  # training standard deviations beyond the training range that flag a value
+_RELATIVE_FLOOR = 1e-6  # a constant column's spread: this fraction of its magnitude
+
+
+def _spread_floor(spread: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    magnitude = np.maximum(1.0, np.maximum(np.abs(low), np.abs(high)))
+    return np.maximum(np.nan_to_num(spread), _RELATIVE_FLOOR * np.nan_to_num(magnitude, nan=1.0))
+
+
+def _excess(values: np.ndarray, low: np.ndarray, high: np.ndarray, spread: np.ndarray
+            ) -> np.ndarray:
+    """How far each value lies beyond [low, high], in units of spread (0 inside); a
+    condition without training rows (nan bounds) is infinitely far."""
+    beyond = np.maximum(np.maximum(low - values, values - high), 0.0)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isnan(beyond), np.inf, beyond / _spread_floor(spread, low, high))
+
+
+def _stats(values: np.ndarray, labels: np.ndarray, n_conditions: int):
+    shape = (n_conditions, values.shape[1])
+    low, high, spread = (np.full(shape, np.nan) for _ in range(3))
+    for k in range(n_conditions):
+        rows = values[labels == k]
+        if len(rows):
+            low[k], high[k], spread[k] = rows.min(axis=0), rows.max(axis=0), rows.std(axis=0)
+    return low, high, spread
+
+
+@dataclass(frozen=True, eq=False)
+class Envelope:
+    columns: list  # the measured features checked (the model's inputs less the age)
+    low: np.ndarray  # (conditions, columns) training minimum per condition
+    high: np.ndarray
+    spread: np.ndarray  # training standard deviation per condition
+    settings_low: np.ndarray  # (conditions, 3)
+    settings_high: np.ndarray
+    settings_spread: np.ndarray
+    max_cycle_step: int = 1  # largest step between consecutive cycles of a training unit
+    max_first_cycle: int = 1  # latest first cycle of a training unit
+    sd_limit: float = SD_LIMIT
+
+    @classmethod
+    def fit(cls, frame: pd.DataFrame, columns: list[str], labels: np.ndarray,
+            n_conditions: int) -> "Envelope":
+        """The envelope of training rows `frame` (validated; units contiguous), their
+        conditions `labels` (0..n_conditions-1) and the measured feature `columns`."""
+        labels = np.asarray(labels)
+        low, high, spread = _stats(frame[columns].to_numpy(np.float64), labels, n_conditions)
+        s_low, s_high, s_spread = _stats(frame[SETTING_COLUMNS].to_numpy(np.float64), labels,
+                                         n_conditions)
+        units, cycles = frame["unit"].to_numpy(), frame["cycle"].to_numpy()
+        same = units[1:] == units[:-1]
+        steps = np.diff(cycles)[same]
+        firsts = cycles[np.r_[True, ~same]]
+        return cls(list(columns), low, high, spread, s_low, s_high, s_spread,
+                   int(steps.max()) if len(steps) else 1, int(firsts.max()))
+
+    def check(self, rows: pd.DataFrame, labels: np.ndarray, window: int,
+              whole_history: bool) -> tuple[np.ndarray, list[str]]:
+        """(flagged, reason) of each unit of validated `rows`, units in order of appearance;
+        `labels`: each row's condition; `whole_history`: every row of a unit counts (the model
+        smooths), else its last `window` rows. A unit inside the envelope has reason ''."""
+        labels = np.asarray(labels)
+        ids, lengths = unit_lengths(rows["unit"].to_numpy())
+        starts = np.r_[0, np.cumsum(lengths)[:-1]]
+        from_end = np.repeat(starts + lengths, lengths) - np.arange(len(rows))  # 1 = last row
+        read = np.ones(len(rows), bool) if whole_history else from_end <= window
+        cycles = rows["cycle"].to_numpy()
+        sensor = _excess(rows[self.columns].to_numpy(np.float64), self.low[labels],
+                         self.high[labels], self.spread[labels])
+        settings = _excess(rows[SETTING_COLUMNS].to_numpy(np.float64),
+                           self.settings_low[labels], self.settings_high[labels],
+                           self.settings_spread[labels]).max(axis=1)
+        steps = np.r_[0, np.diff(cycles)]
+        steps[starts] = 0  # a unit's first row follows no cycle of its own
+        missing = np.where(read & (steps > self.max_cycle_step), steps - 1, 0)
+        worst_sensor = np.where(read, sensor.max(axis=1), 0.0)
+        worst_settings = np.where(read, settings, 0.0)
+
+        reasons = []
+        for start, length in zip(starts, lengths):
+            part = slice(start, start + length)
+            found = []
+            if length < window:
+                found.append(f"{length}-row history, shorter than the window ({window})")
+            if cycles[start] > self.max_first_cycle:
+                found.append(f"history starts at cycle {cycles[start]}")
+            if missing[part].sum():
+                found.append(f"{missing[part].sum()} cycles missing")
+            if worst_settings[part].max() > self.sd_limit:
+                row = start + int(worst_settings[part].argmax())
+                found.append(f"settings unlike the training conditions (cycle {cycles[row]})")
+            if worst_sensor[part].max() > self.sd_limit:
+                row = start + int(worst_sensor[part].argmax())
+                column = self.columns[int(sensor[row].argmax())]
+                found.append(f"{column} {_sd(sensor[row].max())} sd beyond the training range "
+                             f"(cycle {cycles[row]})")
+            reasons.append("; ".join(found))
+        return np.array([bool(r) for r in reasons], dtype=bool), reasons
+
+    def to_dict(self) -> dict:
+        return {"columns": list(self.columns), "low": _json(self.low), "high": _json(self.high),
+                "spread": _json(self.spread), "settings_low": _json(self.settings_low),
+                "settings_high": _json(self.settings_high),
+                "settings_spread": _json(self.settings_spread),
+                "max_cycle_step": self.max_cycle_step, "max_first_cycle": self.max_first_cycle,
+                "sd_limit": self.sd_limit}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "Envelope":
+        """Read a stored envelope; ValueError naming what is missing or inconsistent."""
+        keys = ("columns", "low", "high", "spread", "settings_low", "settings_high",
+                "settings_spread")
+        missing = [k for k in keys if k not in values]
+        if missing:
+            raise ValueError(f"envelope lacks {missing}")
+        arrays = {k: np.array(values[k], dtype=np.float64) for k in keys[1:]}  # None -> nan
+        columns = [str(c) for c in values["columns"]]
+        shapes = {arrays[k].shape for k in keys[1:4]}
+        settings = {arrays[k].shape for k in keys[4:]}
+        if len(shapes) != 1 or shapes.pop()[1:] != (len(columns),) or settings != {
+                (len(arrays["low"]), len(SETTING_COLUMNS))}:
+            raise ValueError("envelope: ranges do not fit its columns and conditions")
+        return cls(columns, *arrays.values(), int(values.get("max_cycle_step", 1)),
+                   int(values.get("max_first_cycle", 1)),
+                   float(values.get("sd_limit", SD_LIMIT)))
+
+
+def _json(array: np.ndarray) -> list:
+    """nan (a condition without training rows) as null: JSON has no nan."""
+    return [[None if np.isnan(v) else float(v) for v in row] for row in array]
+
+
+def _sd(excess: float) -> str:
+    return f"{excess:.3g}"

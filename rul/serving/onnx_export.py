@@ -1,0 +1,95 @@
+"""Export a trained torch network to ONNX for the lean runtime, and prove it computes the same.
+
+torch.onnx.export (the torch.export-based exporter) with a dynamic batch axis: input
+`windows` (batch, window, features) float32, output `rul` (batch,) in cycles, clamped to
+[0, rul_cap] like the network in eval mode. The DCNN's CPU fast path (banded products) is
+traced as its convolutions: the same layers, equal up to float32 rounding. Every export is
+checked on a probe batch through onnxruntime against the network itself (MAX_DIFFERENCE).
+"""
+
+import contextlib
+import copy
+import logging
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rul.serving.runtime import INPUT_NAME, OUTPUT_NAME
+from rul.serving.spec import SPEC_FILE, InferenceSpec
+
+MAX_DIFFERENCE = 1e-3  # cycles: the most an exported network may differ from torch
+PROBE_BATCH = 64
+
+
+class ExportError(RuntimeError):
+    """The ONNX network does not compute what the torch network computes."""
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The exporter's notes (skipped torchvision ops, deprecations) are not the user's."""
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export",
+                                                     "torch._dynamo", "onnxscript")]
+    levels = [logger.level for logger in loggers]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def export_onnx(network: torch.nn.Module, path: str | Path, window: int,
+                n_features: int) -> float:
+    """Write `network` (any device; a CPU float32 copy is exported) as ONNX to `path`; return
+    the largest difference in cycles from torch on a probe batch (ExportError above
+    MAX_DIFFERENCE)."""
+    network = copy.deepcopy(network).cpu().float().eval()
+    example = torch.zeros(2, window, n_features)
+    with _quiet(), torch.no_grad():
+        program = torch.onnx.export(
+            network, (example,), None, input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+            dynamic_shapes=({0: torch.export.Dim("batch")},), dynamo=True, verbose=False)
+    program.save(str(path))
+    return check_export(network, path, window, n_features)
+
+
+def check_export(network: torch.nn.Module, path: str | Path, window: int,
+                 n_features: int) -> float:
+    """The largest difference between the ONNX file and the network on a seeded probe batch
+    of windows in the range the preprocessing produces (and somewhat beyond)."""
+    import onnxruntime
+
+    probe = np.random.default_rng(0).uniform(-1.5, 1.5, (PROBE_BATCH, window, n_features))
+    probe = probe.astype(np.float32)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    exported = session.run([OUTPUT_NAME], {INPUT_NAME: probe})[0]
+    with torch.inference_mode():
+        expected = network(torch.from_numpy(probe)).numpy()
+    difference = float(np.abs(exported.astype(np.float64) - expected).max())
+    if not difference <= MAX_DIFFERENCE:
+        raise ExportError(f"{path}: the ONNX network differs from torch by {difference:.3g} "
+                          f"cycles (at most {MAX_DIFFERENCE} allowed)")
+    return difference
+
+
+def save_runtime(folder: str | Path, network_spec, networks: list, preprocessor,
+                 interval=None) -> InferenceSpec:
+    """Write what the lean runtime loads into `folder`: each network as ONNX (network.onnx,
+    or member_<i>.onnx for an ensemble) and the inference spec with the fitted
+    preprocessing's numbers, the envelope and the interval; return the spec."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    members = len(networks)
+    names = ["network.onnx"] if members == 1 else [f"member_{i}.onnx" for i in range(members)]
+    for network, name in zip(networks, names):
+        export_onnx(network, folder / name, network_spec.window, network_spec.n_features)
+    spec = InferenceSpec.from_network(network_spec, interval, members, preprocessor.fitted(),
+                                      preprocessor.envelope_, names)
+    spec.write(folder / SPEC_FILE)
+    return spec

@@ -1,0 +1,81 @@
+"""The lean runtime: a logged model's folder (inference spec JSON + ONNX files) in, predictions
+out, with numpy, pandas and onnxruntime only (no torch, no scikit-learn, no MLflow).
+
+    from rul.serving.runtime import LeanModel
+    model = LeanModel.load("path/to/model")   # an MLflow model folder, or its inference/ folder
+    model.predict(rows)                       # raw C-MAPSS rows -> one row per unit
+    model.predict(rows, {"strict": True})     # the same parameters as the served model
+
+The served pyfunc (rul.serving.lean_pyfunc) is this class behind MLflow's interface. A model
+folder carries the rul code it needs in code/ (MLflow's code_paths): with rul not installed,
+put that folder on the path first (sys.path.insert(0, "path/to/model/code")).
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from rul.serving.predictor import predict_rows
+from rul.serving.spec import SPEC_FILE, InferenceSpec
+
+RUNTIME_FOLDER = "inference"  # the pyfunc artifact holding the spec and the ONNX files
+INPUT_NAME = "windows"  # (batch, window, features) float32 -> "rul" (batch,)
+OUTPUT_NAME = "rul"
+
+
+def runtime_folder(path: str | Path) -> Path:
+    """The folder holding the inference spec: `path` itself, or an MLflow model folder's
+    artifacts/inference; FileNotFoundError saying where it looked."""
+    path = Path(path)
+    for folder in (path, path / "artifacts" / RUNTIME_FOLDER, path / RUNTIME_FOLDER):
+        if (folder / SPEC_FILE).is_file():
+            return folder
+    raise FileNotFoundError(f"{path}: no {SPEC_FILE} here nor in artifacts/{RUNTIME_FOLDER}/ "
+                            "(a model folder of a rul model logged with ONNX networks)")
+
+
+class LeanModel:
+    """A loaded model: its spec and one onnxruntime session per ensemble member."""
+
+    def __init__(self, spec: InferenceSpec, sessions: list):
+        if spec.preprocessing is None:
+            raise ValueError("inference spec lacks the fitted preprocessing: a model logged "
+                             "before the lean runtime needs rul's torch environment")
+        self.spec = spec
+        self.sessions = sessions
+
+    @classmethod
+    def load(cls, path: str | Path, threads: int | None = None) -> "LeanModel":
+        """Load from a model folder; `threads`: onnxruntime's intra-op threads (None: its
+        default, one per core)."""
+        import onnxruntime
+
+        folder = runtime_folder(path)
+        spec = InferenceSpec.read(folder / SPEC_FILE)
+        if not spec.onnx:
+            raise ValueError(f"{folder / SPEC_FILE}: names no ONNX files")
+        options = onnxruntime.SessionOptions()
+        if threads is not None:
+            options.intra_op_num_threads = threads
+        sessions = [onnxruntime.InferenceSession(str(folder / name), options,
+                                                 providers=["CPUExecutionProvider"])
+                    for name in spec.onnx]
+        return cls(spec, sessions)
+
+    def member_predictions(self, windows: np.ndarray) -> np.ndarray:
+        """RUL of each window by each member: shape (members, windows), float64."""
+        x = np.ascontiguousarray(windows, dtype=np.float32)
+        return np.stack([session.run([OUTPUT_NAME], {INPUT_NAME: x})[0].astype(np.float64)
+                         for session in self.sessions])
+
+    def predict(self, rows: pd.DataFrame, params: dict | None = None,
+                source="input") -> pd.DataFrame:
+        """One row per unit: unit, rul (rul_lower, rul_upper, p_fail_within with an
+        interval), padded (rul_std for an ensemble), flagged, flag_reason. `params`:
+        short_history ("pad" or "reject"), strict (refuse units outside the training fleet)
+        and horizon (p_fail_within's cycles, default 20). Bad rows or parameters raise
+        ValueError (rul.data.errors.DataError) naming row, column or unit."""
+        spec = self.spec
+        return predict_rows(spec.preprocessing, self.member_predictions, rows, source,
+                            params, spec.interval, spec.envelope)

@@ -1,0 +1,273 @@
+"""Checkpoints that can be trusted: verified on load, written so that a crash leaves the
+previous good one, and `--resume` that falls back to it or says plainly the run must start
+over (one line, exit 2, no damaged file left, the run not left RUNNING).
+
+Synthetic C-MAPSS files and a tiny model: each training takes a second or two.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from mlflow.tracking import MlflowClient
+
+from rul import config as cfg
+from rul.cli import main
+from rul.plan import plan_run
+from rul.tracking.run_checkpoints import CannotResume, RunCheckpoints
+from rul.tracking.tracked_run import RunRole, track, train_tracked
+from rul.training import checkpoint
+from rul.training.checkpoint import CheckpointDamaged, Checkpointer
+from rul.training.listener import TrainingListener
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN_LENGTHS = (52, 60, 35, 47, 41, 55, 49, 58, 44, 50)
+TINY = ["epochs=4", "patience=10", "window=20", "filters=4", "num_layers=2", "hidden_size=8",
+        "micro_batch_size=64", "accumulation_steps=1", "register=false"]
+
+
+# ---------------------------------------------------------------- the file
+
+
+def test_a_checkpoint_reads_back_what_was_saved(tmp_path):
+    state = {"weights": torch.arange(10.0), "epoch": 3}
+    checkpoint.save(tmp_path / "run.pt", state)
+    loaded = checkpoint.load(tmp_path / "run.pt")
+    assert torch.equal(loaded["weights"], state["weights"]) and loaded["epoch"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.pt"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])
+def test_a_damaged_checkpoint_is_detected_before_it_is_used(tmp_path, damage):
+    path = tmp_path / "run.pt"
+    checkpoint.save(path, {"weights": torch.randn(1000)})
+    data = bytearray(path.read_bytes())
+    if damage == "truncate":  # a full disk, or a crash mid-write on a filesystem that lies
+        data = data[: len(data) // 2]
+    elif damage == "flip":  # one bit in the tensor's bytes: torch.load alone would not see it
+        data[len(data) // 2] ^= 0x01
+    elif damage == "empty":
+        data = bytearray()
+    else:
+        data = bytearray(b"not a checkpoint at all")
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointDamaged) as error:
+        checkpoint.load(path)
+    assert str(error.value).startswith(f"checkpoint {path} is damaged: ")
+    assert "\n" not in str(error.value)
+
+
+def test_a_checkpoint_of_an_older_rul_without_digest_still_loads(tmp_path):
+    torch.save({"epoch": 2}, tmp_path / "old.pt")
+    assert checkpoint.load(tmp_path / "old.pt") == {"epoch": 2}
+
+
+def test_the_previous_checkpoint_is_kept_and_a_crash_mid_write_leaves_it(tmp_path,
+                                                                         monkeypatch):
+    path = tmp_path / "run.pt"
+    checkpoint.save(path, {"epoch": 1})
+    checkpoint.save(path, {"epoch": 2})
+    assert checkpoint.load(path)["epoch"] == 2
+    assert checkpoint.load(checkpoint.previous(path))["epoch"] == 1
+
+    def crash(*args, **kwargs):  # the process dies while the new file is written
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(os, "fsync", crash)
+    with pytest.raises(OSError):
+        checkpoint.save(path, {"epoch": 3})
+    assert checkpoint.load(path)["epoch"] == 2  # the good one is untouched
+    monkeypatch.undo()
+    Checkpointer(path).remove()
+    assert list(tmp_path.iterdir()) == []  # the newest, the previous and the partial one
+
+
+# ---------------------------------------------------------------- --resume
+
+
+class InterruptAtEpoch(TrainingListener):
+    def __init__(self, epoch: int):
+        self.epoch = epoch
+
+    def on_epoch(self, epoch, step, metrics):
+        if epoch == self.epoch:
+            raise KeyboardInterrupt
+
+
+@pytest.fixture(scope="module")
+def module_store(tmp_path_factory, mlflow_store_at):
+    """One store and one synthetic C-MAPSS folder for the module (a store's first use costs
+    seconds); each test trains its own config (seed), so `--resume` finds only its runs."""
+    from conftest import frame_to_text, synthetic_frame
+
+    root = tmp_path_factory.mktemp("checkpoints")
+    data_dir = root / "cmapss"
+    data_dir.mkdir()
+    (data_dir / "train_FD001.txt").write_text(frame_to_text(synthetic_frame(TRAIN_LENGTHS)))
+    (data_dir / "test_FD001.txt").write_text(frame_to_text(synthetic_frame((31, 45, 38), 1)))
+    (data_dir / "RUL_FD001.txt").write_text("10 \n17 \n24 \n")
+    with mlflow_store_at(root) as store:
+        store.data_dir = data_dir
+        yield store
+
+
+@pytest.fixture
+def synthetic(module_store, request):
+    """The store, the `rul train` arguments of a tiny synthetic run of this test's own
+    config (seed and checkpoint folder), and that config."""
+    seed = 1000 + sum(map(ord, request.node.name))
+    args = [*TINY, f"seed={seed}", f"tracking_uri={module_store.uri}",
+            f"checkpoint_dir={module_store.root / request.node.name}",
+            f"data_dir={module_store.data_dir}"]
+    return module_store, args, cfg.load(None, args)
+
+
+def interrupted_run(config, at_epoch: int = 2) -> str:
+    """A run stopped after `at_epoch` epochs (KILLED, its checkpoints kept); its id."""
+    created = []
+    with pytest.raises(KeyboardInterrupt):
+        track(plan_run(config), RunRole(register=False, on_run_created=created.append),
+              InterruptAtEpoch(at_epoch), progress=False)
+    return created[0]
+
+
+def resume(args, *more):
+    return CliRunner().invoke(main, ["train", *args, "--no-progress", "--resume", *more])
+
+
+def files_of(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+def test_resume_falls_back_to_the_previous_checkpoint_when_the_newest_is_damaged(synthetic):
+    store, args, config = synthetic
+    run_id = interrupted_run(config)
+    newest = RunCheckpoints(config.checkpoint_dir).path(run_id)
+    newest.write_bytes(newest.read_bytes()[:1000])  # cut short
+
+    result = resume(args)
+    assert result.exit_code == 0, result.output
+    assert (f"run {run_id}: its newest checkpoint is damaged (its SHA-256 does not match: cut "
+            "short or changed after it was written); resuming from the one before it, after "
+            "epoch 1\n") in result.stderr
+    assert "resuming from the one before it, after epoch 1\n" in result.stderr
+    assert f"resuming run {run_id} after epoch 1" in result.stderr
+    run = MlflowClient(store.uri).get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["rul.checkpoint"] == (
+        "the newest damaged (its SHA-256 does not match: cut short or changed after it was "
+        "written): resumed from the one before it (epoch 1)")
+    assert files_of(newest.parent) == []  # finished: nothing left
+
+
+@pytest.mark.parametrize("status", ["KILLED", "RUNNING"])
+def test_resume_says_plainly_that_a_run_without_an_intact_checkpoint_must_start_over(
+        synthetic, status):
+    """RUNNING: what a process killed with SIGKILL leaves."""
+    store, args, config = synthetic
+    run_id = interrupted_run(config)
+    client = MlflowClient(store.uri)
+    client.update_run(run_id, status=status)
+    newest = RunCheckpoints(config.checkpoint_dir).path(run_id)
+    for path in (newest, checkpoint.previous(newest)):
+        path.write_bytes(path.read_bytes()[:-10])
+
+    result = resume(args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        f"Error: --resume: run {run_id} cannot be continued: its checkpoint {newest} is damaged "
+        "(its SHA-256 does not match: cut short or changed after it was written) and no "
+        "earlier one is intact (the files were removed); start the run over: the same command "
+        "without --resume\n")
+    assert files_of(newest.parent) == []  # no damaged file, no lock left behind
+    run = client.get_run(run_id)
+    assert run.info.status == "KILLED"  # as it was, or what its killed process could not say
+    assert run.data.tags["rul.checkpoint"].startswith("damaged (its SHA-256 does not match")
+    again = resume(args)  # and then there is nothing to resume
+    assert again.exit_code == 2 and "nothing to resume" in again.stderr
+
+
+def test_resume_of_a_run_another_process_trains_touches_nothing(synthetic):
+    store, args, config = synthetic
+    run_id = interrupted_run(config)
+    checkpoints = RunCheckpoints(config.checkpoint_dir)
+    with checkpoints.held(run_id):  # another process trains it right now
+        result = resume(args, run_id)
+        with pytest.raises(CannotResume, match="being trained by another process"):
+            train_tracked(config, resume=run_id, progress=False)
+    assert result.exit_code == 2
+    assert result.stderr == (f"Error: --resume {run_id}: that run is being trained by another "
+                             "process right now\n")
+    assert MlflowClient(store.uri).get_run(run_id).info.status == "KILLED"  # not FAILED
+
+
+def test_ctrl_c_in_the_first_epoch_promises_no_checkpoint(synthetic, monkeypatch):
+    store, args, config = synthetic
+    from rul.tracking.mlflow_listener import MLflowListener
+
+    def interrupted(self, step, result):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MLflowListener, "on_step", interrupted)
+    result = CliRunner().invoke(main, ["train", *args, "--no-progress"])
+    assert result.exit_code == 130
+    assert result.stderr.endswith(
+        "interrupted: the run is marked KILLED; it stopped before its first epoch ended, so it "
+        "has no checkpoint and nothing can be resumed: run the command again\n")
+    assert "--resume" not in result.stderr
+    (run,) = MlflowClient(store.uri).search_runs(
+        [MlflowClient(store.uri).get_experiment_by_name(config.experiment_name).experiment_id],
+        filter_string=f"params.seed = '{config.seed}'")
+    assert run.info.status == "KILLED"
+    assert files_of(Path(config.checkpoint_dir)) == []  # no lock file left either
+
+
+def test_ctrl_c_after_an_epoch_keeps_the_checkpoint_and_says_resume(synthetic, monkeypatch):
+    store, args, config = synthetic
+    from rul.tracking.mlflow_listener import MLflowListener
+
+    monkeypatch.setattr(MLflowListener, "on_epoch", InterruptAtEpoch(1).on_epoch)
+    result = CliRunner().invoke(main, ["train", *args, "--no-progress"])
+    assert result.exit_code == 130
+    assert result.stderr.endswith("interrupted: the run is marked KILLED and its checkpoint "
+                                  "kept; continue it with: rul train ... --resume\n")
+
+
+def test_a_run_killed_with_sigkill_and_its_checkpoints_cut_short_must_start_over(synthetic):
+    """Real processes: SIGKILL while training, both checkpoint files cut short, `--resume`."""
+    store, args, config = synthetic
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "rul", "train", *args, "epochs=400", "patience=400",
+               "--no-progress"]
+    folder = Path(config.checkpoint_dir)
+    first = subprocess.Popen(command, cwd=store.root, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(folder.glob("*.pt.prev")):  # two epochs saved
+        assert first.poll() is None, first.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    first.send_signal(signal.SIGKILL)
+    first.communicate()
+    (newest,) = folder.glob("*.pt")
+    run_id, client = newest.stem, MlflowClient(store.uri)
+    assert client.get_run(run_id).info.status == "RUNNING"  # nobody could say otherwise
+    for path in (newest, checkpoint.previous(newest)):
+        path.write_bytes(path.read_bytes()[:-100])
+
+    resumed = subprocess.run([*command, "--resume"], cwd=store.root, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 2
+    assert resumed.stderr == (
+        f"Error: --resume: run {run_id} cannot be continued: its checkpoint {newest} is damaged "
+        "(its SHA-256 does not match: cut short or changed after it was written) and no "
+        "earlier one is intact (the files were removed); start the run over: the same command "
+        "without --resume\n")
+    assert files_of(folder) == []
+    assert client.get_run(run_id).info.status == "KILLED"

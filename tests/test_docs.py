@@ -1,0 +1,39 @@
+"""The README stays short and its links land; the site's pages exist (the strict build itself
+runs as `make docs`, in CI)."""
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERATED = {"reference/configuration.md", "reference/cli.md"}  # docs/hooks.py, at build time
+
+
+def test_the_readme_is_short_and_names_the_two_commands():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    assert "make train" in text and "make test" in text
+
+
+def test_every_relative_link_of_the_readme_lands_on_a_file():
+    text = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if not t.startswith(("http://", "https://"))]
+    assert local, "the README links into the docs"
+    assert [t for t in local if not (ROOT / t).is_file()] == []
+
+
+def _nav_pages(nav) -> list[str]:
+    pages = []
+    for item in nav:
+        for value in item.values() if isinstance(item, dict) else [item]:
+            pages += _nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+def test_every_page_of_the_nav_exists_or_is_generated():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    pages = _nav_pages(config["nav"])
+    assert {"results.md", "performance.md", *GENERATED} <= set(pages)
+    assert [p for p in pages if p not in GENERATED and not (ROOT / "docs" / p).is_file()] == []

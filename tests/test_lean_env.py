@@ -1,0 +1,181 @@
+"""The champion where a consumer runs it: a clean virtualenv built from the model's own
+requirements.txt (mlflow-skinny, onnxruntime, numpy, pandas), rul not installed, another
+working directory, the registry reached through a tracking server. Slow (it installs from the
+package index); CI runs it.
+
+It checks that torch and scikit-learn are not importable there, that
+`mlflow.pyfunc.load_model("models:/rul-fd001@champion")` predicts FD001's test set as the
+training's torch network did (within 1e-3 cycles), that the small loader predicts the same
+from the model's folder without MLflow, and that the environment stays under 600 MB. It prints
+the sizes and times it measured.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+from test_inference import CHAMPION_URI, ROOT
+
+pytestmark = pytest.mark.slow
+
+MAX_ENV_MB = 600
+SERVER_START_S = 180
+
+
+def folder_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+LEAN_SCRIPT = textwrap.dedent("""
+    import importlib.util, json, sys, time
+    started = time.perf_counter()
+    import mlflow.pyfunc
+    imported = time.perf_counter()
+    found = {name: importlib.util.find_spec(name) is not None
+             for name in ("torch", "sklearn", "rul", "mlflow.pyfunc")}
+    model = mlflow.pyfunc.load_model("models:/rul-fd001@champion")
+    loaded = time.perf_counter()
+    import pandas as pd
+    names = ["unit", "cycle"] + [f"setting_{i}" for i in (1, 2, 3)]
+    names += [f"s_{i}" for i in range(1, 22)]
+    rows = pd.read_csv(sys.argv[1], sep=r"\\s+", header=None, names=names)
+    model.predict(rows).to_csv(sys.argv[2], index=False)
+    folder = mlflow.artifacts.download_artifacts("models:/rul-fd001@champion",
+                                                 dst_path=sys.argv[3])
+    print(json.dumps({"found": found, "import_s": imported - started,
+                      "load_s": loaded - imported, "folder": folder,
+                      "torch_loaded": "torch" in sys.modules,
+                      "sklearn_loaded": "sklearn" in sys.modules}))
+""")
+
+# The small loader: the model folder alone, with the rul code it carries; no MLflow.
+NO_MLFLOW_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    started = time.perf_counter()
+    sys.path.insert(0, sys.argv[1] + "/code")
+    from rul.serving.runtime import LeanModel
+    model = LeanModel.load(sys.argv[1])
+    loaded = time.perf_counter()
+    import pandas as pd
+    names = ["unit", "cycle"] + [f"setting_{i}" for i in (1, 2, 3)]
+    names += [f"s_{i}" for i in range(1, 22)]
+    rows = pd.read_csv(sys.argv[2], sep=r"\\s+", header=None, names=names)
+    model.predict(rows).to_csv(sys.argv[3], index=False)
+    print(json.dumps({"load_s": loaded - started,
+                      "mlflow_loaded": any(m.split(".")[0] == "mlflow" for m in sys.modules)}))
+""")
+
+
+def test_champion_runs_in_a_lean_virtualenv(tmp_path, real_data_dir):
+    from rul import config as cfg
+    from rul.tracking.tracked_run import train_tracked
+
+    store = tmp_path / "store"
+    store.mkdir()
+    uri = f"sqlite:///{store}/mlflow.db"
+    patch = pytest.MonkeyPatch()
+    patch.chdir(store)
+    try:
+        config = cfg.load(ROOT / "experiments" / "fd001.yaml", {
+            "epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
+            "micro_batch_size": 1024, "accumulation_steps": 1, "tracking_uri": uri,
+            "checkpoint_dir": str(store / "ckpt"), "data_dir": str(real_data_dir)})
+        outcome, _ = train_tracked(config, progress=False)
+        requirements = mlflow.pyfunc.get_model_dependencies(CHAMPION_URI)
+    finally:
+        mlflow.set_tracking_uri(None)
+        patch.undo()
+    names = {line.split("==")[0] for line in Path(requirements).read_text().split()}
+    assert names == {"mlflow-skinny", "onnxruntime", "numpy", "pandas"}
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    started = time.monotonic()
+    pip = subprocess.run([python, "-m", "pip", "install", "-q", "-r", requirements],
+                         capture_output=True, text=True, timeout=900)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    installed_s = time.monotonic() - started
+    size = folder_mb(venv)
+    assert size <= MAX_ENV_MB, f"the lean environment takes {size:.0f} MB"
+
+    # the registry as a consumer reaches it: a tracking server (mlflow-skinny has no SQL store)
+    port = _free_port()
+    log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 (closed below)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host",
+         "127.0.0.1", "--port", str(port), "--workers", "1"],
+        cwd=store, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                assert time.monotonic() < deadline, "tracking server silent"
+                time.sleep(1)
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        env["MLFLOW_TRACKING_URI"] = f"http://127.0.0.1:{port}"
+        test_file = str(Path(real_data_dir) / "test_FD001.txt")
+        done = subprocess.run(
+            [python, "-c", LEAN_SCRIPT, test_file, str(tmp_path / "lean.csv"),
+             str(tmp_path / "folder")], cwd=elsewhere, env=env, capture_output=True,
+            text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["found"] == {"torch": False, "sklearn": False, "rul": False,
+                               "mlflow.pyfunc": True}
+    assert not report["torch_loaded"] and not report["sklearn_loaded"]
+
+    lean = pd.read_csv(tmp_path / "lean.csv")
+    expected = outcome.predictions
+    np.testing.assert_array_equal(lean["unit"], expected["unit"])
+    np.testing.assert_allclose(lean["rul"], expected["predicted_rul"], atol=1e-3, rtol=0)
+    for bound in ("rul_lower", "rul_upper"):
+        np.testing.assert_allclose(lean[bound], expected[f"predicted_{bound}"], atol=1e-3,
+                                   rtol=0)
+    assert not lean["padded"].any() and lean["flagged"].mean() <= 0.02
+
+    bare = subprocess.run(
+        [python, "-c", NO_MLFLOW_SCRIPT, report["folder"], test_file,
+         str(tmp_path / "bare.csv")], cwd=elsewhere, env=env, capture_output=True, text=True,
+        timeout=300)
+    assert bare.returncode == 0, bare.stderr[-3000:]
+    bare_report = json.loads(bare.stdout.strip().splitlines()[-1])
+    assert not bare_report["mlflow_loaded"]
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "bare.csv"), lean)
+    print(f"lean venv: {size:.0f} MB, pip install {installed_s:.0f} s, import mlflow.pyfunc "
+          f"{report['import_s']:.2f} s, load_model {report['load_s']:.2f} s, "
+          f"small loader (imports included) {bare_report['load_s']:.2f} s")
+    shutil.rmtree(venv, ignore_errors=True)

@@ -1,0 +1,258 @@
+"""The lean runtime pinned to training's: the preprocessing numbers, the ONNX networks, the
+envelope's flags. No MLflow here (test_inference.py and test_serving.py serve the model)."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn.preprocessing import MinMaxScaler, StandardScaler
+
+from rul.data.schema import SETTING_COLUMNS
+from rul.evaluation.conformal import Interval
+from rul.models.spec import NetworkSpec
+from rul.preprocessing import Preprocessor
+from rul.preprocessing.envelope import Envelope
+from rul.preprocessing.fitted import FittedPreprocessing
+from rul.serving.onnx_export import ExportError, check_export, export_onnx, save_runtime
+from rul.serving.predictor import predict_frame
+from rul.serving.runtime import LeanModel
+
+TINY = {"filters": 4, "num_layers": 2, "hidden_size": 16, "num_heads": 2}
+
+
+def stored(preprocessor: Preprocessor) -> FittedPreprocessing:
+    """The numbers as a logged model keeps them: through JSON and back."""
+    return FittedPreprocessing.from_dict(json.loads(json.dumps(preprocessor.fitted().to_dict())))
+
+
+def tiny_network(kind: str, n_features: int, window: int = 30, seed: int = 0):
+    torch.manual_seed(seed)
+    return NetworkSpec(kind, n_features, window, 125, TINY)
+
+
+# ------------------------------------------------------------------ the preprocessing numbers
+
+
+@pytest.mark.parametrize("options", [{}, {"normalization": "zscore", "include_cycle": True,
+                                          "smoothing_alpha": 0.3},
+                                     {"include_settings": True, "drop_constant": True}])
+def test_stored_numbers_transform_fd001_exactly_like_the_preprocessor(fd001, options):
+    preprocessor = Preprocessor(**options).fit(fd001.train)
+    np.testing.assert_array_equal(stored(preprocessor).transform(fd001.test),
+                                  preprocessor.transform(fd001.test))
+
+
+def test_the_numbers_are_scikit_learns_scaler_on_fd001(fd001):
+    """An independent reference: MinMaxScaler fitted on the same training rows."""
+    preprocessor = Preprocessor(smoothing_alpha=1.0).fit(fd001.train)
+    columns = preprocessor.feature_columns_
+    reference = MinMaxScaler(feature_range=(-1, 1)).fit(fd001.train[columns])
+    np.testing.assert_array_equal(stored(preprocessor).transform(fd001.test),
+                                  reference.transform(fd001.test[columns]).astype(np.float32))
+
+
+@pytest.fixture(scope="module")
+def six_conditions():
+    from conftest import synthetic_frame
+
+    return (synthetic_frame([60, 70, 55, 80], seed=3, conditions=6),
+            synthetic_frame([40, 50, 45], seed=4, first_unit=9, conditions=6))
+
+
+def test_stored_numbers_find_the_conditions_kmeans_finds(six_conditions):
+    """FD002-like rows: the stored centres give each row KMeans' own condition, and each
+    condition is scaled as scikit-learn's scaler fitted on that condition's rows."""
+    train, test = six_conditions
+    preprocessor = Preprocessor(n_conditions=6, normalization="zscore", smoothing_alpha=1.0,
+                                include_cycle=True).fit(train)
+    numbers = stored(preprocessor)
+    kmeans = preprocessor.scaler_.kmeans_
+    for rows in (train, test):
+        settings = rows[SETTING_COLUMNS].to_numpy()
+        np.testing.assert_array_equal(numbers.conditions(settings), kmeans.predict(settings))
+        np.testing.assert_array_equal(numbers.transform(rows), preprocessor.transform(rows))
+    labels = kmeans.predict(train[SETTING_COLUMNS].to_numpy())
+    test_labels = kmeans.predict(test[SETTING_COLUMNS].to_numpy())
+    measured = numbers.measured
+    expected = np.empty((len(test), len(measured)))
+    for k in range(6):
+        scaler = StandardScaler().fit(train.loc[labels == k, measured])
+        expected[test_labels == k] = scaler.transform(test.loc[test_labels == k, measured])
+    np.testing.assert_allclose(numbers.transform(test)[:, :-1], expected, atol=1e-5)
+    age = StandardScaler().fit(train[["cycle"]]).transform(test[["cycle"]])  # one scaler
+    np.testing.assert_allclose(numbers.transform(test)[:, -1:], age, atol=1e-5)
+    smoothed = Preprocessor(n_conditions=6, smoothing_alpha=0.2).fit(train)
+    np.testing.assert_array_equal(stored(smoothed).transform(test), smoothed.transform(test))
+
+
+def test_stored_numbers_that_do_not_fit_are_refused(fd001):
+    values = Preprocessor().fit(fd001.train).fitted().to_dict()
+    with pytest.raises(ValueError, match=r"lacks \['scale'\]"):
+        FittedPreprocessing.from_dict({k: v for k, v in values.items() if k != "scale"})
+    with pytest.raises(ValueError, match="do not fit 13 measured features"):
+        FittedPreprocessing.from_dict({**values, "feature_columns": values["feature_columns"][1:]})
+
+
+# ------------------------------------------------------------------ the ONNX networks
+
+
+@pytest.mark.parametrize("kind", ["cnn", "lstm", "gru", "transformer"])
+def test_every_kind_exports_to_onnx_with_any_batch(kind, tmp_path):
+    network = tiny_network(kind, 14).build().eval()
+    difference = export_onnx(network, tmp_path / "net.onnx", 30, 14)
+    assert difference <= 1e-3
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(tmp_path / "net.onnx"))
+    for batch in (1, 3, 100):
+        x = np.random.default_rng(batch).normal(0, 1, (batch, 30, 14)).astype(np.float32)
+        with torch.inference_mode():
+            expected = network(torch.from_numpy(x)).numpy()
+        got = session.run(["rul"], {"windows": x})[0]
+        assert got.shape == (batch,)
+        np.testing.assert_allclose(got, expected, atol=1e-3, rtol=0)
+
+
+def test_an_onnx_file_of_other_weights_is_refused(tmp_path):
+    export_onnx(tiny_network("cnn", 14, seed=0).build().eval(), tmp_path / "a.onnx", 30, 14)
+    other = tiny_network("cnn", 14, seed=1).build().eval()
+    with pytest.raises(ExportError, match="differs from torch by"):
+        check_export(other, tmp_path / "a.onnx", 30, 14)
+
+
+@pytest.fixture(scope="module")
+def fd001_preprocessor(fd001):
+    return Preprocessor(window=30, smoothing_alpha=0.1).fit(fd001.train)
+
+
+def test_lean_ensemble_predicts_what_torch_predicts(fd001, fd001_preprocessor,
+                                                     tmp_path_factory):
+    """Two members, an interval: the runtime folder alone (no MLflow, no torch at predict
+    time) gives torch's mean, spread and bounds within 1e-3 cycles, flags included."""
+    spec = tiny_network("cnn", fd001_preprocessor.n_features)
+    networks = [tiny_network("cnn", spec.n_features, seed=s).build().eval() for s in (0, 1)]
+    interval = Interval(0.9, 20.0, 100)
+    folder = tmp_path_factory.mktemp("ensemble")
+    save_runtime(folder, spec, networks, fd001_preprocessor, interval)
+    lean = LeanModel.load(folder).predict(fd001.test)
+    by_torch = predict_frame(fd001_preprocessor, networks, fd001.test, interval=interval,
+                             envelope=fd001_preprocessor.envelope_)
+    assert list(lean.columns) == list(by_torch.columns) == [
+        "unit", "rul", "rul_lower", "rul_upper", "padded", "rul_std", "flagged", "flag_reason"]
+    numbers = ["rul", "rul_lower", "rul_upper", "rul_std"]
+    np.testing.assert_allclose(lean[numbers], by_torch[numbers], atol=1e-3, rtol=0)
+    others = ["unit", "padded", "flagged", "flag_reason"]
+    pd.testing.assert_frame_equal(lean[others], by_torch[others])
+    assert (lean["rul_std"] > 0).mean() > 0.5
+
+
+def test_the_loader_says_what_a_folder_lacks(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no inference_spec.json here nor in "
+                                                "artifacts/inference/"):
+        LeanModel.load(tmp_path)
+
+
+# ------------------------------------------------------------------ the envelope
+
+
+@pytest.fixture(scope="module")
+def envelope_check(fd001_preprocessor):
+    """(flagged, reasons) of rows by the FD001 preprocessor's envelope, as a dict by unit."""
+    def check(rows, preprocessor=fd001_preprocessor):
+        labels = preprocessor.conditions(rows[SETTING_COLUMNS].to_numpy())
+        flagged, reasons = preprocessor.envelope_.check(
+            rows, labels, preprocessor.window, whole_history=preprocessor.smoothing_alpha < 1)
+        units = rows["unit"].drop_duplicates().tolist()
+        assert [bool(r) for r in reasons] == flagged.tolist()
+        return dict(zip(units, reasons))
+    return check
+
+
+def test_fd001_test_units_lie_inside_the_training_envelope(fd001, envelope_check):
+    reasons = envelope_check(fd001.test)
+    inside = sum(not r for r in reasons.values()) / len(reasons)
+    assert inside >= 0.98, {u: r for u, r in reasons.items() if r}
+
+
+def with_unit(rows, unit, edit):
+    rows = rows.copy()
+    mask = rows["unit"] == unit
+    rows.loc[mask] = edit(rows.loc[mask].copy()).to_numpy()
+    return rows
+
+
+@pytest.mark.parametrize(("name", "edit", "reason"), [
+    ("1e9 sensor", lambda u: u.assign(s_9=u["s_9"].where(u["cycle"] != 7, 1e9)),
+     r"^s_9 [\d.e+]+ sd beyond the training range \(cycle 7\)$"),
+    ("scaled sensors", lambda u: u.assign(**{c: u[c] * 1.05 for c in ("s_2", "s_3", "s_4")}),
+     r"^s_\d+ [\d.e+]+ sd beyond the training range \(cycle \d+\)$"),
+    ("shifted sensor", lambda u: u.assign(s_11=u["s_11"] + 3.0),
+     r"^s_11 [\d.e+]+ sd beyond the training range \(cycle \d+\)$"),
+    ("unfamiliar settings", lambda u: u.assign(setting_3=60.0),
+     r"^settings unlike the training conditions \(cycle 1\)$"),
+    ("late start", lambda u: u.assign(cycle=u["cycle"] + 40), r"^history starts at cycle 41$"),
+])
+def test_units_outside_the_fleet_are_flagged_with_a_reason(fd001, envelope_check, name, edit,
+                                                          reason):
+    rows = with_unit(fd001.test[fd001.test["unit"] <= 4], 3, edit)
+    reasons = envelope_check(rows)
+    assert [u for u, r in reasons.items() if r] == [3], (name, reasons)
+    assert pd.Series([reasons[3]]).str.match(reason).all(), (name, reasons[3])
+
+
+def test_gaps_and_short_histories_are_flagged(fd001, envelope_check):
+    test = fd001.test
+    longest = int(test.groupby("unit").size().idxmax())  # long enough without every other row
+    gapped = test[(test["unit"] == longest) & (test["cycle"] % 2 == 1)]
+    one_row = test[test["unit"] == 3].head(1)
+    rows = pd.concat([test[test["unit"] == 1], gapped, one_row])
+    reasons = envelope_check(rows)
+    assert reasons[1] == ""
+    n = len(test[test["unit"] == longest])
+    assert reasons[longest] == f"{(n - 1) // 2} cycles missing"
+    assert reasons[3] == "1-row history, shorter than the window (30)"
+
+
+def test_only_the_rows_the_prediction_reads_count(fd001):
+    """Without smoothing a prediction reads the last window only: a glitch before it is not
+    the unit's problem; with smoothing every row carries into the last window."""
+    unit = fd001.test[fd001.test["unit"] == 1]  # 31 rows
+    glitch = unit.assign(s_9=unit["s_9"].where(unit["cycle"] != 1, 1e9))
+    for alpha, flagged in ((1.0, False), (0.1, True)):
+        preprocessor = Preprocessor(window=30, smoothing_alpha=alpha).fit(fd001.train)
+        labels = np.zeros(len(glitch), dtype=np.int64)
+        got, _ = preprocessor.envelope_.check(glitch, labels, 30, whole_history=alpha < 1)
+        assert got.tolist() == [flagged], alpha
+
+
+def test_each_condition_has_its_own_envelope(six_conditions):
+    """FD002-like rows: a sensor value normal in one condition is far outside in another."""
+    train, test = six_conditions
+    preprocessor = Preprocessor(n_conditions=6, window=20, smoothing_alpha=1.0).fit(train)
+    assert preprocessor.envelope_.low.shape == (6, preprocessor.n_features)
+    settings = test[SETTING_COLUMNS].to_numpy()
+    labels = preprocessor.conditions(settings)
+    flagged, _ = preprocessor.envelope_.check(test, labels, 20, whole_history=False)
+    assert not flagged.any()
+    moved = test.copy()
+    last = moved.index[moved["unit"] == 9][-1]
+    other = (labels[moved.index.get_loc(last)] + 1) % 6  # another condition's settings
+    centre = preprocessor.scaler_.centres[other]
+    moved.loc[last, SETTING_COLUMNS] = centre
+    flagged, reasons = preprocessor.envelope_.check(
+        moved, preprocessor.conditions(moved[SETTING_COLUMNS].to_numpy()), 20,
+        whole_history=False)
+    assert flagged.tolist() == [True, False, False]
+    assert "sd beyond the training range" in reasons[0]
+
+
+def test_the_envelope_survives_json(fd001_preprocessor, fd001, envelope_check):
+    envelope = fd001_preprocessor.envelope_
+    back = Envelope.from_dict(json.loads(json.dumps(envelope.to_dict())))
+    rows = with_unit(fd001.test[fd001.test["unit"] <= 3], 2, lambda u: u.assign(s_4=1e9))
+    labels = np.zeros(len(rows), dtype=np.int64)
+    assert back.check(rows, labels, 30, True)[1] == envelope.check(rows, labels, 30, True)[1]
+    with pytest.raises(ValueError, match=r"envelope lacks \['spread'\]"):
+        Envelope.from_dict({k: v for k, v in envelope.to_dict().items() if k != "spread"})

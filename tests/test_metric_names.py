@@ -1,0 +1,57 @@
+"""Metric names by group (rul.tracking.metric_names): logged grouped, read in either form, so
+runs logged before the groups still read back (registry, Pareto table, aggregates)."""
+
+from types import SimpleNamespace
+
+from rul.tracking import metric_names as names
+from rul.tracking.registry import version_description, version_tags
+from rul.tuning.report import _split_value
+
+OLD_RUN = {"test_rmse": 12.5, "test_mae": 9.0, "test_score": 300.0, "val_rmse": 14.0,
+           "micro_batch_size": 256.0, "accumulation_steps": 2.0, "effective_batch_size": 512.0}
+NEW_RUN = {"test_rmse": 11.5, "test_mae": 8.0, "test_score": 250.0, "val/rmse": 13.0}
+
+
+def test_training_metrics_are_logged_by_group():
+    assert names.logged_metrics({"train_loss": 1, "grad_norm": 2, "lr": 3, "val_rmse": 4,
+                                 "samples_per_s": 5, "best_epoch": 6, "test_rmse": 7}) == {
+        "train/loss": 1.0, "train/grad_norm": 2.0, "train/lr": 3.0, "val/rmse": 4.0,
+        "system/samples_per_s": 5.0, "best_epoch": 6.0, "test_rmse": 7.0}
+    assert names.logged("val_rmse_mean") == "val/rmse_mean"
+    assert names.logged("val_rmse_std") == "val/rmse_std"
+    assert names.logged("test_rmse_mean") == "test_rmse_mean"  # no group: as it is
+    assert names.plain("val/rmse_mean") == "val_rmse_mean"
+
+
+def test_the_training_curves_sort_first():
+    """The UI orders sections (groups) alphabetically, ungrouped metrics last: only the
+    curves are grouped, and train/ comes first."""
+    groups = sorted({name.split("/")[0] for name in names.GROUPED.values()} - {"system"})
+    assert groups == ["train", "val"]
+
+
+def test_either_name_reads_either_run():
+    for asked in ("val_rmse", "val/rmse"):
+        assert names.read(OLD_RUN, asked) == 14.0
+        assert names.read(NEW_RUN, asked) == 13.0
+    assert names.read({"val_rmse_mean": 1.0}, "val/rmse_mean") == 1.0
+    assert names.read({"samples_per_s": 9.0}, "system/samples_per_s") == 9.0
+    assert names.read(NEW_RUN, "test_rmse_uncapped", "n/a") == "n/a"
+    assert names.history_key(OLD_RUN, "val/rmse") == "val_rmse"
+    assert names.history_key(NEW_RUN, "val_rmse") == "val/rmse"
+
+
+def test_the_registry_describes_old_and_new_runs_alike():
+    for metrics, rmse in ((OLD_RUN, "12.500"), (NEW_RUN, "11.500")):
+        run = SimpleNamespace(data=SimpleNamespace(metrics=metrics, params={}, tags={}),
+                              info=SimpleNamespace(run_id="r", run_name="n"))
+        assert f"Test RMSE {rmse}" in version_description(run, 13.0)
+        assert version_tags(run, 13.0)["test_rmse"] == repr(float(rmse))
+
+
+def test_the_pareto_table_reads_the_split_of_old_and_new_runs():
+    params = {"micro_batch_size": "128", "accumulation_steps": "4", "effective_batch_size": "512"}
+    assert [_split_value(OLD_RUN, params, k) for k in params] == [256.0, 2.0, 512.0]
+    assert [_split_value({}, params, k) for k in params] == ["128", "4", "512"]
+    backed_off = {"micro_batch_size": 64.0, "accumulation_steps": 8.0}
+    assert [_split_value(backed_off, params, k) for k in params] == [64.0, 8.0, "512"]

@@ -1,0 +1,182 @@
+"""`rul report`: the Results and Performance pages generated from a store of evaluation runs
+and the benches' JSON results.
+
+One tiny `rul evaluate` (2 seeds, 1 epoch, synthetic C-MAPSS files) makes the store; an older
+evaluation run without machine tags is logged beside it by hand. The tables are checked
+against the runs' own logged values, and each row's command against the evaluated config.
+"""
+
+import shlex
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+from mlflow.tracking import MlflowClient
+
+from rul import config as cfg
+from rul.cli import main
+from rul.machine import machine_tags
+from rul.reporting.reproduce import PLACE_KEYS, config_from_params
+from rul.tracking.evaluation_run import evaluate_seeds
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"epochs": 1, "filters": 4, "num_layers": 2, "hidden_size": 16, "window": 10,
+        "micro_batch_size": 64, "accumulation_steps": 1, "patience": 5}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, mlflow_store_at):
+    from conftest import frame_to_text, synthetic_frame
+
+    root = tmp_path_factory.mktemp("report")
+    data = root / "cmapss"
+    data.mkdir()
+    (data / "train_FD001.txt").write_text(frame_to_text(synthetic_frame((52, 60, 35, 47, 41))))
+    (data / "test_FD001.txt").write_text(frame_to_text(synthetic_frame((31, 45, 22, 38), 1)))
+    (data / "RUL_FD001.txt").write_text("".join(f"{10 + 7 * i} \n" for i in range(4)))
+    with mlflow_store_at(root) as fresh:
+        config = cfg.load(ROOT / "experiments" / "fd001.yaml",
+                          {**TINY, "tracking_uri": fresh.uri, "data_dir": str(data),
+                           "checkpoint_dir": str(root / "ckpt")})
+        evaluation = evaluate_seeds(config, 2, progress=False)
+        client = MlflowClient(tracking_uri=fresh.uri)
+        old = _old_evaluation_run(client, config)
+        docs = root / "docs"
+        docs.mkdir()
+        yield SimpleNamespace(uri=fresh.uri, client=client, config=config, data=data, docs=docs,
+                              parent=client.get_run(evaluation.parent_run_id), old=old,
+                              root=root)
+
+
+def _old_evaluation_run(client, config) -> str:
+    """An evaluation parent as an older rul logged it: no seed runs with machine tags."""
+    experiment = client.get_experiment_by_name(config.experiment_name).experiment_id
+    run = client.create_run(experiment, run_name="evaluate-old-x3",
+                            tags={"rul.kind": "evaluate", "rul.seeds": "7,8,9"})
+    params = {**{k: str(v) for k, v in config.replace(include_cycle=False, seed=7).to_dict()
+                 .items() if v is not None}, "seeds": "3"}
+    for key, value in params.items():
+        client.log_param(run.info.run_id, key, value)
+    for key, value in {"test_rmse_mean": 30.5, "test_rmse_std": 1.25, "val_rmse_mean": 29.0,
+                       "val_rmse_std": 2.0}.items():
+        client.log_metric(run.info.run_id, key, value)
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id
+
+
+def _report(store, *args):
+    return CliRunner().invoke(main, ["report", "--tracking-uri", store.uri,
+                                     "--out", str(store.docs), *args])
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+
+
+def _row(page: str, first_cell: str = "", source: str = "") -> list[str]:
+    """A result's cells: its figures, then where and how it was measured (the rows of the two
+    tables with the same number), less the numbers; the first row whose config starts with
+    `first_cell` and whose source is `source`."""
+    lines = page.splitlines()
+    for line in lines:
+        cells = _cells(line)
+        if len(cells) == 8 and cells[0].isdigit() and cells[1].startswith(f"`{first_cell}"):
+            number = cells[0]
+            start = lines.index(line)
+            provenance = next(_cells(x) for x in lines[start:] if _cells(x)[0] == number
+                              and _cells(x) != cells)
+            if provenance[6].startswith(source):
+                return cells[1:] + provenance[1:]
+    raise AssertionError(f"no row {first_cell!r} from {source!r}")
+
+
+@pytest.fixture(scope="module")
+def pages(store):
+    seed_run = store.client.search_runs(
+        [store.parent.info.experiment_id],
+        f"tags.`mlflow.parentRunId` = '{store.parent.info.run_id}'")[0]
+    result = _report(store, "--model", f"runs:/{seed_run.info.run_id}/model",
+                     "--data-dir", str(store.data))
+    assert result.exit_code == 0, result.output
+    return SimpleNamespace(results=(store.docs / "results.md").read_text(),
+                           performance=(store.docs / "performance.md").read_text(),
+                           output=result.output)
+
+
+def test_the_evaluation_is_a_row_of_its_track_with_its_logged_figures(store, pages):
+    metrics = store.parent.data.metrics
+    age = pages.results.split("## Sensors + engine age")[1].split("\n## ")[0]
+    row = _row(age, source=f"run {store.parent.info.run_id[:8]}")
+    assert row[1] == "2: 42, 43" and "2 seed(s): indicative only" in row[0]
+    assert row[2] == f"{metrics['val/rmse_mean']:.2f} ± {metrics['val/rmse_std']:.2f}"
+    assert row[3] == f"**{metrics['test_rmse_mean']:.2f} ± {metrics['test_rmse_std']:.2f}**"
+    assert row[5] == f"{metrics['test_score_mean']:.0f} ± {metrics['test_score_std']:.0f}"
+    tags = machine_tags()
+    assert row[7].startswith(f"{tags['cpu_model']}, {tags['cpu_count']} CPUs")
+    assert ("(native bf16)" in row[7]) == (tags["cpu_native_bf16"] == "true")
+    assert row[8] in ("fp32", "bf16") and row[9] == tags["torch_version"]
+    assert row[10].startswith(store.parent.data.tags["mlflow.source.git.commit"][:7])
+    assert row[12] == f"run {store.parent.info.run_id[:8]}"
+
+
+def test_each_rows_command_reproduces_the_evaluated_config(store, pages):
+    row = _row(pages.results, source=f"run {store.parent.info.run_id[:8]}")
+    words = shlex.split(row[-1].strip("`"))
+    assert words[:2] == ["rul", "evaluate"] and words[3:5] == ["--seeds", "2"]
+    rebuilt = cfg.load(ROOT / words[2], words[5:])
+    evaluated = config_from_params(store.parent.data.params)
+    assert {k: v for k, v in rebuilt.model_dump().items() if k not in PLACE_KEYS} == {
+        k: v for k, v in evaluated.model_dump().items() if k not in PLACE_KEYS}
+
+
+def test_an_older_run_without_machine_tags_shows_n_a(store, pages):
+    sensors = pages.results.split("## Sensors only")[1].split("\n## ")[0]
+    row = _row(sensors, source=f"run {store.old[:8]}")
+    assert row[1] == "3: 7–9" and row[3] == "**30.50 ± 1.25**"
+    assert row[7:10] == ["n/a", "n/a", "n/a"]
+    assert "seed=7" in row[-1]
+
+
+def test_the_recorded_results_sit_beside_the_runs(pages):
+    side = pages.results.split("## Side by side")[1].split("\n## ")[0]
+    row = _cells(next(line for line in side.splitlines()
+                      if line.startswith("| `fd001_b32_e150.yaml`")))
+    assert row[1].startswith("11.87 ± 0.25") and row[2].startswith("11.03 ± 0.29")
+    assert "| recorded |" in pages.results
+    assert "<!-- Generated by `rul report" in pages.results
+
+
+def test_the_figures_are_drawn_from_the_logged_model(store, pages):
+    for name in ("predicted_vs_true.png", "rul_trajectories.png"):
+        path = store.docs / "assets" / name
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"](assets/{name})" in pages.results
+
+
+def test_bench_json_becomes_a_performance_table(store, pages, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT))  # bench/ is a folder of the checkout, not installed
+    from bench.__main__ import write_result
+
+    folder = tmp_path / "bench"
+    write_result(folder, "speed", {"columns": ["path", "samples/s"],
+                                   "rows": [["cpu fp32 eager", 1234]],
+                                   "summary": {"speed ratio": 1.5}}, ["speed"])
+    result = _report(store, "--bench-dir", str(folder))
+    assert result.exit_code == 0, result.output
+    page = (store.docs / "performance.md").read_text()
+    speed = page.split("## Speed of the training step")[1].split("\n## ")[0]
+    first = speed.split("| path | samples/s |")[0]
+    assert machine_tags()["cpu_model"] in first and "`python -m bench speed`" in first
+    assert "| cpu fp32 eager | 1234 |" in speed and "speed ratio: **1.5**" in speed
+    # no model this time, no champion in the store: the figures drawn before stay on the page
+    assert "](assets/rul_trajectories.png)" in (store.docs / "results.md").read_text()
+
+
+def test_a_missing_store_is_one_line_and_writes_nothing(tmp_path):
+    result = CliRunner().invoke(main, ["report", "--tracking-uri",
+                                       f"sqlite:///{tmp_path}/none.db", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.output.strip() == (f"Error: sqlite:///{tmp_path}/none.db: no MLflow store "
+                                     "there (set --tracking-uri or MLFLOW_TRACKING_URI)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -1,0 +1,45 @@
+"""A new SQLite store used by several processes at once: MLflow creates its tables on first use,
+and processes doing that together used to fail (`duplicate column name`, alembic's "expected
+to match one row"). rul.tracking.store makes one process at a time do it."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["epochs=1", "patience=5", "window=20", "filters=4", "num_layers=2", "hidden_size=8",
+        "micro_batch_size=64", "accumulation_steps=1", "register=false"]
+
+
+def run_together(commands, cwd: Path, timeout: float = 300) -> list[subprocess.CompletedProcess]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    processes = [subprocess.Popen(c, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for c in commands]
+    done = []
+    for command, process in zip(commands, processes, strict=True):
+        out, err = process.communicate(timeout=timeout)
+        done.append(subprocess.CompletedProcess(command, process.returncode, out, err))
+    return done
+
+
+def test_two_trainings_started_at_once_on_a_new_store_both_finish(write_cmapss, tmp_path):
+    data_dir = write_cmapss(train_lengths=(52, 60, 35, 47, 41, 55, 49, 58, 44, 50))
+    work = tmp_path / "work"
+    work.mkdir()
+    commands = [[sys.executable, "-m", "rul", "train", *TINY, f"seed={seed}",
+                 f"data_dir={data_dir}", "--no-progress"] for seed in (1, 2)]
+    results = run_together(commands, work)
+    for result in results:
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr
+    client = MlflowClient(f"sqlite:///{work}/mlflow.db")
+    experiment = client.get_experiment_by_name("rul-fd001")
+    runs = client.search_runs([experiment.experiment_id])
+    assert sorted(r.data.params["seed"] for r in runs) == ["1", "2"]
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    assert sorted(p.name for p in work.iterdir()) == ["mlflow.db", "mlruns"]  # no lock file
+
