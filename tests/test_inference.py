@@ -358,7 +358,7 @@ def test_spec_with_unknown_and_missing_keys_still_loads(store, fd001, expected):
     spec = json.loads(spec_path.read_text())
     assert {k: v for k, v in spec.items() if k not in ("preprocessing", "envelope")} == {
         "model": "cnn", "window": 30, "rul_cap": 125.0, "n_features": 14,
-        "architecture": ARCH, "format_version": 1, "onnx": ["network.onnx"]}
+        "architecture": ARCH, "format_version": 1, "onnx": ["network.onnx"], "track": "sensors"}
     assert spec["preprocessing"]["feature_columns"][-1] == "s_21"
     spec["activation"] = "tanh"
     spec["architecture"]["stochastic_depth"] = 0.1
@@ -516,7 +516,7 @@ def test_models_logged_with_the_whole_config_still_load(tmp_path, fd001):
               "removed_key": True, **ARCH}
     (tmp_path / "config.json").write_text(json.dumps(config))
     spec = load_spec({"config": str(tmp_path / "config.json")}, outcome.data.preprocessor)
-    assert spec == InferenceSpec("cnn", 30, 125.0, 14, ARCH)
+    assert spec == InferenceSpec("cnn", 30, 125.0, 14, ARCH, track="sensors")
     network = spec.build_network()
     network.load_state_dict(outcome.model.state_dict())  # same architecture, same keys
 

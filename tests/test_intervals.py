@@ -160,15 +160,16 @@ def test_calibration_weighs_engines_not_windows():
     """A long engine with small errors at its 1000 windows, a short one with large errors at
     its 40. On every window alike the long engine decides the 95 % quantile (the short one is
     4 % of the windows); on test-like weights each engine counts once and the upper bound
-    holds the short engine's error."""
+    holds the short engine's error. (Every error is positive: the lower bound stays at the
+    prediction.)"""
     units = np.r_[np.full(1000, 1), np.full(40, 2)]
     predicted = np.full(len(units), 60.0)
     true = predicted + np.r_[np.full(1000, 1.0), np.full(40, 20.0)]
     band = Interval(0.9, None, 1, "banded", BAND_EDGES).band([60.0])[0]
     test_like = fit_interval(CalibrationSet(predicted, true, units, 30), 0.9, seed=0)
     every_window = fit_banded(predicted, true, 0.9, BAND_EDGES, engines=units)
-    assert (test_like.lower[band], test_like.upper[band]) == (1.0, 20.0)
-    assert (every_window.lower[band], every_window.upper[band]) == (1.0, 1.0)
+    assert (test_like.lower[band], test_like.upper[band]) == (0.0, 20.0)
+    assert (every_window.lower[band], every_window.upper[band]) == (0.0, 1.0)
     assert test_like.n_calibration == every_window.n_calibration == 2
 
 
@@ -231,6 +232,18 @@ def test_each_band_has_its_own_bounds_from_its_own_errors():
         interval.bounds([10.0], spread=[1.0])
     with pytest.raises(ValueError, match="band edges must increase"):
         fit_banded(predicted, predicted + error, 0.9, (50.0, 25.0))
+
+
+def test_the_bounds_hold_the_prediction_where_a_bands_errors_lean_one_way():
+    """A band whose errors are all positive (the model predicts too little there) still gets a
+    lower bound at the prediction, not above it: a planner reads rul between its bounds."""
+    predicted = np.concatenate([np.full(100, 10.0), np.full(100, 60.0)])
+    errors = np.concatenate([np.linspace(2.0, 6.0, 100), np.linspace(-8.0, 8.0, 100)])
+    interval = fit_banded(predicted, predicted + errors, 0.9, BAND_EDGES)
+    assert interval.lower[0] == 0.0 and interval.upper[0] > 5.0
+    assert interval.lower[1] < 0.0 < interval.upper[1]
+    lower, upper = interval.bounds([10.0, 60.0])
+    assert (lower <= [10.0, 60.0]).all() and (upper >= [10.0, 60.0]).all()
 
 
 def test_a_wider_level_cuts_the_bounds_further_out_and_stretches_the_distribution_alike():

@@ -172,7 +172,7 @@ def test_failure_probability_for_the_requested_horizon(server, fd001):
     status, text = post(server, split_payload(rows, horizon=500))
     assert status == 400 and len(text) < MAX_BODY
     assert json.loads(text)["message"] == ("horizon must be a number of cycles between 0 and "
-                                           "the model's RUL cap (125), exclusive; got 500")
+                                           "the model's RUL cap (125), exclusive; got 500.0")
 
 
 def _rows(fd001, units=(1, 2)):

@@ -347,8 +347,8 @@ def test_two_runs_of_one_config_never_share_a_checkpoint(fd001_store, fd001_clie
 def test_registered_model_description_lists_every_output_column(fd001_client, trained):
     description = fd001_client.get_registered_model(MODEL_NAME).description
     outputs = mlflow.models.get_model_info(trained.outcome.model_uri).signature.outputs
-    assert outputs.input_names() == ["unit", "rul", "rul_lower", "rul_upper", "padded",
-                                     "flagged", "flag_reason"]
+    assert outputs.input_names() == ["unit", "rul", "rul_lower", "rul_upper", "p_fail_within",
+                                     "padded", "flagged", "flag_reason"]
     for column in outputs.input_names():
         assert f"- `{column}` (" in description, column
     assert "- `flag_reason` (string): why it is flagged" in description

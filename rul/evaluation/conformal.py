@@ -182,10 +182,12 @@ def fit_banded(predicted, true, coverage: float, band_edges, weights=None,
     each (default: every point its own), counted in n_calibration. A band no calibration
     point falls in takes the distribution of all of them.
 
-    `level` (default `coverage`, at least it) is the central share of the errors the bounds
-    are cut at, where more than `coverage` is needed to cover `coverage` of new engines. The
-    stored predictive distribution is stretched alike, its quantile at p the errors' at
-    0.5 + (p - 0.5) x level / coverage, so that its central `coverage` is the interval."""
+    The bounds always contain the prediction (a band whose errors all have one sign gets 0 as
+    its bound on the other side). `level` (default `coverage`, at least it) is the central
+    share of the errors the bounds are cut at, where more than `coverage` is needed to cover
+    `coverage` of new engines. The stored predictive distribution is stretched alike, its
+    quantile at p the errors' at 0.5 + (p - 0.5) x level / coverage, so that its central
+    `coverage` is the interval."""
     predicted = np.asarray(predicted, dtype=np.float64).ravel()
     errors = np.asarray(true, dtype=np.float64).ravel() - predicted
     weights = (np.ones(len(errors)) if weights is None
@@ -211,8 +213,10 @@ def fit_banded(predicted, true, coverage: float, band_edges, weights=None,
         if not inside.any():
             inside = used
         e, w = errors[inside], weights[inside]
-        lower.append(-weighted_quantile(-e, w, (1 + level) / 2))
-        upper.append(weighted_quantile(e, w, (1 + level) / 2))
+        # the bounds always hold the prediction itself, also where a band's errors all lie
+        # on one side of it (widening only: the coverage can only rise)
+        lower.append(min(0.0, -weighted_quantile(-e, w, (1 + level) / 2)))
+        upper.append(max(0.0, weighted_quantile(e, w, (1 + level) / 2)))
         stretched = 0.5 + (ERROR_LEVELS - 0.5) * level / coverage
         quantiles.append(tuple(float(e.min()) if p <= 0 else weighted_quantile(e, w, min(p, 1))
                                for p in stretched))
