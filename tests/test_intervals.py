@@ -40,7 +40,7 @@ from rul.serving.predictor import InferenceSpec, predict_frame
 from rul.tracking.tracked_run import train_tracked
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG_PATH = ROOT / "experiments" / "fd001.yaml"
+CONFIG_PATH = ROOT / "experiments" / "fd001_age.yaml"  # the age track: tag and spec say so
 TINY = {"epochs": 2, "window": 10, "kernel_size": 3, "filters": 4, "num_layers": 2,
         "hidden_size": 16, "micro_batch_size": 64, "accumulation_steps": 1, "patience": 5}
 BOUNDS = ["unit", "rul", "rul_lower", "rul_upper", "padded"]
@@ -525,7 +525,7 @@ def test_run_logs_interval_metrics_and_test_coverage(synthetic_run):
     assert metrics["test_p_fail_brier"] == pytest.approx(
         np.mean((p.p_fail_within - failed) ** 2))
     tags = MlflowClient(store.uri).get_run(run_id).data.tags
-    assert tags["rul.track"] == "sensors+age"  # experiments/fd001.yaml reads the age
+    assert tags["rul.track"] == "sensors+age"  # experiments/fd001_age.yaml reads the age
 
 
 def test_model_loaded_by_uri_returns_bounds_and_failure_probability(synthetic_run, tmp_path):

@@ -119,7 +119,8 @@ def test_the_key_lists_are_derived_from_the_roles():
 
 @pytest.mark.parametrize("path, overrides, digest", [
     (None, {}, "22530c6237769408"),
-    (ROOT / "experiments" / "fd001.yaml", {}, "e49e820a1e3231c7"),
+    # make train's config while it read the engine's age: fd001_age.yaml resumes its runs
+    (ROOT / "experiments" / "fd001_age.yaml", {}, "e49e820a1e3231c7"),
     (None, {"micro_batch_size": "auto", "effective_batch_size": 512, "ensemble": 3,
             "include_cycle": True}, "7cc7efcd9382b33e"),
 ])

@@ -18,14 +18,15 @@ import pandas as pd
 from rul.evaluation.conformal import DEFAULT_HORIZON, Interval, fit_banded, interval_scores
 from rul.evaluation.truncation import truncation_weights
 
-# Upper edges of the predicted-RUL bands, chosen on validation engines (README: Prediction
-# intervals): the fewest bands that keep each true-RUL band's coverage and the narrowest
-# end-of-life band.
+# Upper edges of the predicted-RUL bands, chosen on validation engines (docs: Concepts,
+# Prediction intervals): the fewest bands that keep each true-RUL band's coverage and the
+# narrowest end-of-life band.
 BAND_EDGES = (25.0, 50.0, 75.0, 100.0)
 # The share of the errors outside the bounds, as a share of what the coverage leaves out:
 # at 0.8 a 90 % interval is cut at the errors' 4 % and 96 % quantiles. Chosen so that the
-# validation engines, each left out in turn, are covered at the promised rate (README:
-# Prediction intervals): a new engine errs more like itself than like the pooled others.
+# validation engines, each left out in turn, are covered at the promised rate (docs:
+# Concepts, Prediction intervals): a new engine errs more like itself than like the pooled
+# others.
 TAIL_SHARE = 0.8
 # How coverage and width are reported: by the true (capped) RUL of the unit.
 TRUE_RUL_BANDS = {"rul_le25": (0, 25), "rul_26_75": (26, 75), "rul_gt75": (76, np.inf)}

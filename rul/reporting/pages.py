@@ -132,8 +132,9 @@ def results_page(records: list[ResultRecord], decisions: list[dict], command: st
                       "around 11.6–12.3.", ""]
         else:
             lines += ["`include_cycle: true` adds the engine's age in cycles as an input "
-                      "(see [the engine's age](concepts/inputs.md)); `make train` trains this "
-                      "track.", ""]
+                      "(see [the engine's age](concepts/inputs.md)): "
+                      "`make train CONFIG=experiments/fd001_age.yaml` trains this track, "
+                      "`make train` the sensors alone.", ""]
         lines += track_tables(chosen) if chosen else ["No evaluation on this track yet.", ""]
     if figures:
         lines += ["## What the predictions look like", ""]
