@@ -129,8 +129,8 @@ def _save_screenshot(page, name: str) -> None:
 def _save_run_charts(page, run_url: str) -> None:
     """The run's model-metrics tab with the charts of the training step and validation."""
     page.goto(f"{run_url}/model-metrics")
-    page.get_by_text("val_rmse").first.wait_for()
-    page.get_by_placeholder("Search metric charts").fill("^(val_rmse|train_loss|grad_norm)$")
+    page.get_by_text("grad_norm", exact=True).first.wait_for()
+    page.get_by_placeholder("Search metric charts").fill("^(train/loss|train/grad_norm|val/rmse)$")
     page.wait_for_timeout(5000)  # the charts render after their data arrives
     _save_screenshot(page, "mlflow_run_charts.png")
 
