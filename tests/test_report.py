@@ -36,7 +36,7 @@ def store(tmp_path_factory, mlflow_store_at):
     (data / "test_FD001.txt").write_text(frame_to_text(synthetic_frame((31, 45, 22, 38), 1)))
     (data / "RUL_FD001.txt").write_text("".join(f"{10 + 7 * i} \n" for i in range(4)))
     with mlflow_store_at(root) as fresh:
-        config = cfg.load(ROOT / "experiments" / "fd001.yaml",
+        config = cfg.load(ROOT / "experiments" / "fd001_age.yaml",
                           {**TINY, "tracking_uri": fresh.uri, "data_dir": str(data),
                            "checkpoint_dir": str(root / "ckpt")})
         evaluation = evaluate_seeds(config, 2, progress=False)

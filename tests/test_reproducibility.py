@@ -147,7 +147,7 @@ def test_cli_train_end_to_end(real_data_dir, tmp_path, mlflow_store, monkeypatch
         "--data-dir", str(real_data_dir), "--no-progress",
     ])
     assert result.exit_code == 0, result.output
-    printed = re.search(r"test RMSE (\d+\.\d\d) .*\nrun (\w+) in experiment 'rul-fd001'",
+    printed = re.search(r"test RMSE (\d+\.\d\d) .*\n(?:.*\n)*?run (\w+) in experiment 'rul-fd001'",
                         result.stdout)
     assert printed, result.stdout
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")

@@ -126,16 +126,13 @@ def test_the_reliability_table_buckets_predicted_probabilities(report_tool):
 
 
 def test_a_tools_report_is_kept_as_a_finished_run_beside_the_scored_ones(mlflow_store, tmp_path):
-    import mlflow
     from mlflow.tracking import MlflowClient
 
     from rul.tracking.logged_models import log_report
 
-    mlflow.set_tracking_uri(mlflow_store.uri)
-    mlflow.set_experiment("rul-fd001")
-    with mlflow.start_run() as scored:
-        pass
-    client = MlflowClient(mlflow_store.uri)
+    client = MlflowClient(mlflow_store.uri)  # no global experiment left for later tests
+    scored = client.create_run(client.create_experiment("rul-fd001"))
+    client.set_terminated(scored.info.run_id)
     run_id = log_report("| a | b |\n| --- | --- |", "interval-report", [scored.info.run_id],
                         client)
     run = client.get_run(run_id)
