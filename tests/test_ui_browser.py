@@ -130,9 +130,12 @@ def _save_run_charts(page, run_url: str) -> None:
     """The run's model-metrics tab with the charts of the training step and validation."""
     page.goto(f"{run_url}/model-metrics")
     page.get_by_text("grad_norm", exact=True).first.wait_for()
-    page.get_by_placeholder("Search metric charts").fill("^(train/loss|train/grad_norm|val/rmse)$")
+    search = page.get_by_placeholder("Search metric charts")
+    search.fill("^(train/loss|train/grad_norm|val/rmse)$")
     page.wait_for_timeout(5000)  # the charts render after their data arrives
     _save_screenshot(page, "mlflow_run_charts.png")
+    search.fill("")  # the UI keeps the filter for the run: the checks below see every chart
+    page.wait_for_timeout(1000)
 
 
 def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, mlflow_ui, tmp_path):
