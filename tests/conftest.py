@@ -11,6 +11,7 @@ MLflow tests get a fresh store in a temporary folder: `mlflow_store` (per test),
 """
 
 import contextlib
+import importlib.util
 import os
 import signal
 import socket
@@ -225,6 +226,35 @@ def mlflow_store(tmp_path) -> Iterator[SimpleNamespace]:
         yield store
 
 
+# ------------------------------------------------------------------ tools and servers
+
+TOOLS = Path(__file__).resolve().parents[1] / "tools"
+
+
+def load_tool(name: str):
+    """tools/<name>.py as a module (the tools are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def wait_until_answering(process, url: str, log_path: Path, seconds: float) -> None:
+    """Poll `url` until it answers 200; fail with the log's end if `process` exits first, or
+    after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        assert process.poll() is None, Path(log_path).read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        assert time.monotonic() < deadline, f"{url} did not answer within {seconds} s"
+        time.sleep(1)
+
+
 # ------------------------------------------------------------------ make ui
 
 UI_START_S = 180  # `mlflow ui` migrates a new store and starts workers: slow on 2 cores
@@ -259,17 +289,7 @@ def serve_mlflow_ui(store, started: list) -> Iterator[str]:
             preexec_fn=_sigint_ignored)
         base = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + UI_START_S
-            while True:
-                assert server.poll() is None, log_path.read_text()[-3000:]
-                try:
-                    with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
-                        if response.status == 200:
-                            break
-                except (urllib.error.URLError, ConnectionError, TimeoutError):
-                    pass
-                assert time.monotonic() < deadline, f"mlflow ui silent for {UI_START_S} s"
-                time.sleep(1)
+            wait_until_answering(server, f"{base}/health", log_path, UI_START_S)
             yield base
         finally:
             if server.poll() is None:

@@ -2,13 +2,12 @@
 age-only baseline, errors by age, training with late starts (late_start_max), and the offset
 table of logged models (tools/age_offsets.py)."""
 
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import load_tool
 
 from rul import config as cfg
 from rul.data.records import late_starts, offset_counter, start_late
@@ -16,8 +15,6 @@ from rul.data.split import rows_of
 from rul.evaluation.age import SCENARIOS, AgeOnly, errors_by_age, last_ages, perturbed
 from rul.preprocessing.features import track
 from rul.preprocessing.prepared import prepare_data
-
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "age_offsets.py"
 
 
 def test_a_counter_offset_moves_every_cycle_and_nothing_else(make_frame):
@@ -143,10 +140,7 @@ def test_track_names():
 
 @pytest.fixture(scope="module")
 def tool():
-    spec = importlib.util.spec_from_file_location("age_offsets", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("age_offsets")
 
 
 class AgeReader:

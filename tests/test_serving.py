@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -22,6 +21,7 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import wait_until_answering
 from test_inference import CHAMPION_URI, ROOT, log_tiny_model
 from test_intervals import banded_interval
 
@@ -73,17 +73,7 @@ def server(tmp_path_factory, fd001):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, (root / "serve.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"{base}/ping", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            assert time.monotonic() < deadline, "server did not answer /ping within 120 s"
-            time.sleep(1)
+        wait_until_answering(process, f"{base}/ping", root / "serve.log", 120)
         yield SimpleNamespace(base=base, model=model, process=process, log=root / "serve.log")
     finally:
         if process.poll() is None:

@@ -1,12 +1,12 @@
 """tools/: the truncation score that compares models with different windows fairly."""
 
-import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from conftest import load_tool
 
 from rul.data.split import rows_of
 from rul.evaluation.metrics import rmse
@@ -15,16 +15,12 @@ from rul.preprocessing import Preprocessor
 from rul.training.batching import WindowBatches
 from rul.training.predict import predict_windows
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "truncation_val.py"
 ARCH = {"filters": 4, "kernel_size": 10, "num_layers": 2, "hidden_size": 16, "dropout": 0.5}
 
 
 @pytest.fixture(scope="module")
 def tool():
-    spec = importlib.util.spec_from_file_location("truncation_val", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("truncation_val")
 
 
 def tiny_model(fd001, window):
@@ -74,15 +70,11 @@ def test_a_lean_model_scores_as_its_torch_network(tool, fd001, tmp_path):
 
 # ------------------------------------------------------------------ tools/interval_report.py
 
-REPORT = Path(__file__).resolve().parents[1] / "tools" / "interval_report.py"
 
 
 @pytest.fixture(scope="module")
 def report_tool():
-    spec = importlib.util.spec_from_file_location("interval_report", REPORT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("interval_report")
 
 
 def scored_model(errors_per_engine, lives=None):

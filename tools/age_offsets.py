@@ -12,7 +12,6 @@ table gives the same units as recorded beside it.
         --parent <rul evaluate run, sensors> --parent <rul evaluate run, age> [RUN_ID ...]
 """
 
-import argparse
 import warnings
 from collections import defaultdict
 
@@ -100,23 +99,12 @@ def age_table(by_group: dict[str, list[list[dict]]]) -> str:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="*", help="training or ensemble run ids")
-    parser.add_argument("--parent", action="append", default=[],
-                        help="a `rul evaluate` parent run: every seed's run")
-    parser.add_argument("--log", action="store_true",
-                        help="also keep the report in the store: a run named age-offsets")
-    parser.add_argument("--subset", default="FD001")
-    parser.add_argument("--data-dir", default=None)
+    from rul.tracking.logged_models import load_logged, log_report, named_runs, tool_arguments
+
+    parser = tool_arguments(__doc__.splitlines()[0], "age-offsets")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
-    from rul.tracking.logged_models import load_logged, log_report, runs_under
-    from rul.tracking.store import configure
-
-    configure()
-    run_ids = [*args.runs, *(r for p in args.parent for r in runs_under(p))]
-    if not run_ids:
-        parser.error("name runs or --parent")
+    run_ids = named_runs(parser, args)
     subset = load_subset(args.subset, args.data_dir)
     groups, ages = defaultdict(list), defaultdict(list)
     cap = None

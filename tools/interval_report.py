@@ -23,7 +23,6 @@ members' spread.
         --parent <evaluate run id> [RUN_ID ...] [--horizon 20] [--study]
 """
 
-import argparse
 import warnings
 from collections import defaultdict
 
@@ -292,26 +291,15 @@ def study(models: list[dict], horizon: float) -> str:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="*", help="training or ensemble run ids")
-    parser.add_argument("--parent", action="append", default=[],
-                        help="a `rul evaluate` parent run: every seed's run")
+    from rul.tracking.logged_models import load_logged, log_report, named_runs, tool_arguments
+
+    parser = tool_arguments(__doc__.splitlines()[0], "interval-report (interval-study)")
     parser.add_argument("--horizon", type=float, default=DEFAULT_HORIZON)
     parser.add_argument("--study", action="store_true",
                         help="compare calibration methods on validation engines instead")
-    parser.add_argument("--log", action="store_true",
-                        help="also keep the report in the store: a run named interval-report")
-    parser.add_argument("--subset", default="FD001")
-    parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
-    from rul.tracking.logged_models import load_logged, log_report, runs_under
-    from rul.tracking.store import configure
-
-    configure()
-    run_ids = [*args.runs, *(r for p in args.parent for r in runs_under(p))]
-    if not run_ids:
-        parser.error("name runs or --parent")
+    run_ids = named_runs(parser, args)
     subset = load_subset(args.subset, args.data_dir)
     models = [scored(load_logged(r), subset) for r in run_ids]
     text = study(models, args.horizon) if args.study else report(models, args.horizon)

@@ -7,6 +7,7 @@ exactly as the training split them. An ensemble of one shared split gives every 
 prediction; a folds ensemble has no one set of validation engines and is refused.
 """
 
+import argparse
 from dataclasses import dataclass
 
 import mlflow
@@ -92,3 +93,30 @@ def log_report(text: str, name: str, run_ids: list[str],
     client.log_text(run.info.run_id, text, f"{name}.md")
     client.set_terminated(run.info.run_id)
     return run.info.run_id
+
+
+def tool_arguments(description: str, report_name: str) -> argparse.ArgumentParser:
+    """The command line every such tool shares: run ids, --parent (every seed of a `rul
+    evaluate` run), --log (keep the report as a run named `report_name`), --subset and
+    --data-dir; a tool adds its own options."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("runs", nargs="*", help="training or ensemble run ids")
+    parser.add_argument("--parent", action="append", default=[],
+                        help="a `rul evaluate` parent run: every seed's run")
+    parser.add_argument("--log", action="store_true",
+                        help=f"also keep the report in the store: a run named {report_name}")
+    parser.add_argument("--subset", default="FD001")
+    parser.add_argument("--data-dir", default=None)
+    return parser
+
+
+def named_runs(parser: argparse.ArgumentParser, args) -> list[str]:
+    """The run ids the tool's arguments name, read from the configured store; a usage error
+    when they name none."""
+    from rul.tracking.store import configure
+
+    configure()
+    run_ids = [*args.runs, *(r for p in args.parent for r in runs_under(p))]
+    if not run_ids:
+        parser.error("name runs or --parent")
+    return run_ids
