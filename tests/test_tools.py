@@ -134,3 +134,21 @@ def test_a_tools_report_is_kept_as_a_finished_run_beside_the_scored_ones(mlflow_
     assert run.data.tags["rul.report_runs"] == scored.info.run_id
     path = client.download_artifacts(run_id, "interval-report.md", str(tmp_path))
     assert Path(path).read_text() == "| a | b |\n| --- | --- |"
+
+
+def test_a_lean_logged_model_is_read_back_with_its_validation_engines(fd001_store, fd001):
+    """Tools read a model logged today (ONNX served, torch weights beside) from the run's
+    weights: the validation engines of its split, every full window, its own predictions."""
+    from rul.tracking.logged_models import load_logged
+    from rul.tracking.tracked_run import train_tracked
+    from rul.training.batching import WindowBatches
+    from rul.training.predict import predict_windows
+
+    outcome, run_id = train_tracked(fd001_store.config(), progress=False)
+    logged = load_logged(run_id)
+    windows, members = logged.validation(fd001)
+    np.testing.assert_array_equal(windows.units, outcome.data.val.units)
+    np.testing.assert_array_equal(windows.targets, outcome.data.val.targets)
+    expected = predict_windows(outcome.model, WindowBatches(outcome.data.val, "cpu"))
+    np.testing.assert_allclose(members[0], expected, atol=1e-5)
+    assert logged.track == "sensors" and logged.preprocessor.rul_cap == 125

@@ -19,7 +19,14 @@ import pandas as pd
 from rul.data.schema import SETTING_COLUMNS
 from rul.preprocessing.features import AGE
 from rul.preprocessing.smoothing import smooth_per_unit
-from rul.preprocessing.windows import last_windows
+from rul.preprocessing.target import piecewise_rul
+from rul.preprocessing.windows import (
+    WindowSet,
+    last_windows,
+    short_units,
+    warn_dropped,
+    window_starts,
+)
 
 
 def nearest_condition(settings, centres) -> np.ndarray:
@@ -86,6 +93,22 @@ class FittedPreprocessing:
     def last_windows(self, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """(unit ids, last window of each unit): the input for predicting RUL now."""
         return last_windows(self.transform(frame), frame["unit"].to_numpy(), self.window)
+
+    def window_set(self, frame: pd.DataFrame, stacklevel: int = 3) -> WindowSet:
+        """All full windows of each unit with their piecewise-linear RUL targets.
+
+        A unit shorter than the window has no full window: it is dropped, recorded in
+        `dropped_units` (unit -> rows) and named in a ShortUnitWarning that points at the
+        caller (`stacklevel` frames up from the warning).
+        """
+        values = self.transform(frame)
+        units = frame["unit"].to_numpy()
+        starts = window_starts(units, self.window)
+        rul = piecewise_rul(frame, self.rul_cap)
+        end = starts + self.window - 1
+        dropped = short_units(units, self.window)
+        warn_dropped(dropped, self.window, stacklevel)
+        return WindowSet(values, starts, rul[end], units[end], self.window, dropped)
 
     def to_dict(self) -> dict:
         values = {"feature_columns": list(self.feature_columns),

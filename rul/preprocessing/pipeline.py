@@ -9,12 +9,8 @@ from rul.preprocessing.envelope import Envelope
 from rul.preprocessing.features import AGE, candidate_columns, near_constant
 from rul.preprocessing.fitted import FittedPreprocessing
 from rul.preprocessing.scaling import ConditionScaler
-from rul.preprocessing.target import piecewise_rul
 from rul.preprocessing.windows import (
     WindowSet,
-    short_units,
-    warn_dropped,
-    window_starts,
 )
 
 
@@ -95,19 +91,9 @@ class Preprocessor(BaseEstimator):
         return len(self.feature_columns_)
 
     def window_set(self, frame: pd.DataFrame) -> WindowSet:
-        """All full windows of each unit with their piecewise-linear RUL targets.
-
-        A unit shorter than the window has no full window: it is dropped, recorded in
-        `dropped_units` (unit -> rows) and named in a ShortUnitWarning.
-        """
-        values = self.transform(frame)
-        units = frame["unit"].to_numpy()
-        starts = window_starts(units, self.window)
-        rul = piecewise_rul(frame, self.rul_cap)
-        end = starts + self.window - 1
-        dropped = short_units(units, self.window)
-        warn_dropped(dropped, self.window)
-        return WindowSet(values, starts, rul[end], units[end], self.window, dropped)
+        """All full windows of each unit with their piecewise-linear RUL targets (see
+        FittedPreprocessing.window_set)."""
+        return self.fitted().window_set(frame, stacklevel=4)  # the warning names our caller
 
     def last_windows(self, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """(unit ids, last window of each unit): the input for predicting RUL now."""

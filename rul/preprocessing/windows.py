@@ -66,13 +66,15 @@ def short_units(units: np.ndarray, window: int) -> dict[int, int]:
     return {int(u): int(n) for u, n in zip(ids, lengths) if n < window}
 
 
-def warn_dropped(dropped: dict[int, int], window: int) -> None:
+def warn_dropped(dropped: dict[int, int], window: int, stacklevel: int = 3) -> None:
+    """A ShortUnitWarning naming the dropped units; `stacklevel` 3 points at the caller of
+    the function that calls this."""
     if dropped:
         listed = ", ".join(f"unit {u} ({n} rows)" for u, n in dropped.items())
         warnings.warn(ShortUnitWarning(
             f"dropped {len(dropped)} unit(s) shorter than the window ({window} cycles): "
             f"{listed}; {sum(dropped.values())} windows lost (one per row)"
-        ), stacklevel=3)
+        ), stacklevel=stacklevel)
 
 
 def warn_padded(padded: dict[int, int], window: int) -> None:

@@ -12,10 +12,13 @@ from dataclasses import dataclass
 
 import mlflow
 import numpy as np
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from rul.data.split import rows_of, split_units
+from rul.preprocessing.features import track
 from rul.serving.predictor import member_predictions
+from rul.serving.torch_weights import load_torch_model
 from rul.training.batching import WindowBatches
 from rul.training.predict import predict_windows
 
@@ -27,14 +30,14 @@ class LoggedModel:
     seed: int
     split_seed: int
     val_fraction: float
-    preprocessor: object  # the fitted rul.preprocessing.Preprocessor
+    preprocessor: object  # its fitted preprocessing (window_set, last_windows, rul_cap)
     networks: list  # eval-mode networks (one, or an ensemble's members)
     spec: object  # rul.serving.predictor.InferenceSpec
     params: dict  # the run's params (its config)
 
     @property
     def track(self) -> str:
-        return "sensors+age" if getattr(self.preprocessor, "include_cycle", False) else "sensors"
+        return self.spec.track or track(getattr(self.preprocessor, "include_cycle", False))
 
     def val_units(self, subset) -> np.ndarray:
         return split_units(subset.train["unit"], self.val_fraction, self.split_seed)[1]
@@ -63,10 +66,15 @@ def load_logged(run_id: str, client: MlflowClient | None = None) -> LoggedModel:
     if "seed.split" not in tags or "val_fraction" not in params:
         raise ValueError(f"run {run_id}: no seed.split tag or val_fraction param (not a rul "
                          "training or ensemble run)")
-    inner = mlflow.pyfunc.load_model(f"runs:/{run_id}/model").unwrap_python_model()
+    try:  # the run's torch weights and spec (models logged with the lean runtime)
+        spec, networks = load_torch_model(run_id)
+        preprocessor = spec.preprocessing
+    except (FileNotFoundError, MlflowException):  # logged before: the pickled torch model
+        inner = mlflow.pyfunc.load_model(f"runs:/{run_id}/model").unwrap_python_model()
+        spec, networks, preprocessor = inner.spec, list(inner.networks), inner.preprocessor
     return LoggedModel(run_id, run.info.run_name, int(params.get("seed", -1)),
                        int(tags["seed.split"]), float(params["val_fraction"]),
-                       inner.preprocessor, list(inner.networks), inner.spec, dict(params))
+                       preprocessor, list(networks), spec, dict(params))
 
 
 def runs_under(parent_run_id: str, client: MlflowClient | None = None) -> list[str]:
