@@ -5,10 +5,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from rul import config as cfg
-from rul.reporting.records import NA, machine_text
+from rul.reporting.records import NA, machine_text, read_yaml
 
 
 @dataclass
@@ -54,10 +52,7 @@ def read_bench_folder(folder: Path) -> list[BenchResult]:
 
 
 def read_recorded_benches(path: Path) -> tuple[list[BenchResult], list[dict]]:
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except yaml.YAMLError as error:
-        raise cfg.ConfigError(f"{path}: not valid YAML: {error}") from None
+    data = read_yaml(path)
     results = []
     for number, entry in enumerate(data.get("results", []), start=1):
         try:

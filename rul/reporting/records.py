@@ -136,12 +136,17 @@ def evaluation_record(client, run) -> ResultRecord:
 # ------------------------------------------------------------------ the committed record
 
 
-def read_recorded(path: Path) -> tuple[list[ResultRecord], list[dict]]:
-    """(records, decisions) of docs/data/results.yaml; a bad entry is a ConfigError naming it."""
+def read_yaml(path: Path) -> dict:
+    """A docs/data/*.yaml file's values ({} when empty); invalid YAML is a ConfigError."""
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        return yaml.safe_load(Path(path).read_text()) or {}
     except yaml.YAMLError as error:
         raise cfg.ConfigError(f"{path}: not valid YAML: {error}") from None
+
+
+def read_recorded(path: Path) -> tuple[list[ResultRecord], list[dict]]:
+    """(records, decisions) of docs/data/results.yaml; a bad entry is a ConfigError naming it."""
+    data = read_yaml(path)
     records = []
     for number, entry in enumerate(data.get("records", []), start=1):
         where = f"{path}: record {number}"
