@@ -136,7 +136,8 @@ def test_model_by_alias_averages_the_members_on_raw_rows(ensemble, fd001_client,
     interval = ensemble.outcome.interval
     member = ensemble.outcome.members[0]
     expected = fit_interval(CalibrationSet.of(averaged(ensemble.outcome.members, member.data.val)
-                                              [0], member.data.val), 0.9, member.seeds.split)
+                                              [0], member.data.val), 0.9, member.seeds.split,
+                            ensemble.outcome.config.rul_cap)
     assert interval == expected != member.interval
     assert ensemble.parent.data.metrics["interval_engines"] == 20
     lower, upper = interval.bounds(result["rul"].to_numpy(), high=ensemble.outcome.config.rul_cap)
@@ -262,7 +263,7 @@ def test_folds_ensemble_validates_out_of_fold(folds_ensemble, fd001):
     assert outcome.interval.n_calibration == 100  # every training engine, out of fold
     assert outcome.interval == fit_interval(CalibrationSet.joined(
         [CalibrationSet.of(member_predictions_on(m, m.data.val), m.data.val)
-         for m in outcome.members]), 0.9, outcome.members[0].seeds.split)
+         for m in outcome.members]), 0.9, outcome.members[0].seeds.split, outcome.config.rul_cap)
     # the test prediction is still the mean of both members on the same test windows
     np.testing.assert_allclose(
         outcome.predictions["predicted_rul"],

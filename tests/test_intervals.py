@@ -166,7 +166,8 @@ def test_calibration_weighs_engines_not_windows():
     predicted = np.full(len(units), 60.0)
     true = predicted + np.r_[np.full(1000, 1.0), np.full(40, 20.0)]
     band = Interval(0.9, None, 1, "banded", BAND_EDGES).band([60.0])[0]
-    test_like = fit_interval(CalibrationSet(predicted, true, units, 30), 0.9, seed=0)
+    test_like = fit_interval(CalibrationSet(predicted, true, units, 30), 0.9, seed=0,
+                             rul_cap=125.0)
     every_window = fit_banded(predicted, true, 0.9, BAND_EDGES, engines=units)
     assert (test_like.lower[band], test_like.upper[band]) == (0.0, 20.0)
     assert (every_window.lower[band], every_window.upper[band]) == (0.0, 1.0)
@@ -174,15 +175,65 @@ def test_calibration_weighs_engines_not_windows():
 
 
 def test_the_shipped_interval_is_cut_at_the_level_validation_chose():
-    """100 engines, engine k erring by k - 50 at each of its windows: with TAIL_SHARE 0.8 a
-    90 % interval leaves 4 % of the engines above it (the 96th engine's error, 45), not 5 %."""
-    assert TAIL_SHARE == 0.8 and calibration_level(0.9) == pytest.approx(0.92)
+    """100 engines, engine k erring by k - 50 at each of its windows: with TAIL_SHARE 0.7 a
+    90 % interval holds 93 % of the engines' errors, not 90 %: the central one leaves 3.5 %
+    above it (the 97th engine's error, 46), the shortest one spans 93 engines."""
+    assert TAIL_SHARE == 0.7 and calibration_level(0.9) == pytest.approx(0.93)
     units = np.repeat(np.arange(100), 20)
     predicted = np.full(len(units), 60.0)
     calibration = CalibrationSet(predicted, predicted + units - 50.0, units, 30)
     band = Interval(0.9, None, 1, "banded", BAND_EDGES).band([60.0])[0]
-    assert fit_interval(calibration, 0.9, seed=0).upper[band] == 45.0
-    assert fit_interval(calibration, 0.9, seed=0, tail_share=1.0).upper[band] == 44.0
+    central = fit_interval(calibration, 0.9, seed=0, rul_cap=125.0, shortest=False)
+    assert (central.lower[band], central.upper[band]) == (-47.0, 46.0)
+    plain = fit_interval(calibration, 0.9, seed=0, rul_cap=125.0, tail_share=1.0,
+                         shortest=False)
+    assert (plain.lower[band], plain.upper[band]) == (-45.0, 44.0)
+    shipped = fit_interval(calibration, 0.9, seed=0, rul_cap=125.0)
+    assert shipped.upper[band] - shipped.lower[band] == 92.0  # 93 engines' errors, one apart
+
+
+def test_the_shortest_span_leaves_out_what_the_cap_would_cut_anyway():
+    """Predictions at 120 with errors spread evenly over [-40, 20): above the cap (125) the
+    upper bound is clipped, so covering the top errors costs nothing. The central 90 % span
+    leaves 5 % out at each end and is 42 cycles wide once clipped; the shortest leaves the
+    lowest 10 % out: 39 wide, and it still holds 90 % of the errors."""
+    errors = np.arange(-40.0, 20.0, 0.1)  # 600 errors, evenly spread
+    predicted = np.full(len(errors), 120.0)
+    kwargs = dict(level=0.9, high=125.0)
+    central = fit_banded(predicted, predicted + errors, 0.9, (), **kwargs)
+    shortest = fit_banded(predicted, predicted + errors, 0.9, (), shortest=True, **kwargs)
+    assert central.lower[0] == pytest.approx(-37.0, abs=0.11)
+    assert shortest.lower[0] == pytest.approx(-34.0, abs=0.11)
+    width = {name: float(np.diff(np.ravel(interval.bounds([120.0], high=125.0)))[0])
+             for name, interval in (("central", central), ("shortest", shortest))}
+    assert width["central"] == pytest.approx(42.0, abs=0.11)
+    assert width["shortest"] == pytest.approx(39.0, abs=0.11)
+    held = (errors >= shortest.lower[0]) & (errors <= shortest.upper[0])
+    assert held.mean() >= 0.9
+    # without the clip the errors are even: every span is as wide, and the central one is kept
+    unclipped = fit_banded(predicted, predicted + errors, 0.9, (), level=0.9, shortest=True)
+    assert (unclipped.lower, unclipped.upper) == (central.lower, central.upper)
+
+
+def test_the_shortest_span_of_errors_leaning_one_way_is_narrower_and_still_covers():
+    """Errors with a long lower tail (the model predicting too much, now and then by far):
+    the shortest 90 % span is narrower than the central one and covers 90 % of fresh errors
+    drawn alike."""
+    rng = np.random.default_rng(3)
+
+    def draw(n):
+        return 3.0 - rng.gamma(1.5, 6.0, n)
+
+    errors = draw(20000)
+    predicted = np.full(len(errors), 60.0)
+    central = fit_banded(predicted, predicted + errors, 0.9, ())
+    shortest = fit_banded(predicted, predicted + errors, 0.9, (), shortest=True)
+    assert (shortest.upper[0] - shortest.lower[0]
+            < 0.93 * (central.upper[0] - central.lower[0]))
+    fresh = draw(20000)
+    assert np.mean((fresh >= shortest.lower[0]) & (fresh <= shortest.upper[0])) == \
+        pytest.approx(0.9, abs=0.01)
+    assert shortest.errors == central.errors  # the predictive distribution does not move
 
 
 # ------------------------------------------------------------------ bands and p_fail
@@ -499,7 +550,8 @@ def test_interval_is_calibrated_on_the_validation_windows_with_test_like_weights
     val = outcome.data.val
     assert val.targets.max() == 60 - 10 and val.targets.min() == 0  # every truncation point
     predicted = predict_windows(outcome.model, WindowBatches(val, "cpu"))
-    expected = fit_interval(CalibrationSet.of(predicted, val), 0.9, outcome.seeds.split)
+    expected = fit_interval(CalibrationSet.of(predicted, val), 0.9, outcome.seeds.split,
+                            config.rul_cap)
     assert outcome.interval == expected
     assert outcome.interval.method == "banded" and outcome.interval.n_calibration == 2
 

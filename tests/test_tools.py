@@ -108,6 +108,24 @@ def test_each_validation_engine_is_scored_by_the_interval_of_the_others(report_t
     assert "coverage_rul_gt75" not in summary  # lives of 100: no truncation point above 70
 
 
+def test_the_width_bound_is_the_narrowest_span_holding_90_percent_of_the_test_units(
+        report_tool):
+    """100 test units predicted at 60, unit k erring by k - 50 cycles: the narrowest span
+    holding 90 of them is 89 cycles wide (any 90 consecutive errors), and it covers 90 %."""
+    true = 60.0 + np.arange(100) - 50.0
+    model = {"test_predicted": np.full(100, 60.0), "test_capped": true, "cap": 125.0}
+    bound = report_tool.fitted_on_test(model)
+    assert bound["coverage"] == pytest.approx(0.9)
+    assert bound["width"] == pytest.approx(89.0)
+    # predicted at 120, true min(70 + k, 125): errors -50..4, then 45 units at +5 (capped).
+    # The span holding 90 leaves out the 10 lowest: [80, 125], 45 wide (a central one, 50)
+    model = {"test_predicted": np.full(100, 120.0), "test_capped": np.minimum(true + 60, 125),
+             "cap": 125.0}
+    bound = report_tool.fitted_on_test(model)
+    assert bound["coverage"] == pytest.approx(0.9)
+    assert bound["width"] == pytest.approx(45.0)
+
+
 def test_the_reliability_table_buckets_predicted_probabilities(report_tool):
     p_fail = np.array([0.0, 0.01, 0.1, 0.15, 0.3, 0.9, 1.0])
     failed = np.array([False, False, True, False, True, True, True])

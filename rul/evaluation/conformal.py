@@ -13,7 +13,11 @@ Methods (`Interval.method`):
   edges: a prediction <= edges[0] is in band 0), and each band has its own weighted
   distribution of the error e = true - predicted (calibration points weighted so that each
   engine counts once: rul.evaluation.truncation). The interval is [pred + lower, pred +
-  upper] of its band: the error's weighted (1 - level) / 2 and (1 + level) / 2 quantiles.
+  upper] of its band: by default the error's weighted (1 - level) / 2 and (1 + level) / 2
+  quantiles (central); with `shortest`, the span of `level` of the band's errors whose bounds,
+  clipped to [0, high] as served, are narrowest on average over the band's predictions (an
+  error distribution that leans one way, or a bound the clip cuts anyway, moves the excluded
+  share to where it saves the most width).
   A test unit is one more engine, so the finite-sample widening would count engines,
   (m + 1) / m for m of them, and a 95 % one-sided quantile needs 19 engines in a band to be
   finite: more than a 20-engine validation split puts in most bands. So `level` is not that
@@ -34,6 +38,7 @@ import numpy as np
 METHODS = ("absolute", "scaled", "banded")
 ERROR_LEVELS = np.linspace(0.0, 1.0, 101)  # the banded predictive distribution's quantile levels
 DEFAULT_HORIZON = 20.0  # cycles: failure_probability's horizon unless a request names one
+SPAN_STEPS = 41  # shortest spans tried per band (odd: the central one is among them)
 _TOLERANCE = 1e-9  # (n + 1) * 0.9 may come out as 9.000000000000002 for n = 9
 
 
@@ -176,7 +181,8 @@ def fit_conformal(residuals, coverage: float, spread=None) -> Interval:
 
 
 def fit_banded(predicted, true, coverage: float, band_edges, weights=None,
-               engines=None, level: float | None = None) -> Interval:
+               engines=None, level: float | None = None, shortest: bool = False,
+               high: float | None = None) -> Interval:
     """The "banded" interval of `coverage` from calibration predictions and their true
     (capped) RUL: each point weighs `weights` (default equal); `engines` names the engine of
     each (default: every point its own), counted in n_calibration. A band no calibration
@@ -185,9 +191,11 @@ def fit_banded(predicted, true, coverage: float, band_edges, weights=None,
     The bounds always contain the prediction (a band whose errors all have one sign gets 0 as
     its bound on the other side). `level` (default `coverage`, at least it) is the central
     share of the errors the bounds are cut at, where more than `coverage` is needed to cover
-    `coverage` of new engines. The stored predictive distribution is stretched alike, its
-    quantile at p the errors' at 0.5 + (p - 0.5) x level / coverage, so that its central
-    `coverage` is the interval."""
+    `coverage` of new engines. `shortest` picks, in each band, the span of `level` of its
+    errors with the narrowest bounds once clipped to [0, `high`] (no upper clip when None;
+    ties go to the most central span), instead of the central one. The stored predictive
+    distribution is stretched alike, its quantile at p the errors' at 0.5 + (p - 0.5) x
+    level / coverage, so that its central `coverage` is the central interval."""
     predicted = np.asarray(predicted, dtype=np.float64).ravel()
     errors = np.asarray(true, dtype=np.float64).ravel() - predicted
     weights = (np.ones(len(errors)) if weights is None
@@ -213,15 +221,40 @@ def fit_banded(predicted, true, coverage: float, band_edges, weights=None,
         if not inside.any():
             inside = used
         e, w = errors[inside], weights[inside]
-        # the bounds always hold the prediction itself, also where a band's errors all lie
-        # on one side of it (widening only: the coverage can only rise)
-        lower.append(min(0.0, -weighted_quantile(-e, w, (1 + level) / 2)))
-        upper.append(max(0.0, weighted_quantile(e, w, (1 + level) / 2)))
+        low, up = (_shortest_span(e, w, predicted[inside], level, high) if shortest
+                   else _span(e, w, (1 - level) / 2, level))
+        lower.append(low)
+        upper.append(up)
         stretched = 0.5 + (ERROR_LEVELS - 0.5) * level / coverage
         quantiles.append(tuple(float(e.min()) if p <= 0 else weighted_quantile(e, w, min(p, 1))
                                for p in stretched))
     return Interval(float(coverage), None, len(np.unique(engines[used])), "banded", edges,
                     tuple(lower), tuple(upper), tuple(quantiles))
+
+
+def _span(errors, weights, below: float, level: float) -> tuple[float, float]:
+    """The bounds (offsets) that leave `below` of the weighted errors under the lower one and
+    hold `level` of them. They always hold the prediction itself, also where a band's errors
+    all lie on one side of it (widening only: the coverage can only rise)."""
+    return (min(0.0, -weighted_quantile(-errors, weights, 1 - below)),
+            max(0.0, weighted_quantile(errors, weights, below + level)))
+
+
+def _shortest_span(errors, weights, predicted, level: float,
+                   high: float | None) -> tuple[float, float]:
+    """Of the spans of `level` of the errors (the share left below the lower bound stepped
+    from 0 to 1 - level), the one whose bounds around `predicted`, clipped to [0, high], are
+    narrowest in weighted mean; the most central of equally narrow ones."""
+    high = math.inf if high is None else high
+    best = None
+    for below in np.linspace(0.0, 1.0 - level, SPAN_STEPS):
+        low, up = _span(errors, weights, below, level)
+        width = np.average(np.clip(predicted + up, 0.0, high) - np.clip(predicted + low, 0.0, high),
+                           weights=weights)
+        key = (round(float(width), 9), abs(below - (1 - level) / 2))
+        if best is None or key < best[0]:
+            best = (key, (low, up))
+    return best[1]
 
 
 def interval_scores(lower, upper, true) -> dict[str, float]:
