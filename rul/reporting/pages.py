@@ -117,9 +117,10 @@ def results_page(records: list[ResultRecord], decisions: list[dict], command: st
         "kept, **nothing selected on the test set**. Figures are the mean ± the sample "
         "standard deviation over seeds on FD001's 100 test engines: RMSE and MAE in cycles "
         "(true RUL capped at 125), the PHM08 score (lower is better; late predictions cost "
-        "more), the share of test engines inside the 90 % interval and its mean width. "
-        "Recorded rows were measured with the code of their commit; their command re-runs the "
-        "recipe with today's code.", "",
+        "more), the share of test engines inside the 90 % interval and its mean width, as "
+        "each run calibrated it (today's interval, per RUL band: [Prediction intervals]"
+        "(concepts/intervals.md)). Recorded rows were measured with the code of their "
+        "commit; their command re-runs the recipe with today's code.", "",
         "## Side by side", "",
         *side_by_side(records), "",
     ]
