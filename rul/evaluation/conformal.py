@@ -249,8 +249,8 @@ def _shortest_span(errors, weights, predicted, level: float,
     best = None
     for below in np.linspace(0.0, 1.0 - level, SPAN_STEPS):
         low, up = _span(errors, weights, below, level)
-        width = np.average(np.clip(predicted + up, 0.0, high) - np.clip(predicted + low, 0.0, high),
-                           weights=weights)
+        clipped = np.clip(predicted + up, 0.0, high) - np.clip(predicted + low, 0.0, high)
+        width = np.average(clipped, weights=weights)
         key = (round(float(width), 9), abs(below - (1 - level) / 2))
         if best is None or key < best[0]:
             best = (key, (low, up))
