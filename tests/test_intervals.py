@@ -190,6 +190,9 @@ def test_the_shipped_interval_is_cut_at_the_level_validation_chose():
     assert (plain.lower[band], plain.upper[band]) == (-45.0, 44.0)
     shipped = fit_interval(calibration, 0.9, seed=0, rul_cap=125.0)
     assert shipped.upper[band] - shipped.lower[band] == 92.0  # 93 engines' errors, one apart
+    engine_errors = np.arange(100) - 50.0
+    held = (engine_errors >= shipped.lower[band]) & (engine_errors <= shipped.upper[band])
+    assert held.sum() == 93  # still the level's share of the engines, one fewer than central
 
 
 def test_the_shortest_span_leaves_out_what_the_cap_would_cut_anyway():

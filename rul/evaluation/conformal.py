@@ -23,7 +23,7 @@ Methods (`Interval.method`):
   finite: more than a 20-engine validation split puts in most bands. So `level` is not that
   widening but a measured one: the caller picks it (rul.evaluation.intervals, from
   validation engines each left out in turn), `coverage` by default. The band's error
-  quantiles at ERROR_LEVELS are stored too (stretched like the bounds): they are the
+  quantiles at ERROR_LEVELS are stored too (stretched to `level`): they are the
   predictive distribution of the true RUL, pred + e, from which `failure_probability` reads
   P(true RUL <= horizon).
 
@@ -189,9 +189,9 @@ def fit_banded(predicted, true, coverage: float, band_edges, weights=None,
     point falls in takes the distribution of all of them.
 
     The bounds always contain the prediction (a band whose errors all have one sign gets 0 as
-    its bound on the other side). `level` (default `coverage`, at least it) is the central
-    share of the errors the bounds are cut at, where more than `coverage` is needed to cover
-    `coverage` of new engines. `shortest` picks, in each band, the span of `level` of its
+    its bound on the other side). `level` (default `coverage`, at least it) is the share of
+    the errors the bounds hold, where more than `coverage` is needed to cover `coverage` of
+    new engines. `shortest` picks, in each band, the span of `level` of its
     errors with the narrowest bounds once clipped to [0, `high`] (no upper clip when None;
     ties go to the most central span), instead of the central one. The stored predictive
     distribution is stretched alike, its quantile at p the errors' at 0.5 + (p - 0.5) x

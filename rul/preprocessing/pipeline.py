@@ -9,9 +9,7 @@ from rul.preprocessing.envelope import Envelope
 from rul.preprocessing.features import AGE, candidate_columns, near_constant
 from rul.preprocessing.fitted import FittedPreprocessing
 from rul.preprocessing.scaling import ConditionScaler
-from rul.preprocessing.windows import (
-    WindowSet,
-)
+from rul.preprocessing.windows import WindowSet
 
 
 class Preprocessor(BaseEstimator):
