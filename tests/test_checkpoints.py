@@ -145,6 +145,25 @@ def files_of(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
 
 
+def test_a_run_resumes_its_random_streams_whatever_device_it_trains_on(synthetic, monkeypatch):
+    """A checkpoint is read onto the CPU, not onto the run's device: torch.set_rng_state takes
+    only a CPU ByteTensor (on CUDA, reading it onto the GPU made --resume fail). The meta device
+    stands in for a GPU here, so the test runs on any machine."""
+    import rul.plan
+
+    store, args, config = synthetic
+    run_id = interrupted_run(config)
+    path = RunCheckpoints(config.checkpoint_dir).path(run_id)
+    monkeypatch.setattr(rul.plan, "resolve_device", lambda device: torch.device("meta"))
+    plan = plan_run(config, rul.plan.ResumeTarget(path, run_id))
+    assert plan.device.type == "meta"
+    rng = plan.resume["rng"]
+    assert rng["torch"].device.type == "cpu" and rng["torch"].dtype == torch.uint8
+    checkpoint.restore_rng_state(rng)
+    tensors = [v for v in plan.resume["model"].values()]
+    assert tensors and all(t.device.type == "cpu" for t in tensors)
+
+
 def test_resume_falls_back_to_the_previous_checkpoint_when_the_newest_is_damaged(synthetic):
     store, args, config = synthetic
     run_id = interrupted_run(config)

@@ -81,13 +81,17 @@ def save(path: str | Path, state: dict) -> None:
     _sync_folder(path.parent)
 
 
-def load(path: str | Path, device: torch.device | str = "cpu") -> dict:
-    """The checkpoint at `path`, verified; CheckpointDamaged if it cannot be trusted,
-    FileNotFoundError if there is none."""
+def load(path: str | Path) -> dict:
+    """The checkpoint at `path`, verified, with every tensor on the CPU; CheckpointDamaged if
+    it cannot be trusted, FileNotFoundError if there is none.
+
+    Read onto the CPU whatever device wrote it or will train on: the training parts'
+    load_state_dict put each tensor on its parameter's device, and the random states must
+    stay CPU ByteTensors (torch.set_rng_state and torch.cuda.set_rng_state take no other)."""
     path = Path(path)
     payload = _verified_payload(path, path.read_bytes())
     try:
-        return torch.load(io.BytesIO(payload), map_location=device, weights_only=False)
+        return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
     except Exception as error:  # unpickling raises anything from a damaged stream
         said = str(error).strip().split("\n")[0].split(". ")[0][:160]  # its first sentence
         raise CheckpointDamaged(path, f"torch.load cannot read it ({type(error).__name__}"
@@ -132,10 +136,10 @@ class Checkpointer:
         with deferred():  # a signal waits for the file to be complete
             save(self.path, {**parts.state_dict(), "train_state": state, "rng": rng_state()})
 
-    def load(self, device: torch.device | str = "cpu") -> dict:
+    def load(self) -> dict:
         if not self.path.is_file():
             raise FileNotFoundError(f"no checkpoint to resume at {self.path}")
-        return load(self.path, device)
+        return load(self.path)
 
     def exists(self) -> bool:
         return self.path.is_file() or previous(self.path).is_file()
