@@ -330,3 +330,54 @@ def test_a_resumed_auto_run_keeps_the_precision_it_trained_in(monkeypatch, nativ
     precision = resolve_precision("auto", CPU, "cnn", resumed=resumed)
     assert (precision.name, precision.use_scaler, precision.reason) == expected
     assert resolve_precision("fp32", CPU, "cnn", resumed="bf16").name == "fp32"
+
+
+@pytest.mark.parametrize("sync_free", [False, True])
+def test_fp16_splits_skip_the_same_steps_and_move_the_scale_alike(fd001_windows, sync_free,
+                                                                  monkeypatch):
+    """512 x 1, 256 x 2 and 128 x 4 under fp16 with a GradScaler: at the default initial
+    scale the first step overflows fp16 in one micro-batch of 512 but not in two of 256. The
+    scaler decides for the effective batch (precision.EffectiveBatchScaler), so every split
+    skips that step and halves the scale alike, and their losses then agree to 1e-2. A stock
+    GradScaler (the control below) skips only at 512 x 1 and the splits drift apart."""
+    import copy
+    import functools
+
+    from rul.training import engine, optim
+
+    monkeypatch.setattr(engine, "make_optimizer",
+                        functools.partial(optim.make_optimizer, sync_free=sync_free))
+    train, val = (copy.copy(w) for w in fd001_windows)
+    train.starts, train.targets = train.starts[:4096], train.targets[:4096]
+    val.starts, val.targets = val.starts[:512], val.targets[:512]
+
+    def run(micro, k):
+        config = cfg.load(None, {"model": "cnn", "filters": 4, "num_layers": 2,
+                                 "hidden_size": 16, "dropout": 0.0, "epochs": 1,
+                                 "micro_batch_size": micro, "accumulation_steps": k,
+                                 "precision": "fp16", "device": "cpu"})
+        torch.manual_seed(0)
+        steps = []
+
+        class Spy(TrainingListener):
+            def on_step(self, step, result):
+                steps.append(result)
+
+        from rul.training.seeding import derive_seeds
+
+        fit(build_model(config, n_features=14), config, resolve_precision("fp16", CPU),
+            derive_seeds(7), train, val, listener=Spy(), progress=False)
+        return steps
+
+    runs = {split: run(*split) for split in ((512, 1), (256, 2), (128, 4))}
+    reference = runs[(512, 1)]
+    assert [s.skipped for s in reference][:2] == [True, False]
+    for split, steps in runs.items():
+        assert [s.skipped for s in steps] == [s.skipped for s in reference], split
+        assert [s.scale for s in steps] == [s.scale for s in reference], split
+        for step, ref in zip(steps, reference, strict=True):
+            assert step.loss == pytest.approx(ref.loss, rel=1e-2), split
+
+    stock = functools.partial(torch.amp.GradScaler, "cpu")
+    monkeypatch.setattr(Precision, "grad_scaler", lambda self: stock())
+    assert [s.skipped for s in run(256, 2)][0] is not reference[0].skipped

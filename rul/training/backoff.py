@@ -39,11 +39,8 @@ class BackoffStep:
         random_state = RandomState(device)
         while True:
             try:
-                micro_batches, weights = rank_share(
-                    data, list(indices.split(self.micro_batch_size)),
-                    global_total or len(indices), world_size)
-                return optimizer_step(model, optimizer, scaler, micro_batches, precision,
-                                      max_grad_norm, target_scale, weights=weights)
+                return self.attempt(model, optimizer, scaler, data, indices, precision,
+                                    max_grad_norm, target_scale, global_total, world_size)
             except torch.OutOfMemoryError:
                 if self.micro_batch_size == 1:
                     raise
@@ -54,4 +51,14 @@ class BackoffStep:
                 random_state.restore()
                 self.micro_batch_size //= 2
                 self.backoffs.append((self.micro_batch_size, self.accumulation_steps))
+
+    def attempt(self, model, optimizer, scaler, data, indices: torch.Tensor, precision,
+                max_grad_norm, target_scale, global_total: int | None = None,
+                world_size: int = 1) -> StepResult:
+        """The step at the current micro-batch size, once, with no back-off (what a CUDA
+        graph captures: it reads no random state back)."""
+        micro_batches, weights = rank_share(data, list(indices.split(self.micro_batch_size)),
+                                            global_total or len(indices), world_size)
+        return optimizer_step(model, optimizer, scaler, micro_batches, precision,
+                              max_grad_norm, target_scale, weights=weights)
 

@@ -35,15 +35,20 @@ class WindowBatches:
 
 
 def effective_batches(n: int, micro_batch_size: int, accumulation_steps: int, seed: int,
-                      epoch: int, world_size: int = 1, rank: int = 0):
+                      epoch: int, world_size: int = 1, rank: int = 0,
+                      device: torch.device | None = None):
     """Yield, per optimizer step, the list of this rank's micro-batch index tensors.
 
-    The permutation is seeded by (seed, epoch) so a resumed run draws the same batches. The
-    last effective batch of an epoch may be short: it holds fewer micro-batches (and the last
-    may be partial); the step weights each by its share of samples, so nothing is ÷K there.
+    The permutation is seeded by (seed, epoch) so a resumed run draws the same batches, on
+    every device alike: it is drawn on the CPU (about 0.1 ms for FD001) and moved to `device`
+    in one copy per epoch, so that no step waits for an index to cross. The last effective
+    batch of an epoch may be short: it holds fewer micro-batches (and the last may be
+    partial); the step weights each by its share of samples, so nothing is ÷K there.
     """
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     order = torch.randperm(n, generator=generator)
+    if device is not None and device.type != "cpu":
+        order = order.pin_memory().to(device, non_blocking=True)
     size = micro_batch_size * accumulation_steps * world_size
     for batch in order.split(size):
         shard = batch[rank::world_size]

@@ -64,6 +64,15 @@ class World:
             dist.all_reduce(tensor)
         return float(tensor.item()) / self.size
 
+    def average_all(self, values: list) -> list[float]:
+        """`average` of each value, with one all-reduce for them all (a list of floats)."""
+        if not self.distributed:
+            return values
+        with collectives():
+            tensor = torch.tensor(values, dtype=torch.float64, device=_collective_device())
+            dist.all_reduce(tensor)
+        return (tensor / self.size).tolist()
+
     def broadcast(self, obj):
         """Rank 0's `obj` on every rank (a picklable object: a float, a checkpoint dict)."""
         if not self.distributed:

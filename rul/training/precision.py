@@ -4,11 +4,43 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
+from torch.nn.utils import get_total_norm
 
 from rul.errors import ConfigError
 from rul.training.hardware import auto_precision
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+FP16_MAX = torch.finfo(torch.float16).max  # 65504
+
+
+class EffectiveBatchScaler(torch.amp.GradScaler):
+    """torch's GradScaler whose inf/NaN decision is the effective batch's, whatever its split.
+
+    Under fp16 autocast each parameter's gradient passes through fp16 once per micro-batch,
+    as the sum over that micro-batch's samples times the scale. A micro-batch of 512 samples
+    overflows (65504) where two of 256 do not, so a stock scaler skips a step at 512 x 1 that
+    it takes at 256 x 2, and from then on the splits train different models. Here the step is
+    also skipped, and the scale halved, when the accumulated gradient times the scale exceeds
+    fp16's largest value: when the effective batch as one micro-batch would have overflowed.
+    At K = 1 that adds nothing (such a gradient is already inf); at K > 1 the splits skip the
+    same steps and move the scale alike. Only one case still differs: micro-batches that
+    overflow on their own while their sum does not (their gradients cancel by more than half).
+    Everything runs on the device (no host sync); the state dict is GradScaler's.
+    """
+
+    def _unscale_grads_(self, optimizer, inv_scale, found_inf, allow_fp16):
+        per_device = super()._unscale_grads_(optimizer, inv_scale, found_inf, allow_fp16)
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"]
+                 if p.grad is not None]
+        for device, device_found_inf in per_device.items():
+            here = [g for g in grads if g.device == device]
+            if here:  # |unscaled grad| x scale > FP16_MAX  <=>  |unscaled grad| > FP16_MAX / scale
+                largest = get_total_norm(here, norm_type=float("inf"), foreach=True)
+                limit = inv_scale.to(device) * FP16_MAX
+                overflow = (largest > limit).to(device_found_inf.dtype)
+                torch.maximum(device_found_inf, overflow, out=device_found_inf)  # 0 or 1:
+                # a fused optimizer skips only on found_inf == 1
+        return per_device
 
 
 @dataclass(frozen=True)
@@ -21,11 +53,14 @@ class Precision:
     def autocast(self):
         if self.name == "fp32":
             return nullcontext()
-        return torch.autocast(self.device.type, dtype=DTYPES[self.name])
+        # A CUDA graph must not capture autocast's cache of cast weights (torch's CUDA graph
+        # notes); each micro-batch's forward casts each weight once anyway.
+        return torch.autocast(self.device.type, dtype=DTYPES[self.name],
+                              cache_enabled=self.device.type != "cuda")
 
     def grad_scaler(self) -> torch.amp.GradScaler:
         # Disabled scaler: scale()/unscale_()/update() are no-ops and step() just steps.
-        return torch.amp.GradScaler(self.device.type, enabled=self.use_scaler)
+        return EffectiveBatchScaler(self.device.type, enabled=self.use_scaler)
 
 
 def resolve_device(device: str = "auto") -> torch.device:

@@ -2,20 +2,36 @@
 
 import math
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import torch
 from torch import nn
 
+from rul.training.optim import decides_on_device
+
 
 @dataclass
 class StepResult:
+    """Floats, or 0-dim tensors on the device when the step decided there (sync-free)."""
+
     loss: float  # sample-weighted mean loss over the whole effective batch
     grad_norm: float  # unscaled, before clipping
     clipped: bool
-    skipped: bool  # inf/NaN gradient: optimizer did not step
+    skipped: bool  # inf/NaN gradient (fp16: or its effective batch overflows): no step
     lr: float
     scale: float  # GradScaler scale used for this step (1.0 without a scaler)
+
+    def packed(self, device: torch.device) -> torch.Tensor:
+        """The six values in one float64 tensor on `device` (a sync-free step's record; a
+        Python number is filled in there, never copied from the host)."""
+        return torch.stack([v.to(torch.float64) if isinstance(v, torch.Tensor)
+                            else torch.full((), float(v), dtype=torch.float64, device=device)
+                            for v in astuple(self)])
+
+    @classmethod
+    def unpacked(cls, row: list[float]) -> "StepResult":
+        loss, grad_norm, clipped, skipped, lr, scale = row
+        return cls(loss, grad_norm, bool(clipped), bool(skipped), lr, scale)
 
 
 def optimizer_step(model: nn.Module, optimizer, scaler, micro_batches, precision,
@@ -31,11 +47,19 @@ def optimizer_step(model: nn.Module, optimizer, scaler, micro_batches, precision
     max_grad_norm of 1.0 means something); predictions and targets stay in cycles.
     `weights` overrides the weights (DDP: the share of the global batch x world size, see
     distributed.share_weights; 0 for the stand-in micro-batch of a rank with no samples).
+
+    Unscale once, then clip, step and update. Whether the step is skipped is decided on the
+    host (a CPU, where reading a value costs nothing) or, with an optimizer that takes the
+    decision as a tensor (optim.decides_on_device: fused AdamW on CUDA), on the device: then
+    nothing here waits for the GPU and the result's values are tensors.
     """
     if weights is None:
         total = sum(len(y) for _, y in micro_batches)
         weights = [len(y) / total for _, y in micro_batches]
-    lr, scale = optimizer.param_groups[0]["lr"], scaler.get_scale() if scaler.is_enabled() else 1.0
+    on_device = decides_on_device(optimizer)
+    lr = optimizer.param_groups[0]["lr"]
+    lr = lr.clone() if on_device else lr
+    scale = 1.0 if not scaler.is_enabled() else None if on_device else scaler.get_scale()
     loss_sum = torch.zeros((), device=micro_batches[0][1].device)
     for i, ((x, y), weight) in enumerate(zip(micro_batches, weights, strict=True)):
         last = i == len(micro_batches) - 1
@@ -45,17 +69,45 @@ def optimizer_step(model: nn.Module, optimizer, scaler, micro_batches, precision
             weighted = loss * weight
             scaler.scale(weighted).backward()
         loss_sum += weighted.detach()
+    if scale is None:  # on the device: the scale scale() used (created by its first call)
+        scale = scaler._get_scale_async().clone()
     scaler.unscale_(optimizer)  # grads now true fp32 values; inf/NaN recorded for step()
-    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm or math.inf).item()
-    finite = math.isfinite(grad_norm)
+    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm or math.inf)
+    if on_device:
+        skipped = _step_on_device(optimizer, scaler, grad_norm, scale)
+    else:
+        grad_norm = grad_norm.item()
+        skipped = _step_on_host(optimizer, scaler, grad_norm, scale)
+    optimizer.zero_grad(set_to_none=True)
+    clipped = max_grad_norm is not None and grad_norm > max_grad_norm
+    return StepResult(loss=loss_sum if on_device else loss_sum.item(), grad_norm=grad_norm,
+                      clipped=clipped & ~skipped if on_device else clipped and not skipped,
+                      skipped=skipped, lr=lr, scale=scale)
+
+
+def _step_on_host(optimizer, scaler, grad_norm: float, scale: float) -> bool:
     if scaler.is_enabled():
         scaler.step(optimizer)  # skips the step itself if unscale_ found inf/NaN
         scaler.update()  # halves the scale after a skip; never changes inside the window
-    elif finite:
+        return scaler.get_scale() < scale  # it halved: the step was skipped
+    if not math.isfinite(grad_norm):
+        return True
+    optimizer.step()
+    return False
+
+
+def _step_on_device(optimizer, scaler, grad_norm: torch.Tensor,
+                    scale: torch.Tensor | float) -> torch.Tensor:
+    """The fused optimizer skips its update on the device when found_inf is set (as
+    GradScaler.step passes it); without a scaler, found_inf is a non-finite gradient norm."""
+    if scaler.is_enabled():
+        scaler.step(optimizer)
+        scaler.update()
+        return scaler._get_scale_async() < scale
+    skipped = ~torch.isfinite(grad_norm)
+    optimizer.grad_scale, optimizer.found_inf = None, skipped.float()
+    try:
         optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return StepResult(
-        loss=loss_sum.item(), grad_norm=grad_norm,
-        clipped=finite and max_grad_norm is not None and grad_norm > max_grad_norm,
-        skipped=not finite, lr=lr, scale=scale,
-    )
+    finally:
+        del optimizer.grad_scale, optimizer.found_inf
+    return skipped

@@ -22,7 +22,10 @@ def ema_with_warmup(decay: float):
 
 
 def weight_average(model: nn.Module, decay: float) -> AveragedModel | None:
-    """torch's AveragedModel with the warm-up above; None when `decay` is 0 (off)."""
+    """torch's AveragedModel with the warm-up above, its update count on the model's device
+    (a sync-free step counts there: sync_free.average_on_device); None when `decay` is 0."""
     if not decay:
         return None
-    return AveragedModel(model, multi_avg_fn=ema_with_warmup(decay), use_buffers=True)
+    device = next(model.parameters()).device
+    return AveragedModel(model, device=device, multi_avg_fn=ema_with_warmup(decay),
+                         use_buffers=True)

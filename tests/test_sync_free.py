@@ -1,0 +1,217 @@
+"""The sync-free step (what a CUDA run trains with), run on the CPU: the fused AdamW takes the
+skip decision as a tensor, the schedule and the weight average follow it on the device, and the
+step's record is read once per epoch. It must train what the host's step trains (within
+float rounding: fused and unfused AdamW round differently), and a checkpoint must move between
+the two. The CUDA graph around it is checked where CUDA is (tests/test_gpu.py)."""
+
+import copy
+import functools
+import math
+
+import pytest
+import torch
+
+from rul import config as cfg
+from rul.models import build_model
+from rul.training import engine, optim
+from rul.training.engine import fit
+from rul.training.listener import TrainingListener
+from rul.training.optim import decides_on_device, make_optimizer, make_scheduler
+from rul.training.precision import resolve_precision
+from rul.training.seeding import derive_seeds
+from rul.training.sync_free import DeviceSchedule, StepLog, host_optimizer
+from rul.training.step import StepResult
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def windows(real_data_dir):
+    """4096 training and 512 validation windows of FD001 (8 steps of 512 per epoch)."""
+    from rul.preprocessing.prepared import prepare_data
+    from rul.training.batching import WindowBatches
+    from rul.training.seeding import derive_seeds
+
+    prepared = prepare_data(cfg.load(None, {"data_dir": str(real_data_dir)}), derive_seeds(0).split)
+    return head(WindowBatches(prepared.train, CPU), 4096), head(WindowBatches(prepared.val, CPU),
+                                                                512)
+
+
+def head(batches, n: int):
+    part = copy.copy(batches)
+    part.starts, part.targets = batches.starts[:n], batches.targets[:n]
+    return part
+
+
+def tiny(**changes):
+    return cfg.load(None, {"model": "cnn", "filters": 4, "num_layers": 2, "hidden_size": 16,
+                           "dropout": 0.0, "epochs": 2, "micro_batch_size": 256,
+                           "accumulation_steps": 2, "device": "cpu", "ema_decay": 0.9,
+                           **changes})
+
+
+class Steps(TrainingListener):
+    def __init__(self):
+        self.results = []
+
+    def on_step(self, step, result):
+        self.results.append(result)
+
+
+def poison_backward(model, number: int):
+    """Make backward call `number` (1-based; one per micro-batch) give an inf gradient."""
+    param, calls = next(model.parameters()), []
+
+    def hook(grad):
+        calls.append(1)
+        return grad * math.inf if len(calls) == number else grad
+
+    param.register_hook(hook)
+
+
+def train(config, windows, sync_free: bool, monkeypatch, poison=None, **kwargs):
+    monkeypatch.setattr(engine, "make_optimizer",
+                        functools.partial(make_optimizer, sync_free=sync_free))
+    torch.manual_seed(0)
+    model = build_model(config, n_features=14)
+    if poison:
+        poison_backward(model, poison)
+    steps = Steps()
+    state = fit(model, config, resolve_precision(config.precision, CPU), derive_seeds(7),
+                *windows, listener=steps, progress=False, **kwargs)
+    return state, steps.results, model
+
+
+def test_only_a_fused_optimizer_with_a_rate_tensor_decides_on_the_device():
+    model = build_model(tiny(), n_features=14)
+    assert not decides_on_device(make_optimizer(model, tiny()))  # a CPU run: as ever
+    assert decides_on_device(make_optimizer(model, tiny(), sync_free=True))
+    assert not decides_on_device(make_optimizer(model, tiny(scheduler="onecycle"),
+                                                sync_free=True))  # beta1 moves: host
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_the_sync_free_step_trains_what_the_host_step_trains(windows, monkeypatch, precision):
+    """Cosine schedule, weight average and a skipped second step (an inf gradient in its first
+    micro-batch): the same steps are skipped, the rates are the host scheduler's, and losses,
+    weights and the weight average agree up to fused AdamW's rounding."""
+    config = tiny(precision=precision, scheduler="cosine")
+    host, host_steps, host_model = train(config, windows, False, monkeypatch, poison=3)
+    device, device_steps, device_model = train(config, windows, True, monkeypatch, poison=3)
+    assert host.step == device.step == 16 and host.skipped_steps == device.skipped_steps >= 1
+    assert [r.skipped for r in device_steps] == [r.skipped for r in host_steps]
+    assert device_steps[1].skipped and not math.isfinite(device_steps[1].grad_norm)
+    assert [r.scale for r in device_steps] == [r.scale for r in host_steps]
+    assert [r.lr for r in device_steps] == pytest.approx([r.lr for r in host_steps], rel=1e-6)
+    assert device_steps[2].lr == device_steps[1].lr  # the skipped step moved no schedule
+    assert [r.loss for r in device_steps] == pytest.approx([r.loss for r in host_steps],
+                                                           rel=1e-3)
+    assert device.grad_norms[1:] == pytest.approx(host.grad_norms[1:], rel=1e-3)
+    assert [h["val_rmse"] for h in device.history] == pytest.approx(
+        [h["val_rmse"] for h in host.history], rel=1e-4)
+    for name, value in host_model.state_dict().items():  # the returned model: the average
+        torch.testing.assert_close(device_model.state_dict()[name], value, rtol=1e-3,
+                                   atol=1e-5)
+
+
+def test_a_skipped_sync_free_step_changes_no_weight_and_no_average(windows, monkeypatch):
+    config = tiny(epochs=1, precision="fp32")
+    monkeypatch.setattr(engine, "make_optimizer",
+                        functools.partial(make_optimizer, sync_free=True))
+    torch.manual_seed(0)
+    model = build_model(config, n_features=14)
+    poison_backward(model, 5)  # the third step's first micro-batch
+    parts = engine.TrainingParts(model, config, resolve_precision("fp32", CPU), 8)
+    step, (train_windows, _) = engine.BackoffStep(256, 512), windows
+
+    def take_step(indices):
+        result = step(model, parts.optimizer, parts.scaler, train_windows, indices,
+                      resolve_precision("fp32", CPU), config.max_grad_norm, config.rul_cap)
+        parts.after_step(result)
+        return result
+
+    assert not bool(take_step(torch.arange(512)).skipped)  # the average copies the weights
+    assert not bool(take_step(torch.arange(512, 1024)).skipped)  # then moves by 1 - d
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    average = {k: v.clone() for k, v in parts.average.module.state_dict().items()}
+    assert any(not torch.equal(average[k], before[k]) for k in before)  # d < 1 apart
+    result = take_step(torch.arange(1024, 1536))
+    assert isinstance(result.skipped, torch.Tensor) and bool(result.skipped)
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    for name, value in parts.average.module.state_dict().items():
+        assert torch.equal(value, average[name]), name
+    assert int(parts.average.n_averaged) == 2
+    assert all(int(s["step"]) == 2 for s in parts.optimizer.state.values())
+
+
+def test_the_device_schedule_holds_the_host_schedulers_rates_and_catches_it_up():
+    config = tiny(scheduler="cosine")
+    model = build_model(config, n_features=14)
+    optimizer = make_optimizer(model, config, sync_free=True)
+    schedule = DeviceSchedule(optimizer, lambda o: make_scheduler(o, config, 10), 10, config.lr)
+    reference = make_scheduler(host_optimizer(config.lr), config, 10)
+    rates = []
+    with pytest.warns(UserWarning, match="before `optimizer.step"):  # it never steps
+        for _ in range(10):
+            rates.append(reference.get_last_lr()[0])
+            reference.step()
+    assert schedule.rates[:10].tolist() == torch.tensor(rates, dtype=torch.float32).tolist()
+    for skipped in (False, True, False, False):
+        schedule.after_step(torch.tensor(skipped))
+    assert float(optimizer.param_groups[0]["lr"]) == pytest.approx(rates[3], rel=1e-7)
+    assert schedule.scheduler.last_epoch == 0
+    schedule.sync()
+    assert schedule.scheduler.last_epoch == 3
+    assert schedule.scheduler.get_last_lr()[0] == rates[3]
+
+
+@pytest.mark.parametrize("first, then", [(False, True), (True, False)])
+def test_a_checkpoint_moves_between_a_host_run_and_a_sync_free_run(windows, monkeypatch,
+                                                                   first, then):
+    """A run checkpointed on a CPU resumes on a GPU and the other way round (here: the two
+    step kinds on the CPU): it ends where the uninterrupted run ends, within rounding."""
+    config = tiny(epochs=3, scheduler="cosine", precision="fp32")
+    reference, _, reference_model = train(config, windows, first, monkeypatch)
+
+    class StopAfterTwo(TrainingListener):
+        def on_epoch(self, epoch, step, metrics):
+            if epoch == 2:
+                raise KeyboardInterrupt
+
+    saved = {}
+
+    class Keep:
+        def save(self, parts, state):
+            saved.update(copy.deepcopy({**parts.state_dict(), "train_state": state,
+                                        "rng": {"python": None}}))
+
+    monkeypatch.setattr(engine, "make_optimizer",
+                        functools.partial(make_optimizer, sync_free=first))
+    torch.manual_seed(0)
+    model = build_model(config, n_features=14)
+    with pytest.raises(KeyboardInterrupt):
+        fit(model, config, resolve_precision("fp32", CPU), derive_seeds(7), *windows,
+            listener=StopAfterTwo(), checkpointer=Keep(), progress=False)
+    monkeypatch.setattr(engine.checkpoint, "restore_rng_state", lambda state: None)
+    resumed, _, resumed_model = train(config, windows, then, monkeypatch,
+                                      resume_from=saved)
+    assert resumed.step == reference.step == 24
+    assert [h["val_rmse"] for h in resumed.history] == pytest.approx(
+        [h["val_rmse"] for h in reference.history], rel=1e-4)
+    for name, value in reference_model.state_dict().items():
+        torch.testing.assert_close(resumed_model.state_dict()[name], value, rtol=1e-3,
+                                   atol=1e-5)
+
+
+def test_the_step_log_reads_each_steps_record_back_in_order():
+    log = StepLog()
+    for i in range(3):
+        log.add(StepResult(loss=torch.tensor(0.5 * i), grad_norm=torch.tensor(float(i)),
+                           clipped=torch.tensor(i == 1), skipped=torch.tensor(i == 2),
+                           lr=torch.tensor(1e-3), scale=1.0), CPU)
+    read = log.read()
+    assert [(r.loss, r.grad_norm, r.clipped, r.skipped, r.scale) for r in read] == [
+        (0.0, 0.0, False, False, 1.0), (0.5, 1.0, True, False, 1.0),
+        (1.0, 2.0, False, True, 1.0)]
+    assert read[0].lr == pytest.approx(1e-3) and log.read() == []
