@@ -13,14 +13,14 @@ import torch
 
 from rul import config as cfg
 from rul.models import build_model
-from rul.training import engine, optim
+from rul.training import engine
 from rul.training.engine import fit
 from rul.training.listener import TrainingListener
 from rul.training.optim import decides_on_device, make_optimizer, make_scheduler
 from rul.training.precision import resolve_precision
 from rul.training.seeding import derive_seeds
-from rul.training.sync_free import DeviceSchedule, StepLog, host_optimizer
 from rul.training.step import StepResult
+from rul.training.sync_free import DeviceSchedule, StepLog, host_optimizer
 
 CPU = torch.device("cpu")
 

@@ -44,7 +44,6 @@ class BackoffStep:
             except torch.OutOfMemoryError:
                 if self.micro_batch_size == 1:
                     raise
-                micro_batches = None
                 optimizer.zero_grad(set_to_none=True)  # drop the partial gradients
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
