@@ -36,8 +36,8 @@ ifdef CMAPSS_DIR
 export CMAPSS_DIR
 endif
 
-.PHONY: install train evaluate tune test test-fast ui serve server bench lint clean docs \
-	report screenshots
+.PHONY: install train evaluate tune test test-fast ui serve server bench gpu-check lint clean \
+	docs report screenshots
 
 install: $(STAMP)
 
@@ -93,6 +93,12 @@ server: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(ARGS)
+
+# `make gpu-check`: the GPU path's promises on one GPU in about 5 minutes, one table, exit 1
+# when one fails (bench/gpu_check.py; a dry run with tiny sizes on a machine without CUDA).
+# ARGS="--json bench/results" keeps its results for `make report`.
+gpu-check: $(STAMP)
+	$(BIN)/python -m bench.gpu_check $(ARGS)
 
 # The docs site (mkdocs-material, the `docs` extra), built strictly: a warning, a broken link
 # or anchor fails it. CI runs it. The configuration and CLI reference pages are generated from

@@ -11,12 +11,14 @@ step over the K micro-batches, with the model, its gradients and AdamW's state c
 """
 
 import os
+from types import SimpleNamespace
 
 import torch
 
 from rul.models.spec import NetworkSpec
 from rul.training.hardware import keep_freed_memory
 from rul.training.micro_batch import StepSettings, measure_step
+from rul.training.optim import make_optimizer
 from rul.training.precision import Precision, resolve_precision
 
 B, MICROS = 512, (512, 256, 128, 64)
@@ -24,6 +26,7 @@ B, MICROS = 512, (512, 256, 128, 64)
 # `--sensors-only` (bench/__main__.py) sets 14, the model the recorded figures before it timed
 N_FEATURES = int(os.environ.get("RUL_BENCH_FEATURES", 15))
 DEFAULT_MODEL = NetworkSpec(n_features=N_FEATURES)  # experiments/fd001.yaml's model
+OPTIMIZER = SimpleNamespace(lr=1e-3, weight_decay=0.01, scheduler="none")  # torch's defaults
 
 
 def measure(precision: Precision, micro: int, steps: int) -> tuple[int, float]:
@@ -34,7 +37,7 @@ def measure(precision: Precision, micro: int, steps: int) -> tuple[int, float]:
     y = torch.rand(B, device=device) * DEFAULT_MODEL.rul_cap
     micro_batches = list(zip(x.split(micro), y.split(micro), strict=True))
     model = DEFAULT_MODEL.build().to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = make_optimizer(model, OPTIMIZER)  # as training makes it (fused on CUDA)
     scaler = precision.grad_scaler()
     settings = StepSettings(precision, 1.0, DEFAULT_MODEL.rul_cap)
     peak, _ = measure_step(model, optimizer, scaler, micro_batches, settings)

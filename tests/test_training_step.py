@@ -296,13 +296,20 @@ def test_weight_average_follows_real_steps_only_and_is_what_fit_returns(fd001_wi
     ("cpu", False, "cnn", ("fp32", False, "without native bf16")),
     ("cpu", True, "cnn", ("bf16", False, "same 5-seed accuracy")),
     ("cpu", True, "lstm", ("fp32", False, "measured for the DCNN only")),
-    ("cuda", False, "cnn", ("fp16", True, "GradScaler")),
+    ("cuda 9.0", False, "cnn", ("bf16", False, "capability 9.0 (>= 8.0): bf16 autocast")),
+    ("cuda 9.0", False, "lstm", ("fp16", True, "bf16 measured for the DCNN only")),
+    ("cuda 7.5", False, "cnn", ("fp16", True, "7.5 < 8.0: no bf16 tensor cores")),
 ])
 def test_auto_precision_says_what_it_picked_and_why(monkeypatch, device, native_bf16, model,
                                                     expected):
     from rul.training import hardware
 
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: native_bf16)
+    if device.startswith("cuda"):  # a GPU of that compute capability, on any machine
+        capability = tuple(int(part) for part in device.split()[1].split("."))
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: capability >= (8, 0))
+        device = "cuda"
     precision = resolve_precision("auto", torch.device(device), model)
     assert (precision.name, precision.use_scaler) == expected[:2]
     assert expected[2] in precision.reason

@@ -12,9 +12,14 @@ shape) runs eagerly, and so do the first `WARMUP` steps, which create the optimi
 scaler's state and settle the libraries' lazy initialisation before the capture.
 """
 
+import os
+
 import torch
 
 WARMUP = 2
+# RUL_CUDA_GRAPHS=0 runs every step eagerly (the same numbers, slower): for debugging, and
+# for `make gpu-check`, which compares the two.
+ENABLED = os.environ.get("RUL_CUDA_GRAPHS", "1") != "0"
 
 
 class GraphedStep:

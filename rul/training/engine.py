@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 import torch
 from tqdm.auto import tqdm
 
-from rul.training import checkpoint
+from rul.training import checkpoint, cuda_graph
 from rul.training.backoff import BackoffStep
 from rul.training.batching import WindowBatches, effective_batches
-from rul.training.cuda_graph import GraphedStep
 from rul.training.distributed import World, collectives, epoch_seed, global_batch_size
 from rul.training.early_stopping import EarlyStopping
 from rul.training.listener import TrainingListener
@@ -155,8 +154,8 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
         return result
 
     graphed = None  # one process on CUDA: full batches replay one captured step
-    if parts.on_device and device.type == "cuda" and not world.distributed:
-        graphed = GraphedStep(lambda indices: train_step(indices, len(indices), step.attempt)
+    if parts.on_device and device.type == "cuda" and not world.distributed and cuda_graph.ENABLED:
+        graphed = cuda_graph.GraphedStep(lambda indices: train_step(indices, len(indices), step.attempt)
                               .packed(device), config.effective_batch_size, device)
 
     while state.epoch < config.epochs and not stopping.should_stop(state):

@@ -15,6 +15,10 @@ _SETTINGS = ((_M_MMAP_THRESHOLD, 32 * 2**20),  # glibc's largest: blocks to 32 M
              (_M_TRIM_THRESHOLD, 2**30),  # free heap kept up to 1 GiB, not handed back
              (_M_TOP_PAD, 64 * 2**20))  # the heap grows 64 MiB at a time (address space only)
 _kept = None
+# What `make gpu-check` measured for the default recipe (experiments/fd001.yaml, 3 seeds), the
+# figure `precision: auto`'s reason quotes on a GPU with bf16 tensor cores.
+CUDA_BF16_MEASURED = ("the fastest of the three for the DCNN at fp32's accuracy on an H200 "
+                      "(default recipe: bf16 6.0 s, fp16 8.7 s, fp32 9.1 s)")
 
 
 def cpu_has_native_bf16() -> bool:
@@ -30,13 +34,21 @@ def cpu_has_native_bf16() -> bool:
 
 def auto_precision(device: torch.device, model: str) -> tuple[str, str]:
     """(precision, reason) of `precision: auto` for `model` on `device`: the fastest one known
-    to keep accuracy there. CUDA: fp16 autocast + GradScaler (tensor cores on every CUDA GPU;
-    the scaler keeps small gradients). A CPU with native bf16 (AVX512-BF16/AMX): bf16 autocast
-    for the DCNN, whose 5-seed accuracy in bf16 was measured against fp32 (docs: Performance);
-    fp32 for the other models (not measured). A CPU without: fp32 (bf16 autocast is emulated
-    there, ~0.15x fp32's samples/s in `python -m bench speed`)."""
+    to keep accuracy there. A GPU of compute capability 8.0 or more (bf16 tensor cores): bf16
+    autocast for the DCNN, measured the fastest there at fp32's 3-seed accuracy by `make
+    gpu-check` (docs: Performance); fp16 + GradScaler, rul's reference AMP path, for the other
+    models (not measured) and on older GPUs. A CPU with native bf16 (AVX512-BF16/AMX): bf16
+    autocast for the DCNN, whose 5-seed accuracy in bf16 was measured against fp32 (docs:
+    Performance); fp32 for the other models (not measured). A CPU without: fp32 (bf16 autocast
+    is emulated there, ~0.15x fp32's samples/s in `python -m bench speed`)."""
     if device.type == "cuda":
-        return "fp16", "CUDA: fp16 autocast with a GradScaler is the fastest safe choice"
+        major, minor = torch.cuda.get_device_capability(device)
+        if major >= 8 and model == "cnn":
+            return "bf16", (f"GPU of compute capability {major}.{minor} (>= 8.0): bf16 "
+                            f"autocast, {CUDA_BF16_MEASURED} (docs: Performance)")
+        why = (f"model={model}: bf16 measured for the DCNN only" if major >= 8 else
+               f"compute capability {major}.{minor} < 8.0: no bf16 tensor cores")
+        return "fp16", f"CUDA, {why}: fp16 autocast with a GradScaler"
     if not cpu_has_native_bf16():
         return "fp32", ("CPU without native bf16 (AVX512-BF16/AMX): bf16 autocast would be ~7x "
                         "slower")

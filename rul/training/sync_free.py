@@ -41,7 +41,8 @@ class DeviceSchedule:
 
     def after_step(self, skipped: torch.Tensor) -> None:
         self.taken += (~skipped).long()
-        rate = self.rates[self.taken.clamp(max=len(self.rates) - 1)]
+        at = self.taken.clamp(max=len(self.rates) - 1).view(1)
+        rate = self.rates.index_select(0, at).view(())  # rates[tensor] would read it back
         for group in self.optimizer.param_groups:
             group["lr"].copy_(rate)
 

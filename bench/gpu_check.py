@@ -1,0 +1,339 @@
+"""`make gpu-check`: the GPU path's promises, checked on one GPU in a few minutes, printed as
+one table; the exit code is 1 when a promise fails.
+
+  recipe      the default recipe (experiments/fd001.yaml) per precision over 3 seeds: training
+              time, test RMSE, skipped steps; bf16 once more with cudnn.benchmark (and, with
+              --eager, fp32 without the CUDA graph)
+  split       epoch 1 of the default recipe (dropout 0, seed 7) as 512x1, 256x2 and 128x4,
+              per precision: the same skipped steps and scale, per-step losses within a bound
+  splits      samples/s and peak memory of one step of B=512 per split and precision
+  resume      4 epochs (fp16, deterministic) stopped after 2 and resumed: bit for bit, the
+              GradScaler's scale and growth tracker included
+  rerun       the same run twice (deterministic): bit for bit; and the CUDA graph's replays
+              against the same steps run eagerly: bit for bit
+  train       `make train` as a user runs it (tracked, checkpointed, registered): wall time
+  tune        a 3-trial `rul tune` with micro_batch_size and precision auto
+
+Without CUDA it is a dry run on the CPU with tiny sizes (CI runs it, so that it keeps working
+where no GPU is). `--json DIR` writes the table and the machine (rul.machine) for `rul report`.
+Needs the C-MAPSS FD001 files (CMAPSS_DIR) and rul's dependencies (mlflow, optuna, pydantic).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "experiments" / "fd001.yaml"
+SPLITS = ((512, 1), (256, 2), (128, 4))
+# The relative per-step loss difference between splits that each precision keeps over epoch 1
+# (the rounding of its sums differs per split; fp16 also skips steps, alike in every split).
+LOSS_BOUND = {"fp32": 1e-3, "fp16": 1e-2, "bf16": 5e-2}
+TINY = {"filters": 4, "num_layers": 2, "hidden_size": 16}
+
+
+class Check:
+    """The table: one row per measurement, and whether its promise held."""
+
+    def __init__(self):
+        self.rows: list[dict] = []
+
+    def add(self, section: str, what: str, result: str, promise: str = "", ok: bool = True):
+        self.rows.append({"section": section, "what": what, "result": result,
+                          "promise": promise, "ok": bool(ok)})
+        mark = "ok " if ok else "FAIL"
+        print(f"{mark} {section:7} {what:34} {result:44} {promise}", flush=True)
+
+    @property
+    def failed(self) -> list[dict]:
+        return [row for row in self.rows if not row["ok"]]
+
+
+def config(changes: dict, dry: bool):
+    from rul import config as cfg
+
+    sizes = {**TINY, "epochs": min(changes.get("epochs", 100), 2)} if dry else {}
+    return cfg.load(RECIPE, {"device": "cuda" if not dry else "cpu", **changes, **sizes})
+
+
+def trained(cfg_, subset, listener=None, checkpointer=None, resume=None):
+    from rul.plan import plan_run
+    from rul.preprocessing.prepared import prepare_data
+    from rul.training.run import train
+    from rul.training.seeding import derive_seeds
+
+    data = prepare_data(cfg_, derive_seeds(cfg_.seed).split, subset)
+    started = time.perf_counter()
+    outcome = train(plan_run(cfg_, resume, data=data), listener=listener,
+                    checkpointer=checkpointer, progress=False)
+    _sync()
+    return outcome, time.perf_counter() - started
+
+
+def _sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def weights_equal(a, b) -> bool:
+    a, b = a.state_dict(), b.state_dict()
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def steps_of(outcome_listener):
+    return outcome_listener.results
+
+
+def spy():
+    from rul.training.listener import TrainingListener
+
+    class Spy(TrainingListener):
+        def __init__(self):
+            self.results = []
+
+        def on_step(self, step, result):
+            self.results.append(result)
+
+    return Spy()
+
+
+def check_splits(check: Check, subset, dry: bool):
+    for precision in ("fp32", "bf16", "fp16"):
+        runs = {}
+        for micro, k in SPLITS:
+            listener = spy()
+            trained(config({"precision": precision, "micro_batch_size": micro,
+                            "accumulation_steps": k, "dropout": 0.0, "seed": 7, "epochs": 1,
+                            "interval_coverage": None}, dry), subset, listener)
+            runs[(micro, k)] = listener.results
+        reference = runs[SPLITS[0]]
+        skipped = {split: [i for i, r in enumerate(rs) if r.skipped]
+                   for split, rs in runs.items()}
+        same = all(s == skipped[SPLITS[0]] for s in skipped.values()) and all(
+            [r.scale for r in rs] == [r.scale for r in reference] for rs in runs.values())
+        worst = max(abs(r.loss - q.loss) / abs(q.loss) for rs in runs.values()
+                    for r, q in zip(rs, reference, strict=True) if not q.skipped)
+        check.add("split", f"{precision}: skipped steps", str(skipped[SPLITS[0]]),
+                  "same in 512x1, 256x2, 128x4", same)
+        check.add("split", f"{precision}: per-step loss vs 512x1", f"{worst:.1e} relative",
+                  f"<= {LOSS_BOUND[precision]:.0e}", worst <= LOSS_BOUND[precision])
+
+
+def check_resume(check: Check, subset, dry: bool):
+    from rul.training.checkpoint import Checkpointer
+    from rul.training.listener import TrainingListener
+    from rul.plan import ResumeTarget
+
+    class StopAfterTwo(TrainingListener):
+        def on_epoch(self, epoch, step, metrics):
+            if epoch == 2:
+                raise KeyboardInterrupt
+
+    cfg_ = config({"precision": "fp16", "epochs": 4, "deterministic": True}, dry)
+    cfg_ = cfg_.replace(epochs=4)
+    reference, _ = trained(cfg_, subset)
+    with tempfile.TemporaryDirectory() as scratch:
+        checkpointer = Checkpointer(Path(scratch) / "run.pt")
+        try:
+            trained(cfg_, subset, StopAfterTwo(), checkpointer)
+        except KeyboardInterrupt:
+            pass
+        saved = checkpointer.load()
+        resumed, _ = trained(cfg_, subset, resume=ResumeTarget(checkpointer.path))
+    history = [(h["train_loss_epoch"], h["val_rmse"]) for h in reference.state.history]
+    same = weights_equal(resumed.model, reference.model) and history == [
+        (h["train_loss_epoch"], h["val_rmse"]) for h in resumed.state.history]
+    check.add("resume", "fp16, stopped after epoch 2", "bit for bit" if same else "differs",
+              "bit for bit", same)
+    check.add("resume", "GradScaler state in the checkpoint",
+              f"scale {saved['scaler']['scale']:g}, tracker {saved['scaler']['_growth_tracker']}",
+              "present", "scale" in saved["scaler"])
+
+
+def check_rerun(check: Check, subset, dry: bool):
+    from rul.training import cuda_graph
+
+    cfg_ = config({"precision": "auto", "epochs": 4, "deterministic": True}, dry)
+    cfg_ = cfg_.replace(epochs=4)
+    first, _ = trained(cfg_, subset)
+    second, _ = trained(cfg_, subset)
+    same = weights_equal(first.model, second.model) and first.metrics == second.metrics
+    check.add("rerun", f"{first.precision.name}, deterministic, twice",
+              "bit for bit" if same else "differs", "bit for bit", same)
+    if dry:
+        return
+    cuda_graph.ENABLED = False  # the same sync-free steps, run eagerly
+    try:
+        eager, _ = trained(cfg_, subset)
+    finally:
+        cuda_graph.ENABLED = True
+    same = weights_equal(first.model, eager.model) and first.metrics == eager.metrics
+    check.add("rerun", "CUDA graph vs the same steps eagerly",
+              "bit for bit" if same else "differs", "bit for bit", same)
+
+
+def check_recipe(check: Check, subset, dry: bool, n_seeds: int = 3, eager: bool = False
+                 ) -> dict:
+    from rul.training import cuda_graph
+
+    from rul.training.hardware import auto_precision
+
+    seeds = tuple(range(42, 42 + n_seeds))
+    auto, _ = auto_precision(torch.device("cuda" if not dry else "cpu"), "cnn")
+    trained(config({"epochs": 1}, dry), subset)  # warm-up: CUDA's and cuDNN's first-use work
+    table = {}
+    for precision in ("fp32", "bf16", "fp16"):
+        runs = [trained(config({"precision": precision, "seed": s}, dry), subset)
+                for s in seeds]
+        rmses = [o.metrics["test_rmse"] for o, _ in runs]
+        seconds = [t for _, t in runs]
+        table[precision] = {"seconds": seconds, "test_rmse": rmses,
+                            "skipped": [o.state.skipped_steps for o, _ in runs]}
+        mean = statistics.mean(rmses)
+        check.add("recipe", f"{precision}: training time ({n_seeds} seeds)",
+                  " / ".join(f"{t:.1f}" for t in seconds) + " s",
+                  "<= 5 s (auto's)" if precision == auto and not dry else "",
+                  dry or precision != auto or statistics.mean(seconds) <= 5.0)
+        check.add("recipe", f"{precision}: test RMSE ({n_seeds} seeds)",
+                  f"{mean:.2f} ± {statistics.stdev(rmses) if n_seeds > 1 else 0:.2f}", "<= 13.0",
+                  dry or mean <= 13.0)
+        check.add("recipe", f"{precision}: skipped steps", str(table[precision]["skipped"]))
+    if dry:
+        return table
+    torch.backends.cudnn.benchmark = True  # cuDNN times its algorithms per shape and keeps
+    try:                                   # the fastest (not for deterministic runs)
+        outcome, seconds = trained(config({"precision": "bf16", "seed": 42}, dry), subset)
+    finally:
+        torch.backends.cudnn.benchmark = False
+    table["bf16 cudnn.benchmark"] = {"seconds": [seconds],
+                                     "test_rmse": [outcome.metrics["test_rmse"]]}
+    check.add("recipe", "bf16 with cudnn.benchmark (seed 42)",
+              f"{seconds:.1f} s, test RMSE {outcome.metrics['test_rmse']:.2f}")
+    if eager:
+        cuda_graph.ENABLED = False
+        try:
+            outcome, seconds = trained(config({"precision": "fp32", "seed": 42}, dry), subset)
+        finally:
+            cuda_graph.ENABLED = True
+        table["fp32 eager"] = {"seconds": [seconds], "test_rmse": [outcome.metrics["test_rmse"]]}
+        check.add("recipe", "fp32 without the CUDA graph (seed 42)",
+                  f"{seconds:.1f} s, test RMSE {outcome.metrics['test_rmse']:.2f}")
+    return table
+
+
+def check_memory(check: Check, dry: bool):
+    from bench import memory
+
+    device = torch.device("cuda" if not dry else "cpu")
+    from rul.training.precision import resolve_precision
+
+    for name in ("fp32", "bf16", "fp16") if not dry else ("fp32",):
+        precision = resolve_precision(name, device)
+        memory.measure(precision, memory.MICROS[-1], 0)
+        cells = []
+        for micro in memory.MICROS:
+            peak, speed = memory.measure(precision, micro, 1 if dry else 20)
+            cells.append(f"{micro}: {speed / 1000:.0f}k/s {peak / 2**20:.0f}MiB")
+        check.add("splits", f"{name}: samples/s, peak memory", "; ".join(cells))
+
+
+def check_tune(check: Check, dry: bool):
+    with tempfile.TemporaryDirectory() as scratch:
+        args = [sys.executable, "-m", "rul", "tune", str(ROOT / "experiments" / "tune_fd001.yaml"),
+                "--n-trials", "3", f"tracking_uri=sqlite:///{scratch}/mlflow.db",
+                f"checkpoint_dir={scratch}/ckpt", f"study_name=gpu-check-{os.getpid()}",
+                "epochs=3" if not dry else "epochs=1", "precision=auto",
+                f"device={'cuda' if not dry else 'cpu'}"]
+        started = time.perf_counter()
+        done = subprocess.run(args, cwd=scratch, capture_output=True, text=True, timeout=600)
+        seconds = time.perf_counter() - started
+    said = (done.stdout + done.stderr).strip().splitlines()
+    check.add("tune", "3 trials, micro_batch_size auto", f"exit {done.returncode} in {seconds:.0f} s",
+              "exit 0", done.returncode == 0)
+    if done.returncode != 0:
+        print("\n".join(said[-15:]), file=sys.stderr)
+
+
+def check_train(check: Check, dry: bool):
+    """`make train` as a user runs it: tracked, checkpointed every epoch, registered."""
+    with tempfile.TemporaryDirectory() as scratch:
+        args = [sys.executable, "-m", "rul", "train", str(RECIPE), "--no-progress",
+                f"tracking_uri=sqlite:///{scratch}/mlflow.db", f"checkpoint_dir={scratch}/ckpt"]
+        if dry:
+            args += [f"{k}={v}" for k, v in {**TINY, "epochs": 2}.items()]
+        started = time.perf_counter()
+        done = subprocess.run(args, cwd=scratch, capture_output=True, text=True, timeout=600)
+        seconds = time.perf_counter() - started
+    said = (done.stdout + done.stderr).strip().splitlines()
+    summary = next((line for line in said if line.startswith("test RMSE")), "")
+    check.add("train", "make train (tracked, auto)",
+              f"{seconds:.0f} s wall; {summary[:40]}" if done.returncode == 0 else
+              f"exit {done.returncode}", "exit 0", done.returncode == 0)
+    if done.returncode != 0:
+        print("\n".join(said[-15:]), file=sys.stderr)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", metavar="DIR", help="write the results there")
+    parser.add_argument("--only", nargs="*", help="sections to run (default: all)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds of the recipe (3)")
+    parser.add_argument("--eager", action="store_true",
+                        help="time fp32 without the CUDA graph too (about 30 s more)")
+    args = parser.parse_args(argv)
+    from rul.data import load_subset
+    from rul.machine import machine_tags
+
+    dry = not torch.cuda.is_available()
+    machine = machine_tags()
+    print(f"gpu-check on {machine.get('gpu_name')} ({machine['cpu_model']}, torch "
+          f"{torch.__version__}){': DRY RUN on the CPU, tiny sizes' if dry else ''}", flush=True)
+    started = time.perf_counter()
+    subset = load_subset("FD001", os.environ.get("CMAPSS_DIR"))
+    check, recipe = Check(), {}
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # for the deterministic runs
+    sections = {"recipe": lambda: recipe.update(check_recipe(check, subset, dry, args.seeds,
+                                                                args.eager)),
+                "split": lambda: check_splits(check, subset, dry),
+                "splits": lambda: check_memory(check, dry),
+                "resume": lambda: check_resume(check, subset, dry),
+                "rerun": lambda: check_rerun(check, subset, dry),
+                "train": lambda: check_train(check, dry),
+                "tune": lambda: check_tune(check, dry)}
+    for name, run in sections.items():
+        if args.only and name not in args.only:
+            continue
+        try:
+            run()
+        except Exception as error:  # a section that breaks is a failed promise, not a stop
+            check.add(name, "ran", f"{type(error).__name__}: {str(error)[:120]}", "runs", False)
+            traceback.print_exc()
+        finally:
+            torch.use_deterministic_algorithms(False)  # a deterministic run switched it on
+    seconds = time.perf_counter() - started
+    print(f"\n{len(check.rows) - len(check.failed)} of {len(check.rows)} rows hold "
+          f"({seconds:.0f} s)" + ("" if not check.failed else
+                                   f"; FAILED: {', '.join(r['what'] for r in check.failed)}"))
+    if args.json:
+        out = Path(args.json)
+        out.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(timezone.utc)
+        (out / f"gpu-check-{stamp:%Y%m%dT%H%M%SZ}.json").write_text(json.dumps(
+            {"bench": "gpu-check", "dry_run": dry, "machine": machine, "seconds": seconds,
+             "date": stamp.isoformat(timespec="seconds"), "rows": check.rows,
+             "recipe": recipe, "command": "make gpu-check"}, indent=1))
+    return 1 if check.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
