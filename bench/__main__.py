@@ -205,8 +205,10 @@ def _git(*args) -> str | None:
         return None
 
 
-def write_result(folder: Path, name: str, result: dict, argv: list[str]) -> Path:
-    """One bench's result as JSON, with where, when and how it was measured."""
+def write_result(folder: Path, name: str, result: dict, argv: list[str],
+                 program: str = "python -m bench") -> Path:
+    """One bench's result as JSON, with where, when and how (`program` `argv`) it was
+    measured."""
     from rul.machine import machine_tags
 
     now = datetime.now(timezone.utc)
@@ -214,7 +216,7 @@ def write_result(folder: Path, name: str, result: dict, argv: list[str]) -> Path
     record = {"bench": name, "date": now.strftime("%Y-%m-%d %H:%M UTC"),
               "commit": _git("rev-parse", "--short", "HEAD") or "unknown",
               "dirty": None if dirty is None else bool(dirty),
-              "command": " ".join(["python -m bench", *argv]), "machine": machine_tags(),
+              "command": " ".join([program, *argv]), "machine": machine_tags(),
               **result}
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}-{now.strftime('%Y%m%dT%H%M%S')}.json"

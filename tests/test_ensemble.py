@@ -163,12 +163,11 @@ def test_single_model_output_is_unchanged(poor_single, fd001):
 
 
 def member_predictions_on(member, windows) -> np.ndarray:
-    import torch
 
     from rul.training.batching import WindowBatches
     from rul.training.predict import predict_windows
 
-    batches = WindowBatches(windows, torch.device("cpu"))
+    batches = WindowBatches(windows, next(member.model.parameters()).device)  # where it trained
     return np.asarray(predict_windows(member.model, batches), np.float64)
 
 

@@ -552,7 +552,8 @@ def test_interval_is_calibrated_on_the_validation_windows_with_test_like_weights
 
     val = outcome.data.val
     assert val.targets.max() == 60 - 10 and val.targets.min() == 0  # every truncation point
-    predicted = predict_windows(outcome.model, WindowBatches(val, "cpu"))
+    device = next(outcome.model.parameters()).device  # where it trained (CUDA on a GPU)
+    predicted = predict_windows(outcome.model, WindowBatches(val, device))
     expected = fit_interval(CalibrationSet.of(predicted, val), 0.9, outcome.seeds.split,
                             config.rul_cap)
     assert outcome.interval == expected

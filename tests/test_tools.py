@@ -162,7 +162,8 @@ def test_a_lean_logged_model_is_read_back_with_its_validation_engines(fd001_stor
     from rul.training.batching import WindowBatches
     from rul.training.predict import predict_windows
 
-    outcome, run_id = train_tracked(fd001_store.config(), progress=False)
+    # device=cpu: the logged model predicts on the CPU, to 1e-5 of the training's CPU numbers
+    outcome, run_id = train_tracked(fd001_store.config(device="cpu"), progress=False)
     logged = load_logged(run_id)
     windows, members = logged.validation(fd001)
     np.testing.assert_array_equal(windows.units, outcome.data.val.units)

@@ -70,11 +70,13 @@ def test_params_record_the_batch_contract(fd001_client, trained):
     assert params["effective_batch_size"] == str(c.micro_batch_size * c.accumulation_steps)
     assert params["precision"] == str(c.precision)
     tags = fd001_client.get_run(trained.run_id).data.tags
-    # auto on a CPU: bf16 where the CPU has native bf16, fp32 otherwise (hardware.py)
-    expected = auto_precision(torch.device("cpu"), c.model)
+    # auto as hardware.py picks it where the run trained (a CPU: bf16 where it is native,
+    # fp32 otherwise; a GPU: by its compute capability)
+    device = trained.outcome.precision.device
+    expected = auto_precision(device, c.model)
     assert (tags["precision.resolved"], tags["precision.reason"]) == expected
     assert trained.outcome.precision.name == expected[0]
-    assert "CPU" in tags["precision.reason"]
+    assert ("CPU" if device.type == "cpu" else "GPU") in tags["precision.reason"]
     assert params["max_grad_norm"] == str(c.max_grad_norm)
     assert params["seed"] == str(c.seed)
 

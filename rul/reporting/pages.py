@@ -163,7 +163,15 @@ def bench_section(result: BenchResult) -> list[str]:
     return lines + [""]
 
 
-SECTIONS = (("speed", "Speed of the training step",
+SECTIONS = (("gpu-check", "The GPU path",
+             "`make gpu-check` (bench/gpu_check.py) checks the GPU path's promises on one GPU "
+             "and prints them as one table: the default recipe per precision (training time, "
+             "test RMSE, skipped steps), the micro-batch split's effect per precision, samples/s "
+             "and peak memory per split, resume and rerun bit for bit, the CUDA graph against "
+             "the same steps run eagerly, `make train` and a 3-trial `make tune`. On CUDA each "
+             "step decides on the device and is replayed from a CUDA graph "
+             "([precision](concepts/precision.md))."),
+            ("speed", "Speed of the training step",
              "`python -m bench speed` times the default training step (DCNN, effective batch "
              "512 as 256 × 2, AdamW, clipping) on each path, each in a process of its own, and "
              "divides by the reference path (the fp32 DCNN before the CPU work); `speed ratio` "

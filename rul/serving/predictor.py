@@ -73,12 +73,14 @@ def _short(value, limit: int = 30) -> str:
 
 
 def member_predictions(networks: Sequence, windows) -> np.ndarray:
-    """RUL of each window by each torch network: shape (members, windows), float64."""
+    """RUL of each window by each torch network, on the network's own device (a model just
+    trained on a GPU is still there): shape (members, windows), float64."""
     import torch
 
     x = torch.as_tensor(windows, dtype=torch.float32)
     with torch.inference_mode():
-        return np.stack([net(x).numpy().astype(np.float64) for net in networks])
+        return np.stack([net(x.to(next(net.parameters()).device)).float().cpu().numpy()
+                         .astype(np.float64) for net in networks])
 
 
 def average_members(predictions) -> tuple[np.ndarray, np.ndarray]:

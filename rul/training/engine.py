@@ -153,10 +153,13 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
         parts.after_step(result)
         return result
 
+    def captured_step(indices: torch.Tensor) -> torch.Tensor:  # no back-off, no host read
+        return train_step(indices, len(indices), step.attempt).packed(device)
+
     graphed = None  # one process on CUDA: full batches replay one captured step
-    if parts.on_device and device.type == "cuda" and not world.distributed and cuda_graph.ENABLED:
-        graphed = cuda_graph.GraphedStep(lambda indices: train_step(indices, len(indices), step.attempt)
-                              .packed(device), config.effective_batch_size, device)
+    if (parts.on_device and device.type == "cuda" and not world.distributed
+            and cuda_graph.ENABLED):
+        graphed = cuda_graph.GraphedStep(captured_step, config.effective_batch_size, device)
 
     while state.epoch < config.epochs and not stopping.should_stop(state):
         model.train()
