@@ -20,8 +20,8 @@ Needs the C-MAPSS FD001 files (CMAPSS_DIR) and rul's dependencies (mlflow, optun
 """
 
 import argparse
-import dataclasses
 import contextlib
+import dataclasses
 import os
 import statistics
 import subprocess
