@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from rul import config as cfg
+from rul.console import one_line_warnings
 from rul.interrupts import Terminated, exit_code, interrupts_as_exceptions
 from rul.reporting.cli import report
 
@@ -87,6 +88,7 @@ def _after_interrupted_training(config, run_ids: list, world) -> str:
 @click.version_option(package_name="rul")
 def main():
     """Remaining Useful Life of turbofan engines (NASA C-MAPSS), tracked in MLflow."""
+    one_line_warnings()
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

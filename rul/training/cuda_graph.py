@@ -1,5 +1,4 @@
-"""A sync-free training step captured once in a CUDA graph and replayed for every full
-effective batch.
+"""A sync-free training step captured once in a CUDA graph per batch size and replayed.
 
 An optimizer step of the DCNN launches a few hundred small kernels, and on a GPU launching
 them costs more than their arithmetic. Captured, the whole step (the micro-batches' gathers,
@@ -7,9 +6,10 @@ forwards and backwards, unscale, the overflow check, clipping, the fused AdamW u
 scaler's update, the schedule, the weight average and the step's record) is one launch. Only
 a step that decides on the device can be captured (rul.training.sync_free): nothing in it
 reads a value back. A replay runs the same kernels in the same order on the same addresses as
-the eager step, so it computes the same numbers; the epoch's last, shorter batch (another
-shape) runs eagerly, and so do the first `WARMUP` steps, which create the optimizer's and the
-scaler's state and settle the libraries' lazy initialisation before the capture.
+the eager step, so it computes the same numbers. An epoch has two batch sizes, the effective
+batch and its last, shorter one (the same every epoch): each gets its graph, captured after
+it ran eagerly `WARMUP` times (which creates the optimizer's and the scaler's state and
+settles the libraries' lazy initialisation), each with its own memory pool.
 """
 
 import os
@@ -22,35 +22,38 @@ WARMUP = 2
 ENABLED = os.environ.get("RUL_CUDA_GRAPHS", "1") != "0"
 
 
-class GraphedStep:
-    """`step(indices) -> row` (a 1-d tensor on the device, the step's packed record), run
-    eagerly `WARMUP` times, then captured for batches of `batch_size` indices and replayed."""
-
-    def __init__(self, step, batch_size: int, device: torch.device):
-        self.step = step
-        self.indices = torch.zeros(batch_size, dtype=torch.long, device=device)
+class _Captured:
+    def __init__(self, size: int, device: torch.device):
+        self.indices = torch.zeros(size, dtype=torch.long, device=device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.row: torch.Tensor | None = None
         self.eager = 0
 
+
+class GraphedStep:
+    """A step run eagerly `WARMUP` times per number of indices, then captured for it and
+    replayed. `eager(indices) -> row` and `captured(indices) -> row` compute the same step
+    (a row: a 1-d tensor on the device, the step's packed record); `eager` may back off after
+    running out of memory (training.backoff), `captured` reads nothing back."""
+
+    def __init__(self, eager, captured, device: torch.device):
+        self.eager, self.step, self.device = eager, captured, device
+        self.sizes: dict[int, _Captured] = {}
+
     @property
-    def captured(self) -> bool:
-        return self.graph is not None
+    def captured(self) -> list[int]:
+        return sorted(size for size, c in self.sizes.items() if c.graph is not None)
 
     def __call__(self, indices: torch.Tensor) -> torch.Tensor:
-        if len(indices) != len(self.indices):
-            return self.step(indices)
-        if self.graph is None:
-            if self.eager < WARMUP:
-                self.eager += 1
-                return self.step(indices)
-            self._capture()
-        self.indices.copy_(indices)
-        self.graph.replay()
-        return self.row.clone()
-
-    def _capture(self) -> None:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):  # records the kernels; nothing runs until replay
-            self.row = self.step(self.indices)
-        self.graph = graph
+        size = self.sizes.setdefault(len(indices), _Captured(len(indices), self.device))
+        if size.graph is None:
+            if size.eager < WARMUP:
+                size.eager += 1
+                return self.eager(indices)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):  # records the kernels; nothing runs until replay
+                size.row = self.step(size.indices)
+            size.graph = graph
+        size.indices.copy_(indices)
+        size.graph.replay()
+        return size.row.clone()

@@ -130,7 +130,7 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
     micro x K x N samples; see distributed.py for what is shared and how.
     On CUDA the loop never waits for the GPU inside an epoch: each step's record stays on
     the device and is read once at the epoch's end, with validation (`StepLog`); a run of
-    one process replays each full effective batch's step from a CUDA graph (cuda_graph.py)."""
+    one process replays each step from a CUDA graph (cuda_graph.py)."""
     listener, world = listener or TrainingListener(), world or World()
     batch_size = config.effective_batch_size * world.size
     per_epoch = steps_per_epoch(len(train), batch_size)
@@ -153,13 +153,16 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
         parts.after_step(result)
         return result
 
+    def eager_step(indices: torch.Tensor) -> torch.Tensor:
+        return train_step(indices, len(indices)).packed(device)
+
     def captured_step(indices: torch.Tensor) -> torch.Tensor:  # no back-off, no host read
         return train_step(indices, len(indices), step.attempt).packed(device)
 
-    graphed = None  # one process on CUDA: full batches replay one captured step
+    graphed = None  # one process on CUDA: each batch size replays its captured step
     if (parts.on_device and device.type == "cuda" and not world.distributed
             and cuda_graph.ENABLED):
-        graphed = cuda_graph.GraphedStep(captured_step, config.effective_batch_size, device)
+        graphed = cuda_graph.GraphedStep(eager_step, captured_step, device)
 
     while state.epoch < config.epochs and not stopping.should_stop(state):
         model.train()
@@ -172,7 +175,7 @@ def fit(model, config, precision, seeds, train: WindowBatches, val: WindowBatche
         for in_epoch, (indices,) in enumerate(bar):  # `step` splits each batch
             sizes.append(global_batch_size(len(train), batch_size, in_epoch))
             with collectives():
-                if graphed is not None and len(indices) == config.effective_batch_size:
+                if graphed is not None:
                     log.rows.append(graphed(indices))
                 elif parts.on_device:
                     log.add(train_step(indices, sizes[-1]), device)

@@ -50,6 +50,21 @@ class Precision:
     use_scaler: bool  # fp16 only: bf16 has fp32's exponent range
     reason: str = "asked for"  # why this precision (logged as the run's precision.reason tag)
 
+    @property
+    def emulated(self) -> str | None:
+        """One line when this precision is emulated on this device (bf16 on a CPU without
+        AVX512-BF16 or AMX, fp16 on any CPU): the expected slow-down and the faster choice."""
+        from rul.training.hardware import cpu_has_native_bf16
+
+        if self.device.type != "cpu" or self.name == "fp32":
+            return None
+        if self.name == "bf16" and cpu_has_native_bf16():
+            return None
+        slower = ("about 7x slower than fp32 (no AVX512-BF16 or AMX here)" if self.name == "bf16"
+                  else "about 5x slower than fp32")
+        return (f"precision={self.name} is emulated on this CPU: {slower}; precision=auto "
+                f"picks the fastest that keeps the accuracy here")
+
     def autocast(self):
         if self.name == "fp32":
             return nullcontext()

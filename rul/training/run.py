@@ -62,9 +62,11 @@ def train(plan, listener: TrainingListener | None = None,
     """Train `plan`'s network (from its checkpoint when it resumes one) and evaluate it on
     the test units."""
     config, device, data = plan.config, plan.device, plan.data
-    note = split_note(config.effective_batch_size, config.micro_batch_size)
-    if note and plan.world.is_main and plan.resume is None:
-        print(note, file=sys.stderr)
+    notes = [split_note(config.effective_batch_size, config.micro_batch_size),
+             plan.precision.emulated]
+    for note in notes if plan.world.is_main and plan.resume is None else []:
+        if note:
+            print(note, file=sys.stderr)
     seed_everything(plan.seeds, config.deterministic)
     model = plan.network.build().to(device)
     state = fit(model, config, plan.precision, plan.seeds, WindowBatches(data.train, device),
