@@ -113,6 +113,25 @@ def with_driver(url: str) -> str:
         if url.startswith("postgresql://") else url
 
 
+# The Python module each database URL's driver needs, and the install that brings it.
+DRIVERS = {"postgresql+psycopg2": ("psycopg2", "pip install 'rul[postgres]'"),
+           "postgresql+psycopg": ("psycopg", "pip install 'psycopg[binary]'"),
+           "mysql+pymysql": ("pymysql", "pip install pymysql"),
+           "mysql": ("MySQLdb", "pip install mysqlclient")}
+
+
+def missing_driver(url: str) -> str | None:
+    """What to install when the driver of database URL `url` is not importable (checked
+    without importing it); None when it is there or `url` names no known driver."""
+    import importlib.util
+
+    scheme = with_driver(url).split("://", 1)[0]
+    module, install = DRIVERS.get(scheme, (None, None))
+    if module is None or importlib.util.find_spec(module) is not None:
+        return None
+    return f"its driver {module} is not installed: {install}"
+
+
 def hidden_password(url: str) -> str:
     """`url` as it may be printed: a database URL's password masked."""
     try:
@@ -135,6 +154,9 @@ def wait_for_database(url: str, what: str) -> None:
 
     from rul.config import ConfigError
 
+    missing = missing_driver(url)
+    if missing:
+        raise ConfigError(f"{what} {hidden_password(url)}: {missing}")
     engine = sqlalchemy.create_engine(with_driver(url), poolclass=sqlalchemy.pool.NullPool)
 
     def attempt() -> None:

@@ -54,6 +54,29 @@ def test_tune_on_a_postgresql_server_that_does_not_answer(nowhere, tmp_path):
     assert "secret" not in result.output
 
 
+@pytest.mark.parametrize("command", ["tune", "train"])
+def test_a_database_url_without_its_driver_is_one_line_naming_the_install(nowhere, tmp_path,
+                                                                         monkeypatch, command):
+    """psycopg2 comes with the `postgres` extra; without it, one line says so (no traceback,
+    no wait for the server, nothing created)."""
+    import importlib.util
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "psycopg2" else found(name, *a))
+    url = f"postgresql://rul:secret@{nowhere}/rul"
+    args = (["tune", str(ROOT / "experiments" / "tune_fd001.yaml"), "--storage", url]
+            if command == "tune" else ["train", "epochs=1", f"tracking_uri={url}"])
+    started = time.monotonic()
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(
+        "its driver psycopg2 is not installed: pip install 'rul[postgres]'"), lines
+    assert "secret" not in result.output and time.monotonic() - started < 10
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_train_on_a_tracking_server_that_does_not_answer(nowhere, tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://{nowhere}")
     started = time.monotonic()
