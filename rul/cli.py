@@ -77,11 +77,30 @@ def _after_interrupted_training(config, run_ids: list, world) -> str:
         return "rank 0 ends the run and says what is kept"
     if not run_ids:
         return "nothing was started (no run was created)"
-    if RunCheckpoints(config.checkpoint_dir).has_checkpoint(run_ids[-1]):
+    checkpoints = RunCheckpoints(config.checkpoint_dir)
+    if checkpoints.has_checkpoint(run_ids[-1]):
         return ("the run is marked KILLED and its checkpoint kept; continue it with: "
                 "rul train ... --resume")
+    epochs = _epochs_logged(config, run_ids[-1])
+    if epochs:
+        return (f"the run is marked KILLED; it finished {epochs} epoch(s) but its checkpoint "
+                f"{checkpoints.path(run_ids[-1])} is gone, so nothing can be resumed: run the "
+                "command again")
     return ("the run is marked KILLED; it stopped before its first epoch ended, so it has no "
             "checkpoint and nothing can be resumed: run the command again")
+
+
+def _epochs_logged(config, run_id: str) -> int:
+    """The epochs a run logged as finished (0 when the store cannot say)."""
+    from mlflow.tracking import MlflowClient
+
+    from rul.tracking.store import store_uri
+
+    try:
+        metrics = MlflowClient(store_uri(config.tracking_uri)).get_run(run_id).data.metrics
+    except Exception:  # noqa: BLE001 (a message on the way out: say the general case)
+        return 0
+    return int(metrics.get("epoch", 0))
 
 
 @click.group()

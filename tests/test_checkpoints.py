@@ -247,6 +247,29 @@ def test_ctrl_c_in_the_first_epoch_promises_no_checkpoint(synthetic, monkeypatch
     assert files_of(Path(config.checkpoint_dir)) == []  # no lock file left either
 
 
+def test_an_interrupted_run_whose_checkpoint_was_deleted_says_so(synthetic, monkeypatch):
+    """Epoch 1 ended (and was logged), then the checkpoint was deleted, then Ctrl-C: the
+    message names the epochs done and the missing file, not a first epoch that never ended."""
+    store, args, config = synthetic
+    from rul.tracking.mlflow_listener import MLflowListener
+
+    logged_epoch = MLflowListener.on_epoch
+
+    def delete_then_stop(self, epoch, step, metrics):
+        logged_epoch(self, epoch, step, metrics)
+        for path in Path(config.checkpoint_dir).glob(f"{self.run_id}.pt*"):
+            path.unlink()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MLflowListener, "on_epoch", delete_then_stop)
+    result = CliRunner().invoke(main, ["train", *args, "--no-progress"])
+    assert result.exit_code == 130
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("interrupted: the run is marked KILLED; it finished 1 epoch(s) but "
+                           "its checkpoint ") and "is gone, so nothing can be resumed" in last
+    assert "before its first epoch" not in result.stderr
+
+
 def test_ctrl_c_after_an_epoch_keeps_the_checkpoint_and_says_resume(synthetic, monkeypatch):
     store, args, config = synthetic
     from rul.tracking.mlflow_listener import MLflowListener
