@@ -270,6 +270,21 @@ def test_an_interrupted_run_whose_checkpoint_was_deleted_says_so(synthetic, monk
     assert "before its first epoch" not in result.stderr
 
 
+@pytest.mark.parametrize("by_id", [False, True])
+def test_resume_after_a_config_change_names_the_run_and_the_keys(synthetic, by_id):
+    """`--resume lr=0.01`: no unfinished run of that config, but one of the config it
+    changed: the line names that run and the key, and how to resume it."""
+    store, args, config = synthetic
+    run_id = interrupted_run(config)
+    result = resume([*args, "lr=0.01", "epochs=6"], *([run_id] if by_id else []))
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip().splitlines()[-1]
+    assert f"run {run_id} has a checkpoint but trained " in line
+    assert f"lr={config.lr} (this command: 0.01)" in line and "epochs=4 (this command: 6)" in line
+    assert line.endswith(f"--resume {run_id}")
+    assert resume(args).exit_code == 0  # resumed as it said
+
+
 def test_ctrl_c_after_an_epoch_keeps_the_checkpoint_and_says_resume(synthetic, monkeypatch):
     store, args, config = synthetic
     from rul.tracking.mlflow_listener import MLflowListener

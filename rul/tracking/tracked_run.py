@@ -23,7 +23,7 @@ from rul.tracking.lifecycle import run_ends_cleanly
 from rul.tracking.mlflow_listener import MLflowListener
 from rul.tracking.registry import register_and_promote, registered_model_name
 from rul.tracking.run_checkpoints import RunCheckpoints
-from rul.tracking.run_logging import log_outcome, log_plan, source_tags
+from rul.tracking.run_logging import config_params, log_outcome, log_plan, source_tags
 from rul.tracking.store import configure, ensure_experiment
 from rul.training.listener import Listeners, TrainingListener
 from rul.training.run import train
@@ -80,9 +80,36 @@ def resume_target(config, run_id: str | None = None) -> ResumeTarget:
     configure(config.tracking_uri)
     experiment_id = ensure_experiment(config.experiment_name)
     checkpoints = RunCheckpoints(config.checkpoint_dir)
-    found = checkpoints.resumable_run(MlflowClient(), experiment_id, config_digest(config),
-                                      run_id)
+    client = MlflowClient()
+    try:
+        found = checkpoints.resumable_run(client, experiment_id, config_digest(config), run_id)
+    except FileNotFoundError as error:
+        changed = _changed_keys(client, checkpoints, experiment_id, config, run_id)
+        raise FileNotFoundError(f"{error}; {changed}" if changed else str(error)) from None
     return ResumeTarget(checkpoints.path(found), found)
+
+
+def _changed_keys(client, checkpoints: RunCheckpoints, experiment_id: str, config,
+                  run_id: str | None) -> str | None:
+    """What a config change did to `--resume`: the run it would have continued (`run_id`, or
+    the newest unfinished run with a checkpoint) and the keys it trained otherwise."""
+    if run_id is None:
+        runs = client.search_runs([experiment_id], order_by=["attributes.start_time DESC"],
+                                  filter_string="attributes.status != 'FINISHED'")
+        run = next((r for r in runs if checkpoints.has_checkpoint(r.info.run_id)), None)
+    else:
+        run = client.get_run(run_id) if checkpoints.has_checkpoint(run_id) else None
+    if run is None:
+        return None
+    now, then = config_params(config), run.data.params
+    keys = [k for k in config.identity() if k in now and k in then and now[k] != then[k]
+            and now[k] != "auto"]  # `auto` was resolved into the run's params
+    if not keys:
+        return None
+    was = " ".join(f"{k}={then[k]}" for k in keys)
+    return (f"run {run.info.run_id} has a checkpoint but trained "
+            f"{', '.join(f'{k}={then[k]} (this command: {now[k]})' for k in keys)}: resume it "
+            f"with rul train ... {was} --resume {run.info.run_id}")
 
 
 def track(plan, role: RunRole = OWN_RUN, listener: TrainingListener | None = None,
