@@ -37,3 +37,29 @@ def test_every_page_of_the_nav_exists_or_is_generated():
     pages = _nav_pages(config["nav"])
     assert {"results.md", "performance.md", *GENERATED} <= set(pages)
     assert [p for p in pages if p not in GENERATED and not (ROOT / "docs" / p).is_file()] == []
+
+
+ABSOLUTE = re.compile(r"sqlite:////\S|(?<![\w.<])/(?:work|tmp|home|root|Users|private)/\w")
+
+
+def test_no_page_names_a_path_of_the_machine_it_was_made_on():
+    """Commands in the docs must run anywhere: relative paths or placeholders only."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    found = [f"{page.relative_to(ROOT)}:{number}" for page in pages
+             for number, line in enumerate(page.read_text().splitlines(), start=1)
+             if ABSOLUTE.search(line)]
+    assert found == []
+
+
+def test_the_report_shows_a_store_relative_or_as_a_placeholder(tmp_path, monkeypatch):
+    from rul.reporting.cli import shown
+
+    monkeypatch.chdir(tmp_path)
+    assert shown(f"sqlite:///{tmp_path}/runs/mlflow.db") == "sqlite:///runs/mlflow.db"
+    assert shown("sqlite:////somewhere/else/mlflow.db") == "sqlite:///<folder>/mlflow.db"
+    assert shown("sqlite:///mlflow.db") == "sqlite:///mlflow.db"
+    assert shown("http://host:5000") == "http://host:5000"
+    assert shown("/data/out/") == "<folder>/out"
+    assert ABSOLUTE.search("sqlite:////work/x.db") and ABSOLUTE.search("in /tmp/abc")
+    assert not ABSOLUTE.search("sqlite:///<folder>/mlflow.db") and not ABSOLUTE.search(
+        "rul/training/step.py")

@@ -2,6 +2,7 @@
 and the benches' JSON results."""
 
 import json
+import os
 import shlex
 import tempfile
 from pathlib import Path
@@ -30,6 +31,20 @@ def write_whole(path: Path, text: str) -> None:
         partial.replace(path)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def shown(value: str) -> str:
+    """A store URI or a folder as the generated pages show it: relative to the working folder
+    when it lies inside it, else its folder as a placeholder; never this machine's absolute
+    path (`sqlite:////home/me/runs/mlflow.db` -> `sqlite:///<folder>/mlflow.db`)."""
+    prefix = "sqlite:///" if value.startswith("sqlite:///") else ""
+    path = value.removeprefix(prefix)
+    if not os.path.isabs(path):
+        return value
+    relative = os.path.relpath(path, os.getcwd())
+    if not relative.startswith(".."):
+        return prefix + relative
+    return f"{prefix}<folder>/{os.path.basename(path.rstrip('/'))}"
 
 
 def _client(uri: str):
@@ -124,7 +139,7 @@ def report(tracking_uri, bench_dir, model_uri, data_dir, out):
     client = _client(uri)  # before configure: reading a store never creates one
     configure(uri)
     command = "rul report" + "".join(
-        f" {flag} {shlex.quote(str(value))}" for flag, value in
+        f" {flag} {shlex.quote(shown(str(value)))}" for flag, value in
         (("--tracking-uri", tracking_uri), ("--bench-dir", bench_dir), ("--model", model_uri),
          ("--out", None if out == DOCS else out)) if value)
     try:
@@ -140,7 +155,7 @@ def report(tracking_uri, bench_dir, model_uri, data_dir, out):
             raise StoreUnreachable(f"{uri}: {error.message}") from None
         raise ReportError(f"{uri}: {error.message}") from None
     write_whole(out / "results.md",
-                results_page(records + recorded, decisions, command, uri, figures))
+                results_page(records + recorded, decisions, command, shown(uri), figures))
     write_whole(out / "performance.md",
                 performance_page(benches + recorded_benches, bench_decisions, command))
     click.echo(f"wrote {out / 'results.md'} ({len(records)} evaluation run(s), "
