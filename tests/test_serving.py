@@ -247,3 +247,20 @@ def test_a_body_mlflow_cannot_parse_is_its_400_and_the_server_stays_up(server, f
     assert status == 400
     status, _ = post(server, split_payload(fd001.test[fd001.test["unit"] == 3]))
     assert status == 200 and server.process.poll() is None
+
+
+def test_a_long_refusal_names_what_fits_and_keeps_its_count():
+    """Seven flagged engines with long reasons: the strict refusal names as many as fit in
+    its budget and always ends with how many more there are (the 400 is cut at 180)."""
+    from rul.serving.predictor import REFUSAL_CHARS, refusal
+    from rul.serving.request_errors import MAX_LINE, one_line
+
+    reason = "s_9 at 1e+09, 52 fleet standard deviations above the fleet's range; a late start"
+    units = list(range(1, 8))
+    text = refusal(units, [reason] * 7, [True] * 7)
+    assert len(text) <= REFUSAL_CHARS and text.startswith("outside the training fleet")
+    assert text.endswith("; and 6 more") and "unit 1 (" in text
+    short = refusal(units, ["s_9"] * 7, [True] * 7)
+    assert short.endswith("; and 2 more") and "unit 5 (s_9)" in short
+    assert refusal([4], ["s_9"], [True]) == "outside the training fleet (strict): unit 4 (s_9)"
+    assert one_line(f"input: {text}").endswith("more") and len(f"input: {text}") <= MAX_LINE

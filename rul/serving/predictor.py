@@ -29,6 +29,9 @@ SHORT_HISTORY = ("pad", "reject")
 # The request parameters and their defaults (the pyfunc signature's params say the same).
 PARAMS = {"short_history": "pad", "strict": False, "horizon": DEFAULT_HORIZON}
 MAX_UNITS_NAMED = 5  # a refusal names this many units, then counts the rest
+# ... and no more than fit in this many characters, so that the served 400's one line
+# (rul.serving.request_errors.MAX_LINE, 180, with the input's name before it) keeps its count
+REFUSAL_CHARS = 150
 
 
 def check_params(params: dict | None) -> dict:
@@ -94,9 +97,15 @@ def refusal(units, reasons, flagged) -> str:
     """The strict refusal: the flagged units with their reasons (the first few, then a
     count)."""
     listed = [f"unit {u} ({r})" for u, r, f in zip(units, reasons, flagged) if f]
-    more = len(listed) - MAX_UNITS_NAMED
-    shown = "; ".join(listed[:MAX_UNITS_NAMED]) + (f"; and {more} more" if more > 0 else "")
-    return f"outside the training fleet (strict): {shown}"
+    head = "outside the training fleet (strict): "
+    for named in range(min(len(listed), MAX_UNITS_NAMED), 0, -1):
+        more = len(listed) - named
+        text = head + "; ".join(listed[:named]) + (f"; and {more} more" if more else "")
+        if len(text) <= REFUSAL_CHARS:
+            return text
+    more = f"; and {len(listed) - 1} more" if len(listed) > 1 else ""
+    room = REFUSAL_CHARS - len(head) - len(more) - 4  # the first one's reason, cut: "...)"
+    return head + listed[0][:room] + "...)" + more
 
 
 def predict_rows(preprocessing, predict_members: Callable[[np.ndarray], np.ndarray],
