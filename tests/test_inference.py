@@ -592,3 +592,19 @@ def test_cli_predict_warns_of_units_outside_the_fleet_and_strict_refuses(store, 
     clean = cli("--input", str(write_csv(rows[rows["unit"] != 3], tmp_path / "ok.csv")),
                 "--strict")
     assert clean.exit_code == 0 and clean.stderr == ""
+
+
+@pytest.mark.parametrize("level", ["WARNING", "ERROR", "CRITICAL"])
+def test_a_misspelled_parameter_is_refused_at_every_mlflow_log_level(model, fd001, level):
+    """MLflow drops an unknown parameter with a warning; rul refuses it from that warning,
+    also when MLflow's log level (MLFLOW_LOGGING_LEVEL) hides warnings."""
+    import logging
+
+    mlflow_logger = logging.getLogger("mlflow")
+    saved = mlflow_logger.level
+    mlflow_logger.setLevel(level)
+    try:
+        with pytest.raises(MlflowException, match="unknown parameter 'horizn'"):
+            model.predict(fd001.test, params={"horizn": 40})
+    finally:
+        mlflow_logger.setLevel(saved)

@@ -8,7 +8,10 @@ characters, so that the 400 body (MLflow's JSON around it) stays under 300.
 MLflow also drops request parameters its signature does not declare, with a warning and no
 error. `watch_unknown_params` listens for that warning and notes the dropped names on the
 call's prediction context (one per PyFuncModel.predict call), where `unknown_params` reads
-them, so that the model can refuse them.
+them, so that the model can refuse them. It hears the warning whatever MLflow's log level
+(MLFLOW_LOGGING_LEVEL=ERROR included: that one logger keeps WARNING, and the listener drops
+the other records MLflow's level would drop), and keeps it from the user: the refusal says
+it.
 """
 
 import ast
@@ -49,20 +52,24 @@ class RequestError(MlflowException):
 class _DroppedParams(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         found = _DROPPED.search(record.getMessage())
+        if found is None:  # another record: as MLflow's level (set by the user) says
+            return record.levelno >= logging.getLogger("mlflow").getEffectiveLevel()
         context = get_prediction_context()
-        if found and context is not None:
+        if context is not None:
             with contextlib.suppress(ValueError, SyntaxError):
                 setattr(context, _NOTE, [str(n) for n in ast.literal_eval(found.group(1))])
-        return True
+        return False  # the refusal says it
 
 
 _FILTER = _DroppedParams()
 
 
 def watch_unknown_params() -> None:
-    """Listen (once per process) for the parameters MLflow drops."""
+    """Listen (once per process) for the parameters MLflow drops, at any log level: the
+    logger that warns of them keeps WARNING whatever MLflow's level is set to, then or later."""
     logger = logging.getLogger("mlflow.models.utils")
     if _FILTER not in logger.filters:
+        logger.setLevel(min(logging.WARNING, logger.getEffectiveLevel()))
         logger.addFilter(_FILTER)
 
 
