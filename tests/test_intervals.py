@@ -691,3 +691,22 @@ def test_fd001_test_coverage_is_near_the_target(real_data_dir):
     assert abs(m["test_interval_coverage"] - 0.9) <= 0.05
     assert m["test_interval_width_rul_le25"] < m["test_interval_width_rul_26_75"]
     assert m["test_p_fail_brier"] < base
+
+
+def test_a_value_beyond_the_fleet_widens_the_interval_and_unknowns_p_fail(synthetic_run):
+    """An out-of-fleet value must not buy a narrower interval or a confident p_fail: the
+    engine gets [0, rul_cap] and p_fail_within NaN, with its flag; the others are unchanged."""
+    store, _, outcome, _, data, _ = synthetic_run
+    model = mlflow.pyfunc.load_model(outcome.model_uri)
+    rows = read_rows(data / "test_FD001.txt")
+    clean = model.predict(rows)
+    glitched = rows.copy()
+    glitched.loc[glitched.index[glitched["unit"] == 2][-1], "s_9"] = 1e9
+    result = model.predict(glitched)
+    two = result[result.unit == 2].iloc[0]
+    assert two.flagged and "s_9" in two.flag_reason
+    assert (two.rul_lower, two.rul_upper) == (0.0, 125.0) and np.isnan(two.p_fail_within)
+    before = clean[clean.unit == 2].iloc[0]
+    assert two.rul_upper - two.rul_lower >= before.rul_upper - before.rul_lower
+    others = result.unit != 2
+    pd.testing.assert_frame_equal(result[others], clean[others])

@@ -162,7 +162,7 @@ def envelope_check(fd001_preprocessor):
     """(flagged, reasons) of rows by the FD001 preprocessor's envelope, as a dict by unit."""
     def check(rows, preprocessor=fd001_preprocessor):
         labels = preprocessor.conditions(rows[SETTING_COLUMNS].to_numpy())
-        flagged, reasons = preprocessor.envelope_.check(
+        flagged, reasons, _ = preprocessor.envelope_.check(
             rows, labels, preprocessor.window, whole_history=preprocessor.smoothing_alpha < 1)
         units = rows["unit"].drop_duplicates().tolist()
         assert [bool(r) for r in reasons] == flagged.tolist()
@@ -223,7 +223,7 @@ def test_only_the_rows_the_prediction_reads_count(fd001):
     for alpha, flagged in ((1.0, False), (0.1, True)):
         preprocessor = Preprocessor(window=30, smoothing_alpha=alpha).fit(fd001.train)
         labels = np.zeros(len(glitch), dtype=np.int64)
-        got, _ = preprocessor.envelope_.check(glitch, labels, 30, whole_history=alpha < 1)
+        got, _, _ = preprocessor.envelope_.check(glitch, labels, 30, whole_history=alpha < 1)
         assert got.tolist() == [flagged], alpha
 
 
@@ -234,14 +234,14 @@ def test_each_condition_has_its_own_envelope(six_conditions):
     assert preprocessor.envelope_.low.shape == (6, preprocessor.n_features)
     settings = test[SETTING_COLUMNS].to_numpy()
     labels = preprocessor.conditions(settings)
-    flagged, _ = preprocessor.envelope_.check(test, labels, 20, whole_history=False)
+    flagged, _, _ = preprocessor.envelope_.check(test, labels, 20, whole_history=False)
     assert not flagged.any()
     moved = test.copy()
     last = moved.index[moved["unit"] == 9][-1]
     other = (labels[moved.index.get_loc(last)] + 1) % 6  # another condition's settings
     centre = preprocessor.scaler_.centres[other]
     moved.loc[last, SETTING_COLUMNS] = centre
-    flagged, reasons = preprocessor.envelope_.check(
+    flagged, reasons, _ = preprocessor.envelope_.check(
         moved, preprocessor.conditions(moved[SETTING_COLUMNS].to_numpy()), 20,
         whole_history=False)
     assert flagged.tolist() == [True, False, False]

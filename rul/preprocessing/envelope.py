@@ -83,10 +83,12 @@ class Envelope:
                    int(steps.max()) if len(steps) else 1, int(firsts.max()))
 
     def check(self, rows: pd.DataFrame, labels: np.ndarray, window: int,
-              whole_history: bool) -> tuple[np.ndarray, list[str]]:
-        """(flagged, reason) of each unit of validated `rows`, units in order of appearance;
-        `labels`: each row's condition; `whole_history`: every row of a unit counts (the model
-        smooths), else its last `window` rows. A unit inside the envelope has reason ''."""
+              whole_history: bool) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """(flagged, reason, beyond) of each unit of validated `rows`, units in order of
+        appearance; `labels`: each row's condition; `whole_history`: every row of a unit
+        counts (the model smooths), else its last `window` rows. A unit inside the envelope
+        has reason ''; `beyond`: a value or the settings lie beyond the fleet's range (what
+        the served interval cannot speak for)."""
         labels = np.asarray(labels)
         ids, lengths = unit_lengths(rows["unit"].to_numpy())
         starts = np.r_[0, np.cumsum(lengths)[:-1]]
@@ -104,7 +106,7 @@ class Envelope:
         worst_sensor = np.where(read, sensor.max(axis=1), 0.0)
         worst_settings = np.where(read, settings, 0.0)
 
-        reasons = []
+        reasons, beyond = [], []
         for start, length in zip(starts, lengths):
             part = slice(start, start + length)
             found = []
@@ -123,7 +125,9 @@ class Envelope:
                 found.append(f"{column} {_sd(sensor[row].max())} sd beyond the training range "
                              f"(cycle {cycles[row]})")
             reasons.append("; ".join(found))
-        return np.array([bool(r) for r in reasons], dtype=bool), reasons
+            beyond.append(max(worst_settings[part].max(), worst_sensor[part].max())
+                          > self.sd_limit)
+        return np.array([bool(r) for r in reasons], dtype=bool), reasons, np.array(beyond, bool)
 
     def to_dict(self) -> dict:
         return {"columns": list(self.columns), "low": _json(self.low), "high": _json(self.high),

@@ -129,7 +129,9 @@ def predict_rows(preprocessing, predict_members: Callable[[np.ndarray], np.ndarr
     not only its last window: sensors are smoothed causally from a unit's first row.
     A unit with fewer rows than the window is front-padded with its first row and flagged
     `padded` (short_history="pad", the default), or rejected (short_history="reject").
-    `strict` refuses the request when a unit lies outside the envelope. p_fail_within is the
+    `strict` refuses the request when a unit lies outside the envelope; without it a unit
+    with a value beyond the fleet's range gets the interval [0, rul_cap] and p_fail_within
+    NaN. p_fail_within is the
     probability of failing within `horizon` cycles, 0 < horizon < rul_cap. Units come out in
     the order they come in.
     """
@@ -146,18 +148,25 @@ def predict_rows(preprocessing, predict_members: Callable[[np.ndarray], np.ndarr
                                 f"cycles): {listed}")
     if envelope is not None:
         labels = preprocessing.conditions(rows[SETTING_COLUMNS].to_numpy())
-        flagged, reasons = envelope.check(rows, labels, window,
-                                          whole_history=preprocessing.smoothing_alpha < 1)
+        flagged, reasons, beyond = envelope.check(
+            rows, labels, window, whole_history=preprocessing.smoothing_alpha < 1)
         if strict and flagged.any():
             raise DataError(source, refusal(ids, reasons, flagged))
     units, windows = preprocessing.last_windows(rows)
     member_rul = np.asarray(predict_members(windows), dtype=np.float64)
     rul, spread = average_members(member_rul)
     result = {"unit": units.astype(np.int64), "rul": rul}
+    # A value or the settings beyond the fleet's range put a unit outside what the interval
+    # was calibrated on: it says so with the widest interval, [0, rul_cap], and an unknown
+    # (NaN) probability of failure, never a narrower interval or a confident 0.
+    unknown = beyond if envelope is not None else np.zeros(len(rul), bool)
     if interval is not None:
-        result["rul_lower"], result["rul_upper"] = interval.bounds(rul, high=preprocessing.rul_cap)
+        lower, upper = interval.bounds(rul, high=preprocessing.rul_cap)
+        result["rul_lower"] = np.where(unknown, 0.0, lower)
+        result["rul_upper"] = np.where(unknown, float(preprocessing.rul_cap), upper)
         if interval.method == "banded":
-            result["p_fail_within"] = interval.failure_probability(rul, horizon)
+            result["p_fail_within"] = np.where(
+                unknown, np.nan, interval.failure_probability(rul, horizon))
     frame = pd.DataFrame({**result, "padded": padded})
     if len(member_rul) > 1:
         frame["rul_std"] = spread
