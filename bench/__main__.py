@@ -6,11 +6,12 @@
   accuracy  the default `make train` config: test RMSE (target <= 13.0) and wall time
   memory    B = 512 split as 512x1 .. 64x8: peak memory and samples/s per precision
             (bench/memory.py; needs no mlflow, optuna or pydantic; --quick: one timed step)
+  mistakes  seconds from a mistyped command to its one-line error (target <= 2 s)
   speed     the default training step: samples/s of each path vs fp32 eager; last line
             `speed ratio: R` (bench/speed.py; no mlflow, optuna or pydantic; --compile adds
             torch.compile, --quick fewer rounds)
 
-python -m bench [data|engine|tracking|accuracy|memory|speed ...] [--quick] [--compile]
+python -m bench [data|engine|tracking|accuracy|memory|speed|mistakes ...] [--quick] [--compile]
                 [--json DIR]
 (default: data engine tracking memory speed)
 
@@ -192,6 +193,53 @@ def bench_speed():
     return run(quick=QUICK, compile_too=COMPILE)
 
 
+MISTAKES = {  # what a user types wrong, and what `rul` must answer before torch and mlflow
+    "unknown key (epoks=3)": ["train", str(DEFAULT), "epoks=3"],
+    "bad value (model=foo)": ["train", str(DEFAULT), "model=foo"],
+    "a 27-column row in the training file": None,  # a copy of FD001 with one row too long
+    "a tuning key of the wrong type (n_trials=x)": ["tune", str(ROOT / "experiments" /
+                                                             "tune_fd001.yaml"), "n_trials=x"],
+}
+
+
+def bench_mistakes():
+    """Seconds from the command to its one-line error, three runs each (median), and the
+    import time of `rul` itself (python -X importtime); no mistake may import torch."""
+    import shutil
+    import statistics
+
+    data = Path(os.environ.get("CMAPSS_DIR", ROOT / "data" / "cmapss"))
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        bad = Path(scratch) / "cmapss"
+        bad.mkdir()
+        for name in ("train_FD001.txt", "test_FD001.txt", "RUL_FD001.txt"):
+            shutil.copy(data / name, bad / name)
+        lines = (bad / "train_FD001.txt").read_text().splitlines()
+        lines[4] += " 1.0"
+        (bad / "train_FD001.txt").write_text("\n".join(lines) + "\n")
+        for what, args in MISTAKES.items():
+            args = args or ["train", str(DEFAULT), f"data_dir={bad}"]
+            times, said = [], ""
+            for _ in range(3):
+                started = time.perf_counter()
+                done = subprocess.run([sys.executable, "-m", "rul", *args], cwd=scratch,
+                                      capture_output=True, text=True)
+                times.append(time.perf_counter() - started)
+                said = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+            seconds = statistics.median(times)
+            print(f"mistakes: {what}: {seconds:.2f} s (exit {done.returncode}) {said[:70]}")
+            rows.append([what, f"{seconds:.2f} s", f"exit {done.returncode}", said[:90]])
+    imported = subprocess.run([sys.executable, "-X", "importtime", "-c", "import rul.cli"],
+                              capture_output=True, text=True).stderr.splitlines()
+    total = next(int(line.split("|")[1]) for line in imported
+                 if line.split("|")[-1].strip() == "rul.cli") / 1e6  # its cumulative us
+    print(f"mistakes: import rul.cli {total:.2f} s (python -X importtime, cumulative)")
+    rows.append(["import rul.cli (python -X importtime)", f"{total:.2f} s", "", ""])
+    return {"columns": ["mistake", "time to the error (median of 3)", "exit", "the line"],
+            "rows": rows}
+
+
 def _summary(values: dict) -> dict:
     """A bench whose result is a few named figures: one table of what and measured."""
     return {"columns": ["what", "measured"], "rows": [[k, v] for k, v in values.items()]}
@@ -243,7 +291,8 @@ def main(argv):
     argv = [a for a in argv if a not in ("--quick", "--compile", "--sensors-only")]
     chosen = argv or ["data", "engine", "tracking", "memory", "speed"]
     benches = {"data": bench_data, "engine": bench_engine, "tracking": bench_tracking,
-               "accuracy": bench_accuracy, "memory": bench_memory, "speed": bench_speed}
+               "accuracy": bench_accuracy, "memory": bench_memory, "speed": bench_speed,
+               "mistakes": bench_mistakes}
     unknown = [c for c in chosen if c not in benches]
     if unknown:
         sys.exit(f"unknown bench {unknown}; choose from {', '.join(benches)}")

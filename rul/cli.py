@@ -23,15 +23,34 @@ class ServiceError(click.ClickException):
     exit_code = 69
 
 
-def _user_errors():
-    from mlflow.exceptions import MlflowException
+# Errors that are a user's mistake, by the module that defines them: a module not imported yet
+# cannot have raised one, and importing mlflow or torch to catch a config error would cost
+# seconds (`_user_errors` takes only the loaded ones).
+USER_ERRORS = (("rul.config", "ConfigError"), ("rul.data.errors", "DataError"),
+               ("rul.data.errors", "DataUnavailableError"), ("mlflow.exceptions", "MlflowException"),
+               ("rul.tracking.run_checkpoints", "CannotResume"),
+               ("rul.training.checkpoint", "CheckpointDamaged"))
 
-    from rul.data.errors import DataError, DataUnavailableError
-    from rul.tracking.run_checkpoints import CannotResume
-    from rul.training.checkpoint import CheckpointDamaged
 
-    return (cfg.ConfigError, DataError, DataUnavailableError, FileNotFoundError, MlflowException,
-            CannotResume, CheckpointDamaged)
+def _user_errors() -> tuple:
+    return (FileNotFoundError, *(getattr(sys.modules[module], name)
+                                 for module, name in USER_ERRORS if module in sys.modules))
+
+
+def _check_inputs(config, storage: str | None = None):
+    """What can be checked before torch, mlflow or onnx is imported (seconds on a busy
+    machine): the data files' presence and shape, and the drivers of the tracking store's and
+    the study's database URLs. Returns the loaded subset; bad input ends the command (exit 2,
+    one line)."""
+    from rul.data import load_subset
+    from rul.services import hidden_password, missing_driver
+
+    with _ends_cleanly("nothing was started"):
+        for what, url in (("tracking_uri", config.tracking_uri), ("--storage", storage)):
+            missing = missing_driver(url) if url else None
+            if missing:
+                raise cfg.ConfigError(f"{what} {hidden_password(url)}: {missing}")
+        return load_subset(config.subset, config.data_dir)
 
 
 def _load_config(config_path, overrides, data_dir=None, loader=cfg.load):
@@ -125,6 +144,8 @@ def train(config_path, overrides, data_dir, resume, jobs, no_progress):
 
     Under `torchrun --nproc-per-node N -m rul train ...` one run trains on N processes (DDP):
     rank 0 tracks, checkpoints and registers; the other ranks only train."""
+    config = _load_config(config_path, overrides, data_dir)
+    subset = _check_inputs(config)
     from rul.plan import plan_run
     from rul.tracking.store import configure, ensure_experiment
     from rul.tracking.tracked_run import train_tracked
@@ -132,7 +153,6 @@ def train(config_path, overrides, data_dir, resume, jobs, no_progress):
     from rul.training.run import train as train_plan
 
     world = World.from_env()
-    config = _load_config(config_path, overrides, data_dir)
     if config.ensemble > 1:
         if world.distributed:
             raise UserError(f"ensemble={config.ensemble}: train an ensemble in one process "
@@ -140,7 +160,7 @@ def train(config_path, overrides, data_dir, resume, jobs, no_progress):
         if resume:
             raise UserError(f"--resume: an ensemble (ensemble={config.ensemble}) is not "
                             "resumable; run the command again to train it anew")
-        return _train_ensemble(config, jobs, progress=not no_progress)
+        return _train_ensemble(config, jobs, progress=not no_progress, subset=subset)
     if jobs > 1:
         raise UserError(f"--jobs {jobs}: a single model trains in one process (--jobs runs "
                         "an ensemble's members side by side; torchrun splits one training)")
@@ -149,11 +169,11 @@ def train(config_path, overrides, data_dir, resume, jobs, no_progress):
         try:
             with process_group(world, config.device):
                 if not world.is_main:  # trains its share; writes nothing, tracks nothing
-                    train_plan(plan_run(config, world=world), progress=False)
+                    train_plan(plan_run(config, world=world, subset=subset), progress=False)
                     return
                 outcome, run_id = train_tracked(config, resume=True if resume == "newest"
                                                 else resume or False, progress=not no_progress,
-                                                on_run_created=run_ids.append)
+                                                on_run_created=run_ids.append, subset=subset)
         except PeerLost as error:
             click.echo(f"error: {error}; the run is marked FAILED" if world.is_main
                        else f"error: {error}", err=True)
@@ -182,13 +202,13 @@ def _track_line(config, metrics: dict) -> str:
     return line
 
 
-def _train_ensemble(config, jobs: int, progress: bool) -> None:
+def _train_ensemble(config, jobs: int, progress: bool, subset) -> None:
     from rul.tracking.ensemble_run import train_ensemble
     from rul.tracking.store import configure, ensure_experiment
 
     with _ends_cleanly("the ensemble's runs are marked KILLED; run the command again to "
                        "train it anew"):
-        outcome, run_id = train_ensemble(config, jobs, progress=progress)
+        outcome, run_id = train_ensemble(config, jobs, progress=progress, subset=subset)
     m = outcome.metrics
     members = "  ".join(f"{o.metrics['test_rmse']:.2f}" for o in outcome.members)
     uri = configure(config.tracking_uri)
@@ -219,10 +239,11 @@ def evaluate(config_path, overrides, n_seeds, data_dir, jobs, no_progress):
 
     Nothing is selected on the test set; one parent MLflow run holds the aggregates, one child
     run per seed; nothing is registered."""
+    config = _load_config(config_path, overrides, data_dir)
+    _check_inputs(config)
     from rul.evaluation.seeds import summary_table
     from rul.tracking.evaluation_run import evaluate_seeds
 
-    config = _load_config(config_path, overrides, data_dir)
     with _ends_cleanly("the evaluation's runs are marked KILLED; run the command again to "
                        "start it over"):
         evaluation = evaluate_seeds(config, n_seeds, jobs, progress=not no_progress)
@@ -326,9 +347,10 @@ def predict(model_uri, input_path, output, tracking_uri, short_history, strict, 
 @click.option("--data-dir", type=click.Path(file_okay=False), help="Local C-MAPSS folder.")
 def tune(config_path, overrides, data_dir, **study):
     """Search the effective batch, learning rate and more with Optuna."""
+    config = _load_config(config_path, overrides, data_dir, loader=cfg.load_tuning)
+    _check_inputs(config.train, study["storage"])
     from rul.tuning.study import quiet_optuna, run_study
 
-    config = _load_config(config_path, overrides, data_dir, loader=cfg.load_tuning)
     with _ends_cleanly("the study's runs are marked KILLED and the study is kept; run the same "
                        "command again to continue it", on_first_signal=quiet_optuna):
         summary = run_study(config, **study)

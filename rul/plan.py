@@ -71,9 +71,11 @@ class EnsemblePlan:
 
 
 def plan_run(config: TrainConfig, resume: ResumeTarget | None = None,
-             data: PreparedData | None = None, world: World | None = None) -> RunPlan:
+             data: PreparedData | None = None, world: World | None = None,
+             subset: CMAPSSSubset | None = None) -> RunPlan:
     """The plan of one training of `config`: on `data` when it is already prepared (an
-    ensemble's members share it), in `world` (default: torchrun's, or a world of 1).
+    ensemble's members share it), else on `subset` when its files are already read (the
+    command line reads them before torch), in `world` (default: torchrun's, or a world of 1).
     Under torchrun every rank calls this: rank 0 reads the checkpoint and measures the split,
     the other ranks receive them."""
     world = world or current_world()
@@ -85,7 +87,7 @@ def plan_run(config: TrainConfig, resume: ResumeTarget | None = None,
                                   resumed=(state or {}).get("precision"))
     seeds = derive_seeds(config.seed)
     if data is None:
-        data = prepare_data(config, seeds.split)
+        data = prepare_data(config, seeds.split, subset)
         check_calibration(config, [data])
     network = NetworkSpec.of(config, data.preprocessor.n_features)
     trained, split = _micro_batch_split(config, network, data, precision, world)

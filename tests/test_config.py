@@ -479,3 +479,27 @@ def test_cli_refuses_bad_configs_with_exit_code_2_and_no_traceback(args, message
     assert message in result.output
     assert "Traceback" not in result.output
     assert list(tmp_path.iterdir()) == []  # refused before anything was written
+
+
+@pytest.mark.parametrize("mistake", ["epoks=3", "model=foo", "bad-data", "tune n_trials=x"])
+def test_a_mistake_is_answered_before_torch_and_mlflow_are_imported(mistake, write_cmapss,
+                                                                    rewrite, tmp_path):
+    """The config, the overrides and the data files are checked first (how long that takes
+    is `python -m bench mistakes`): a mistake imports neither torch nor mlflow."""
+    import subprocess
+    import sys
+
+    folder = write_cmapss()
+    rewrite(folder / "train_FD001.txt", 3, lambda tokens: tokens + ["1.0"])
+    args = {"epoks=3": ["train", "epoks=3"], "model=foo": ["train", "model=foo"],
+            "bad-data": ["train", f"data_dir={folder}"],
+            "tune n_trials=x": ["tune", "n_trials=x"]}[mistake]
+    script = ("import sys\nfrom click.testing import CliRunner\nfrom rul.cli import main\n"
+              f"r = CliRunner().invoke(main, {args!r})\n"
+              "print(r.exit_code, 'torch' in sys.modules, 'mlflow' in sys.modules)\n"
+              "print(r.output.strip().splitlines()[-1])")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=tmp_path)
+    code, line = done.stdout.splitlines()
+    assert code == "2 False False", (done.stdout, done.stderr[-500:])
+    assert line.startswith("Error: ") and ("line 3" in line if mistake == "bad-data" else True)

@@ -33,12 +33,13 @@ MEMBER_TAG = "ensemble.member"
 FOLD_TAG = "ensemble.fold"  # ensemble_split: folds, the fold a member validates on
 
 
-def train_ensemble(config, jobs: int = 1, progress: bool = True
+def train_ensemble(config, jobs: int = 1, progress: bool = True, subset=None
                    ) -> tuple[EnsembleOutcome, str]:
-    """`rul train ... ensemble=N`: plan the members and track the ensemble as the config says
-    (registered when config.register); return (outcome, the ensemble's run id)."""
-    return track_ensemble(plan_ensemble(config), RunRole(register=config.register), jobs,
-                          progress)
+    """`rul train ... ensemble=N`: plan the members (on `subset` when its files are already
+    read) and track the ensemble as the config says (registered when config.register);
+    return (outcome, the ensemble's run id)."""
+    return track_ensemble(plan_ensemble(config, subset), RunRole(register=config.register),
+                          jobs, progress)
 
 
 def track_ensemble(ensemble, role: RunRole, jobs: int = 1, progress: bool = True

@@ -65,13 +65,14 @@ def default_run_name(config, world_size: int = 1) -> str:
 
 
 def train_tracked(config, resume: bool | str = False, progress: bool = True,
-                  on_run_created: Callable[[str], None] | None = None):
+                  on_run_created: Callable[[str], None] | None = None, subset=None):
     """`rul train`: plan `config` (continuing the newest unfinished run of it with
-    resume=True, or the run `resume` names) and track it as the config says; return
-    (outcome, run_id). `on_run_created(run_id)` once the run exists."""
+    resume=True, or the run `resume` names; on `subset` when its files are already read)
+    and track it as the config says; return (outcome, run_id). `on_run_created(run_id)`
+    once the run exists."""
     target = resume_target(config, None if resume is True else resume) if resume else None
     role = RunRole(register=config.register, on_run_created=on_run_created)
-    return track(plan_run(config, target), role, progress=progress)
+    return track(plan_run(config, target, subset=subset), role, progress=progress)
 
 
 def resume_target(config, run_id: str | None = None) -> ResumeTarget:
