@@ -27,7 +27,8 @@ class ServiceError(click.ClickException):
 # cannot have raised one, and importing mlflow or torch to catch a config error would cost
 # seconds (`_user_errors` takes only the loaded ones).
 USER_ERRORS = (("rul.config", "ConfigError"), ("rul.data.errors", "DataError"),
-               ("rul.data.errors", "DataUnavailableError"), ("mlflow.exceptions", "MlflowException"),
+               ("rul.data.errors", "DataUnavailableError"),
+               ("mlflow.exceptions", "MlflowException"),
                ("rul.tracking.run_checkpoints", "CannotResume"),
                ("rul.training.checkpoint", "CheckpointDamaged"))
 
