@@ -45,10 +45,12 @@ def _check_inputs(config, storage: str | None = None):
     one line)."""
     from rul.data import load_subset
     from rul.services import hidden_password, missing_driver
+    from rul.tracking_uri import missing_folder, store_uri
 
     with _ends_cleanly("nothing was started"):
-        for what, url in (("tracking_uri", config.tracking_uri), ("--storage", storage)):
-            missing = missing_driver(url) if url else None
+        for what, url in (("tracking_uri", store_uri(config.tracking_uri)),
+                          ("--storage", storage)):
+            missing = (missing_driver(url) or missing_folder(url)) if url else None
             if missing:
                 raise cfg.ConfigError(f"{what} {hidden_password(url)}: {missing}")
         return load_subset(config.subset, config.data_dir)
@@ -185,10 +187,24 @@ def train(config_path, overrides, data_dir, resume, jobs, no_progress):
         f"\ntest RMSE {m['test_rmse']:.2f} (uncapped {m['test_rmse_uncapped']:.2f})  "
         f"MAE {m['test_mae']:.2f}  score {m['test_score']:.1f}  "
         f"best epoch {m['best_epoch']} (val RMSE {m['best_val_rmse']:.2f})\n"
-        f"{_track_line(config, m)}\n"
+        f"{_track_line(config, m)}\n{_registry_line(run_id)}"
         f"run {run_id} in experiment {config.experiment_name!r}\n"
         f"browse: {browse_hint(uri, ensure_experiment(config.experiment_name))}"
     )
+
+
+def _registry_line(run_id: str) -> str:
+    """Where the run's model went in the registry (what tracking.registry recorded on the
+    run), as a line ending in a newline; '' when it was not registered."""
+    from mlflow.tracking import MlflowClient
+
+    tags = MlflowClient().get_run(run_id).data.tags
+    if "registered_version" not in tags:
+        return ""
+    champion = tags.get("champion_version")
+    promoted = tags.get("champion_promoted") == "true"
+    return (f"registered {tags['registered_model']} version {tags['registered_version']}; "
+            f"champion: version {champion}{' (this run)' if promoted else ''}\n")
 
 
 def _track_line(config, metrics: dict) -> str:
@@ -219,7 +235,7 @@ def _train_ensemble(config, jobs: int, progress: bool, subset) -> None:
         f"score {m['test_score']:.1f}  "
         f"{'out-of-fold ' if config.ensemble_split == 'folds' else ''}val RMSE "
         f"{m['val_rmse']:.2f}\n"
-        f"{_track_line(config, m)}\n"
+        f"{_track_line(config, m)}\n{_registry_line(run_id)}"
         f"run {run_id} in experiment {config.experiment_name!r}\n"
         f"browse: {browse_hint(uri, ensure_experiment(config.experiment_name))}"
     )

@@ -1,4 +1,5 @@
-"""What a command prints besides its results: warnings as one line of rul's own.
+"""What a command prints besides its results: warnings as one line of rul's own, and no
+library's notes at INFO level about work rul says in its own words (`quiet`).
 
 Python shows a warning as `file:line: Category: message` followed by the line of source that
 raised it, which tells a user nothing they can act on. The command line shows each as
@@ -6,8 +7,11 @@ raised it, which tells a user nothing they can act on. The command line shows ea
 through the same way: a real one still reaches the user, without the source line.
 """
 
+import io
+import logging
 import sys
 import warnings
+from contextlib import contextmanager, redirect_stderr
 
 _shown: set[str] = set()
 
@@ -23,3 +27,33 @@ def show_warning(message, category, filename, lineno, file=None, line=None) -> N
 def one_line_warnings() -> None:
     """Show warnings as `show_warning` does, for the rest of the process."""
     warnings.showwarning = show_warning
+
+
+@contextmanager
+def quiet(*loggers: str):
+    """Inside the block the named loggers say only warnings and errors (their INFO notes
+    about work rul reports itself: creating a store's tables, validating an input example)."""
+    found = [logging.getLogger(name) for name in loggers]
+    levels = [logger.level for logger in found]
+    try:
+        for logger in found:
+            logger.setLevel(max(logger.getEffectiveLevel(), logging.WARNING))
+        yield
+    finally:
+        for logger, level in zip(found, levels, strict=True):
+            logger.setLevel(level)
+
+
+@contextmanager
+def said_in_one_line(chatter: tuple[str, ...]):
+    """A library call that prints notes on stderr about work the command reports itself:
+    its lines holding one of `chatter` are dropped, any other line (a real warning) is
+    passed on as it came."""
+    caught = io.StringIO()
+    try:
+        with redirect_stderr(caught):
+            yield
+    finally:
+        for line in caught.getvalue().splitlines():
+            if line.strip() and not any(note in line for note in chatter):
+                print(line, file=sys.stderr)

@@ -61,3 +61,43 @@ def test_a_warning_shows_its_first_line_once(capsys):
         show_warning(UserWarning("first line\nsecond line"), UserWarning, "x.py", 3)
     show_warning(UserWarning(""), DeprecationWarning, "x.py", 3)
     assert capsys.readouterr().err == "warning: first line\nwarning: DeprecationWarning\n"
+
+
+# Every line `rul train` and `rul tune` may print (stdout and stderr) on a first run: rul's
+# own. A line of MLflow's, Optuna's or Python's warning machinery fails the test below.
+ALLOWED = [r"a new MLflow store: sqlite:///mlflow\.db",
+           r"warning: padded \d+ test unit\(s\) shorter than the window .*",
+           r"test RMSE [\d.]+ \(uncapped [\d.]+\)  MAE [\d.]+  score [\d.]+  best epoch \d+ "
+           r"\(val RMSE [\d.]+\)",
+           r"track sensors(; test interval coverage \d+%, mean width [\d.]+ cycles)?",
+           r"registered rul-fd001 version \d+; champion: version \d+( \(this run\))?",
+           r"run [0-9a-f]{32} in experiment 'rul-fd001'",
+           r"browse: .*mlflow ui --backend-store-uri .* --port \d+, then http://.*",
+           r"study tiny-study: (new|continuing \(\d+ trials so far\))",
+           r"study tiny-study: \d+ trials complete \d+.*",
+           r"best trial \d+: val_rmse [\d.]+ with \{.*\}",
+           r"registered rul-fd001 v\d+ \(champion moved: (true|false)\)"]
+
+
+def test_train_and_tune_print_only_rul_s_own_lines(write_cmapss, tmp_path):
+    import re
+    import subprocess
+    import sys
+
+    folder = write_cmapss(train_lengths=(52, 60, 35, 47, 41, 55, 49, 58, 44, 50))
+    tiny = ["epochs=1", "filters=4", "num_layers=2", "hidden_size=8", "window=20",
+            "micro_batch_size=64", "accumulation_steps=1", f"data_dir={folder}"]
+    (tmp_path / "tune.yaml").write_text(
+        "study_name: tiny-study\nn_trials: 2\nsearch_space:\n"
+        "  lr: {type: float, low: 0.001, high: 0.003}\n")
+    printed = []
+    for args in (["train", *tiny, "--no-progress"],
+                 ["tune", str(tmp_path / "tune.yaml"), *tiny]):
+        done = subprocess.run([sys.executable, "-m", "rul", *args], cwd=tmp_path,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-1500:]
+        printed += (done.stdout + done.stderr).splitlines()
+    foreign = [line for line in printed if line.strip()
+               and not any(re.fullmatch(pattern, line) for pattern in ALLOWED)]
+    assert foreign == []
+    assert any(line.startswith("registered rul-fd001 version 1") for line in printed)

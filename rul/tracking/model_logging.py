@@ -18,6 +18,7 @@ from pathlib import Path
 import mlflow
 import torch
 
+from rul.console import quiet
 from rul.serving import lean_pyfunc
 from rul.serving.onnx_export import save_runtime
 from rul.serving.runtime import RUNTIME_FOLDER
@@ -47,7 +48,7 @@ def _log_model(network_spec, data, networks: list, interval, workdir: Path) -> s
     spec = save_runtime(runtime, network_spec, networks, data.preprocessor, interval)
     members = len(networks)
     example = data.subset.test[data.subset.test["unit"].isin([1, 2])]
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), quiet("mlflow.pyfunc", "mlflow.models.model"):
         # unit and cycle are integers that are never missing: MLflow's hint about NaN in
         # integer columns does not apply.
         warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")

@@ -7,6 +7,7 @@ import math
 import mlflow
 from mlflow.tracking import MlflowClient
 
+from rul.console import said_in_one_line
 from rul.data.schema import COLUMNS
 from rul.serving.signature import OUTPUT_COLUMNS
 from rul.tracking.metric_names import read
@@ -150,13 +151,29 @@ def move_champion(client: MlflowClient, name: str) -> tuple[str | None, int]:
                        "rounds: too many concurrent registrations")
 
 
+def logged_model_uri(client: MlflowClient, run_id: str) -> str:
+    """The URI of the model run `run_id` logged (`models:/m-...`: what MLflow 3 registers
+    without a fallback warning); `runs:/<id>/model` for a run logged before MLflow 3."""
+    run = client.get_run(run_id)
+    found = mlflow.search_logged_models(
+        experiment_ids=[run.info.experiment_id], output_format="list",
+        filter_string=f"source_run_id = '{run_id}' and name = 'model'")
+    return found[0].model_uri if found else f"runs:/{run_id}/model"
+
+
+# What mlflow.register_model prints on stderr about work the command reports itself.
+REGISTRATION_CHATTER = ("Successfully registered model", "Created version",
+                        "already exists. Creating a new version")
+
+
 def register_and_promote(model_uri: str, name: str, run_id: str, val_rmse: float) -> dict:
     """Register `model_uri` as a new, described version of `name`, then move `champion` to the
     best version (this one if its validation RMSE beats the champion's; a tie keeps the older
     champion). What happened is recorded as tags on the run and on the version."""
     client = MlflowClient()
     run = client.get_run(run_id)
-    version = mlflow.register_model(model_uri, name, tags=version_tags(run, val_rmse))
+    with said_in_one_line(REGISTRATION_CHATTER):  # the command says it in its own words
+        version = mlflow.register_model(model_uri, name, tags=version_tags(run, val_rmse))
     client.update_model_version(name, version.version,
                                 description=version_description(run, val_rmse))
     _describe_model(client, name, model_uri)

@@ -8,6 +8,7 @@ processes doing it at once fail), under an flock on the database's folder.
 
 import fcntl
 import os
+import sys
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -15,8 +16,8 @@ import mlflow
 from mlflow.tracking import MlflowClient
 
 from rul import services
-
-DEFAULT_URI = "sqlite:///mlflow.db"  # MLflow 3's own default: metadata here, artifacts ./mlruns
+from rul.console import quiet
+from rul.tracking_uri import DEFAULT_URI, sqlite_path, store_uri  # noqa: F401 (their home)
 
 # MLflow 3's UI opens an experiment in its GenAI (traces) view unless told otherwise; this tag,
 # MLflow's own, makes it open on the runs table and model metrics.
@@ -25,11 +26,6 @@ EXPERIMENT_KIND = "custom_model_development"
 DATABASES = ("postgresql", "mysql", "mssql", "oracle")
 
 _ready: set[str] = set()  # stores made ready in this process
-
-
-def store_uri(tracking_uri: str | None = None) -> str:
-    """Config key > MLFLOW_TRACKING_URI > sqlite:///mlflow.db in the working directory."""
-    return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
 
 
 def configure(tracking_uri: str | None = None) -> str:
@@ -42,14 +38,6 @@ def configure(tracking_uri: str | None = None) -> str:
     return uri
 
 
-def sqlite_path(uri: str) -> Path | None:
-    """The database file of a `sqlite:///` URI (None for other stores and in-memory ones)."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    path = uri.removeprefix("sqlite:///").split("?")[0]
-    return None if not path or path.startswith(":memory:") else Path(path)
-
-
 def _make_ready(uri: str) -> None:
     database = sqlite_path(uri)
     key = str(database.resolve()) if database else uri
@@ -60,7 +48,9 @@ def _make_ready(uri: str) -> None:
     elif uri.split(":")[0].split("+")[0] in DATABASES:
         services.wait_for_database(uri, "MLflow tracking store")
     if database is not None:
-        with _first_use_lock(database):
+        with _first_use_lock(database), quiet("mlflow.store.db.utils", "alembic"):
+            if not database.exists():
+                print(f"a new MLflow store: {uri}", file=sys.stderr)
             MlflowClient(uri).search_experiments(max_results=1)  # creates or checks the tables
     _ready.add(key)
 

@@ -13,6 +13,7 @@ server, an flock beside a local file.
 """
 
 import fcntl
+import warnings
 import zlib
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -113,7 +114,9 @@ def _retrying(max_retry: int):
 def retried_trial_numbers(trials) -> set[int]:
     """Numbers of FAIL trials that a retry replaced (they do not count towards n_trials)."""
     history = optuna.storages.RetryHeartbeatStaleTrialCallback.retry_history
-    return {number for trial in trials for number in history(trial)}
+    with warnings.catch_warnings():  # Optuna marks it experimental: rul relies on it knowingly
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return {number for trial in trials for number in history(trial)}
 
 
 def study_lock(url: str | None, workers: int, study_name: str):

@@ -26,7 +26,11 @@ from rul.errors import ConfigError
 from rul.interrupts import deferred, exit_code, immediate, interrupts_as_exceptions
 from rul.plan import plan_run
 from rul.tracking.lifecycle import run_ends_cleanly
-from rul.tracking.registry import register_and_promote, registered_model_name
+from rul.tracking.registry import (
+    logged_model_uri,
+    register_and_promote,
+    registered_model_name,
+)
 from rul.tracking.store import configure, ensure_experiment
 from rul.tracking.tracked_run import RunRole, track
 from rul.training.listener import TrainingListener
@@ -375,6 +379,7 @@ def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float 
         raise ConfigError("the config has no search_space to tune (a tuning config lists one: "
                           "experiments/tune_fd001.yaml)")
     check_url(storage, workers)  # before anything is written
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # rul says what the study is
     n_trials = n_trials if n_trials is not None else config.n_trials
     study_name = study_name or config.effective_study_name
     wait_for_server(storage, workers)  # a server that does not answer: bounded, then one line
@@ -385,6 +390,9 @@ def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float 
         opened = open_study_storage(config, storage, workers)  # may create Optuna's tables
         heartbeat = has_heartbeat(opened)
         study = load_study(config, opened, study_name)
+        done = len(study.trials)
+        print(f"study {study_name}: " + (f"continuing ({done} trials so far)" if done else
+                                         "new"), file=sys.stderr)
         parent_run_id = study.user_attrs.get("mlflow_parent_run_id")
         if parent_run_id is None:
             parent_run_id = client.create_run(experiment_id, run_name=study_name,
@@ -457,7 +465,8 @@ def _record_study(study: optuna.Study, parent_run_id: str, config: TuningConfig)
     ):
         lines.append(f"best trial's model is already registered as {name}")
     elif best_run and config.train.register:  # reuse the best trial's logged model
-        record = register_and_promote(f"runs:/{best_run}/model", name, best_run, best_value)
+        record = register_and_promote(logged_model_uri(client, best_run), name, best_run,
+                                      best_value)
         for key, value in record.items():
             client.set_tag(parent_run_id, key, value)
         lines.append(f"registered {record['registered_model']} v{record['registered_version']}"

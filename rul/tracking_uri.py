@@ -1,0 +1,31 @@
+"""Which MLflow store a command tracks to, read without importing MLflow (the command line
+checks it before the heavy imports): config key > MLFLOW_TRACKING_URI > the default SQLite
+store in the working folder. rul.tracking.store makes it ready."""
+
+import os
+from pathlib import Path
+
+DEFAULT_URI = "sqlite:///mlflow.db"  # MLflow 3's own default: metadata here, artifacts ./mlruns
+
+
+def store_uri(tracking_uri: str | None = None) -> str:
+    """Config key > MLFLOW_TRACKING_URI > sqlite:///mlflow.db in the working directory."""
+    return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///` URI (None for other stores and in-memory ones)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri.removeprefix("sqlite:///").split("?")[0]
+    return None if not path or path.startswith(":memory:") else Path(path)
+
+
+def missing_folder(uri: str) -> str | None:
+    """Why a SQLite store cannot be where `uri` says: its folder does not exist (a mistyped
+    path would otherwise start a new, empty store without a word). None when it can."""
+    database = sqlite_path(uri)
+    if database is None or database.absolute().parent.is_dir():
+        return None
+    return (f"its folder {database.parent} does not exist (a mistyped path? create the folder "
+            "to start a new store there)")
