@@ -27,7 +27,12 @@ from rul.serving.spec import SPEC_FILE, InferenceSpec
 
 # What the served model imports: MLflow's pyfunc base (mlflow-skinny), onnxruntime, numpy,
 # pandas. Nothing from training (torch, scikit-learn, tqdm, click, YAML, matplotlib, optuna).
-INFERENCE_PACKAGES = ("mlflow-skinny", "onnxruntime", "numpy", "pandas")
+# What the served model needs, pinned to the versions it was logged with: mlflow-skinny to
+# load it, onnxruntime, numpy and pandas to run it, and SQLAlchemy with alembic so that
+# mlflow-skinny reads the default store (sqlite:///mlflow.db) by alias, as the README's
+# `mlflow.pyfunc.load_model("models:/rul-fd001@champion")` does.
+INFERENCE_PACKAGES = ("mlflow-skinny", "onnxruntime", "numpy", "pandas", "sqlalchemy",
+                      "alembic")
 WEIGHTS_FOLDER = "weights"
 
 
