@@ -270,6 +270,30 @@ def test_an_interrupted_run_whose_checkpoint_was_deleted_says_so(synthetic, monk
     assert "before its first epoch" not in result.stderr
 
 
+def test_the_next_command_closes_a_run_its_killed_process_left_running(synthetic):
+    """kill -9 leaves the run RUNNING (and a logged model PENDING): the next training in the
+    experiment marks it KILLED and the model FAILED, says so in one line before it starts,
+    and the killed run can still be resumed."""
+    from mlflow.entities import LoggedModelStatus
+
+    store, args, config = synthetic
+    killed = interrupted_run(config)
+    client = MlflowClient(store.uri)
+    client.update_run(killed, status="RUNNING")  # what SIGKILL leaves: no clean-up ran
+    experiment = client.get_run(killed).info.experiment_id
+    pending = client.create_logged_model(experiment, name="model", source_run_id=killed)
+    assert pending.status == LoggedModelStatus.PENDING
+    other = [a for a in args if not a.startswith("seed=")] + [f"seed={config.seed + 1}"]
+    result = CliRunner().invoke(main, ["train", *other, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert (f"run {killed} was left RUNNING by a process that is gone: marked KILLED (continue "
+            f"it with: rul train ... --resume {killed})") in result.stderr.splitlines()
+    assert client.get_run(killed).info.status == "KILLED"
+    assert client.get_logged_model(pending.model_id).status == LoggedModelStatus.FAILED
+    assert resume(args, killed).exit_code == 0
+    assert client.get_run(killed).info.status == "FINISHED"
+
+
 @pytest.mark.parametrize("by_id", [False, True])
 def test_resume_after_a_config_change_names_the_run_and_the_keys(synthetic, by_id):
     """`--resume lr=0.01`: no unfinished run of that config, but one of the config it

@@ -271,3 +271,24 @@ def test_two_processes_registering_at_once_leave_the_alias_on_the_best(store, na
     assert [w.exitcode for w in workers] == [0, 0]
     with pytest.raises(queue.Empty):
         results.get_nowait()
+
+
+def test_a_run_is_registered_once(store, name):
+    run_id = make_run(store)
+    first = register(store, name, 12.0, run_id)
+    again = register(store, name, 12.0, run_id)  # e.g. a resumed run that had registered
+    assert again["registered_version"] == first["registered_version"]
+    assert len(store.client.search_model_versions(f"name='{name}'")) == 1
+
+
+def test_the_version_of_a_run_that_did_not_finish_never_takes_the_champion(store, name):
+    """A run killed right after registering (left RUNNING, or marked KILLED since) keeps its
+    version, but the alias moves only to versions of runs that finished."""
+    register(store, name, 12.0)  # version 1, champion
+    killed = make_run(store)
+    register(store, name, 5.0, killed)  # version 2 would win...
+    store.client.update_run(killed, status="KILLED")  # ...but its run never finished
+    record = register(store, name, 11.0)  # version 3
+    assert record["champion_version"] == "3"
+    record = register(store, name, 5.0, killed)  # the killed run resumed and finished
+    assert int(record["registered_version"]) == 2 and record["champion_version"] == "2"

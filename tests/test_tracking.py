@@ -232,8 +232,15 @@ def test_champion_moves_only_on_improvement(fd001_store, fd001_client, trained):
     assert tags["champion_previous_version"] == champion
     assert champion_version(fd001_client) == champion
 
-    try:  # a (faked) better validation RMSE moves the alias
-        record = register_and_promote(f"runs:/{worse_id}/model", MODEL_NAME, worse_id, 1e-3)
+    # a run is registered once: registering it again keeps its version and its figure
+    again = register_and_promote(f"runs:/{worse_id}/model", MODEL_NAME, worse_id, 1e-3)
+    assert str(again["registered_version"]) == worse_version
+    assert again["champion_promoted"] == "false"
+    try:  # another (finished) run with a (faked) better validation RMSE moves the alias
+        better = fd001_client.create_run(fd001_client.get_run(worse_id).info.experiment_id)
+        fd001_client.set_terminated(better.info.run_id)
+        record = register_and_promote(f"runs:/{worse_id}/model", MODEL_NAME,
+                                      better.info.run_id, 1e-3)
         assert record["champion_promoted"] == "true"
         assert str(record["champion_previous_version"]) == champion
         new = str(record["registered_version"])

@@ -103,19 +103,39 @@ def _describe_model(client: MlflowClient, name: str, model_uri: str) -> None:
         client.update_registered_model(name, description=description)
 
 
-def _val_rmse_by_version(client: MlflowClient, name: str) -> dict[str, float]:
-    """Every version of `name` and its validation RMSE (inf where it has none)."""
-    found, token = {}, None
+def _versions(client: MlflowClient, name: str) -> list:
+    """Every version of `name` (all pages)."""
+    found, token = [], None
     while True:
         page = client.search_model_versions(f"name='{name}'", page_token=token)
-        for v in page:
-            try:
-                found[str(v.version)] = float(v.tags.get(VAL_RMSE_TAG, math.inf))
-            except ValueError:
-                found[str(v.version)] = math.inf
+        found += list(page)
         token = page.token
         if not token:
             return found
+
+
+def _run_of(version) -> str | None:
+    """The run a version was registered for (the tag register_and_promote sets; MLflow's
+    own source run for versions registered otherwise)."""
+    return version.tags.get("run_id") or version.run_id
+
+
+def _val_rmse_by_version(client: MlflowClient, name: str, own_run: str | None = None
+                         ) -> dict[str, float]:
+    """Every version of `name` and its validation RMSE (inf where it has none, and where its
+    run did not finish: a run killed after registering must not take the champion; `own_run`,
+    the run registering now, counts as finished)."""
+    found, finished = {}, {}
+    for v in _versions(client, name):
+        run = _run_of(v)
+        if run and run != own_run and run not in finished:
+            finished[run] = client.get_run(run).info.status == "FINISHED"
+        try:
+            value = float(v.tags.get(VAL_RMSE_TAG, math.inf))
+        except ValueError:
+            value = math.inf
+        found[str(v.version)] = value if finished.get(run, True) else math.inf
+    return found
 
 
 def _champion(client: MlflowClient, name: str) -> str | None:
@@ -132,20 +152,24 @@ def best_version(val_rmse: dict[str, float], champion: str | None) -> str | None
     return min(finite, key=lambda v: (finite[v], v != champion, int(v)))
 
 
-def move_champion(client: MlflowClient, name: str) -> tuple[str | None, int]:
+def move_champion(client: MlflowClient, name: str, own_run: str | None = None
+                  ) -> tuple[str | None, int]:
     """Point `champion` at the best version, convergently under concurrent registrations.
 
     Read every version's val_rmse and the alias, set the alias to the best, then re-read: done
     only when the versions are the ones the decision was made on and the alias points at the
     best of them. A process that moved the alias on a stale read sees the newer version on its
     re-read and moves it again, so whichever run finishes last, the alias ends on the best.
+    Only versions of finished runs compete (and `own_run`'s, the one registering now).
     Returns (champion version, rounds)."""
     for rounds in range(1, MAX_GUARD_ROUNDS + 1):
-        versions, champion = _val_rmse_by_version(client, name), _champion(client, name)
+        versions = _val_rmse_by_version(client, name, own_run)
+        champion = _champion(client, name)
         best = best_version(versions, champion)
         if best is not None and best != champion:
             client.set_registered_model_alias(name, CHAMPION, best)
-        if _val_rmse_by_version(client, name) == versions and _champion(client, name) == best:
+        if (_val_rmse_by_version(client, name, own_run) == versions
+                and _champion(client, name) == best):
             return best, rounds
     raise RuntimeError(f"the {CHAMPION} alias of {name} did not settle in {MAX_GUARD_ROUNDS} "
                        "rounds: too many concurrent registrations")
@@ -167,13 +191,18 @@ REGISTRATION_CHATTER = ("Successfully registered model", "Created version",
 
 
 def register_and_promote(model_uri: str, name: str, run_id: str, val_rmse: float) -> dict:
-    """Register `model_uri` as a new, described version of `name`, then move `champion` to the
-    best version (this one if its validation RMSE beats the champion's; a tie keeps the older
+    """Register `model_uri` as a new, described version of `name` (unless run `run_id` is
+    registered already: then its version), then move `champion` to the best version of a
+    finished run (this one if its validation RMSE beats the champion's; a tie keeps the older
     champion). What happened is recorded as tags on the run and on the version."""
     client = MlflowClient()
     run = client.get_run(run_id)
-    with said_in_one_line(REGISTRATION_CHATTER):  # the command says it in its own words
-        version = mlflow.register_model(model_uri, name, tags=version_tags(run, val_rmse))
+    registered = [v for v in _versions(client, name) if _run_of(v) == run_id]
+    if registered:  # a run is registered once: a resumed run that was, keeps its version
+        version = min(registered, key=lambda v: int(v.version))
+    else:
+        with said_in_one_line(REGISTRATION_CHATTER):  # the command says it in its own words
+            version = mlflow.register_model(model_uri, name, tags=version_tags(run, val_rmse))
     client.update_model_version(name, version.version,
                                 description=version_description(run, val_rmse))
     _describe_model(client, name, model_uri)
@@ -183,8 +212,8 @@ def register_and_promote(model_uri: str, name: str, run_id: str, val_rmse: float
         previous_version = None
     previous = None
     if previous_version is not None:
-        previous = _val_rmse_by_version(client, name).get(previous_version, math.inf)
-    champion, rounds = move_champion(client, name)
+        previous = _val_rmse_by_version(client, name, run_id).get(previous_version, math.inf)
+    champion, rounds = move_champion(client, name, run_id)
     promoted = champion == str(version.version)
     record = {"registered_model": name, "registered_version": version.version,
               "champion_promoted": str(promoted).lower(),

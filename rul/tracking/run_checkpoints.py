@@ -4,6 +4,9 @@ Two runs of one config never share a file. `--resume` continues the newest unfin
 the config whose checkpoint exists and that no live process holds (the lock is an flock, so a
 process killed even with SIGKILL releases it), or the run it is given.
 
+A run left RUNNING by a process that is gone (killed, its lock free) is marked KILLED by the
+next command that tracks to the experiment (`close_abandoned`), before it starts anything.
+
 The checkpoint is verified before the run is reopened: a damaged newest file gives way to the
 one before it (rul.training.checkpoint keeps it), said in one line; with none intact the run
 cannot be continued, its files are removed, a run left RUNNING by a killed process is marked
@@ -67,6 +70,35 @@ class RunCheckpoints:
             return False
         except BlockingIOError:
             return True
+
+    def close_abandoned(self, client: MlflowClient, experiment_id: str,
+                        resuming: str | None = None) -> list[str]:
+        """Runs of the experiment left RUNNING by a process that is gone: their lock file is
+        here and nobody holds it (the process was killed, SIGKILL too, since the flock went
+        with it). Each is marked KILLED, its logged models still PENDING are marked FAILED,
+        and one line says so; returns their ids. A run another process trains holds its
+        lock and is left alone, and so is the run this command `resuming`."""
+        from mlflow.entities import LoggedModelStatus
+
+        closed = []
+        for run in client.search_runs([experiment_id],
+                                      filter_string="attributes.status = 'RUNNING'"):
+            rid = run.info.run_id
+            if rid == resuming or not self._lock_path(rid).exists() or self.is_held(rid):
+                continue
+            client.set_terminated(rid, status="KILLED")
+            for model in client.search_logged_models(
+                    [experiment_id], filter_string=f"source_run_id = '{rid}'"):
+                if model.status == LoggedModelStatus.PENDING:
+                    client.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
+            kept = self.has_checkpoint(rid)
+            print(f"run {rid} was left RUNNING by a process that is gone: marked KILLED"
+                  + (f" (continue it with: rul train ... --resume {rid})" if kept else ""),
+                  file=sys.stderr)
+            if not kept:
+                self._lock_path(rid).unlink(missing_ok=True)
+            closed.append(rid)
+        return closed
 
     def resumable_run(self, client: MlflowClient, experiment_id: str, digest: str,
                       run_id: str | None = None) -> str:

@@ -123,6 +123,7 @@ def track(plan, role: RunRole = OWN_RUN, listener: TrainingListener | None = Non
     configure(config.tracking_uri)
     experiment_id = ensure_experiment(config.experiment_name)
     checkpoints = RunCheckpoints(config.checkpoint_dir)
+    checkpoints.close_abandoned(MlflowClient(), experiment_id, plan.resume_run_id)
     with deferred():  # the run and its identity are written whole, or not at all
         run_id = _open_run(plan, role, experiment_id)
         if role.on_run_created is not None:
