@@ -43,3 +43,37 @@ def test_two_trainings_started_at_once_on_a_new_store_both_finish(write_cmapss, 
     assert {r.info.status for r in runs} == {"FINISHED"}
     assert sorted(p.name for p in work.iterdir()) == ["mlflow.db", "mlruns"]  # no lock file
 
+
+
+def test_a_damaged_or_read_only_store_is_one_line_and_nothing_starts(write_cmapss, tmp_path,
+                                                                      monkeypatch):
+    from click.testing import CliRunner
+
+    from rul.cli import main
+    from rul.tracking import store
+
+    data_dir = write_cmapss()
+    monkeypatch.chdir(tmp_path)
+    args = ["train", *TINY, f"data_dir={data_dir}", "--no-progress"]
+    assert CliRunner().invoke(main, args).exit_code == 0  # a store with one run
+    database = tmp_path / "mlflow.db"
+    saved = database.read_bytes()
+    database.write_bytes(saved[: len(saved) // 2])  # cut in half
+    store._ready.clear()  # a new process would check it again
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        "Error: tracking store mlflow.db: the file is damaged (SQLite: database disk image is "
+        "malformed); restore it from a backup, or move it away to start a new store"]
+
+    database.write_bytes(saved)
+    store._ready.clear()
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path).name != "mlflow.db")
+    result = CliRunner().invoke(main, args)  # as another user would meet it (not root)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().endswith(
+        "is read-only for this user; make it writable, or track to another store "
+        "(tracking_uri=...)")
+    assert len(MlflowClient(f"sqlite:///{database}").search_runs(
+        [MlflowClient(f"sqlite:///{database}").get_experiment_by_name("rul-fd001")
+         .experiment_id])) == 1  # nothing started

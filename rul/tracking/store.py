@@ -16,6 +16,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 
 from rul import services
+from rul.config import ConfigError
 from rul.console import quiet
 from rul.tracking_uri import DEFAULT_URI, sqlite_path, store_uri  # noqa: F401 (their home)
 
@@ -26,6 +27,7 @@ EXPERIMENT_KIND = "custom_model_development"
 DATABASES = ("postgresql", "mysql", "mssql", "oracle")
 
 _ready: set[str] = set()  # stores made ready in this process
+DAMAGED = ("database disk image is malformed", "file is not a database")  # SQLite's words
 
 
 def configure(tracking_uri: str | None = None) -> str:
@@ -48,11 +50,31 @@ def _make_ready(uri: str) -> None:
     elif uri.split(":")[0].split("+")[0] in DATABASES:
         services.wait_for_database(uri, "MLflow tracking store")
     if database is not None:
+        _check_writable(database)
         with _first_use_lock(database), quiet("mlflow.store.db.utils", "alembic"):
             if not database.exists():
                 print(f"a new MLflow store: {uri}", file=sys.stderr)
-            MlflowClient(uri).search_experiments(max_results=1)  # creates or checks the tables
+            try:
+                MlflowClient(uri).search_experiments(max_results=1)  # creates or checks tables
+            except Exception as error:  # noqa: BLE001 (SQLAlchemy's, often inside MLflow's)
+                said = next((s for s in DAMAGED if s in str(error)), None)
+                if said is None:
+                    raise
+                raise ConfigError(f"tracking store {database}: the file is damaged (SQLite: "
+                                  f"{said}); restore it from a backup, or move it away to "
+                                  "start a new store") from None
     _ready.add(key)
+
+
+def _check_writable(database: Path) -> None:
+    """A SQLite store this user cannot write (the file, or the folder its journal goes in)
+    is one line before anything starts."""
+    folder = database.absolute().parent
+    if (database.exists() and not os.access(database, os.W_OK)) or (
+            folder.is_dir() and not os.access(folder, os.W_OK)):
+        what = database if database.exists() and not os.access(database, os.W_OK) else folder
+        raise ConfigError(f"tracking store {database}: {what} is read-only for this user; "
+                          "make it writable, or track to another store (tracking_uri=...)")
 
 
 @contextmanager
