@@ -1,5 +1,6 @@
 """Command line: `rul train`, `rul evaluate`, `rul predict`, `rul tune`, `rul report`."""
 
+import errno
 import os
 import sys
 from contextlib import contextmanager
@@ -15,6 +16,12 @@ from rul.reporting.cli import report
 
 class UserError(click.ClickException):
     exit_code = 2
+
+
+class DiskFull(click.ClickException):
+    """A write that found no space: exit 1, one line."""
+
+    exit_code = 1
 
 
 class ServiceError(click.ClickException):
@@ -82,12 +89,29 @@ def _ends_cleanly(after_interrupt, on_first_signal=None):
             yield
     except ServiceUnavailable as error:
         raise ServiceError(str(error)) from None
-    except _user_errors() as error:
-        raise UserError(str(error)) from None
+    except Exception as error:
+        full = _full_disk(error)
+        if full:
+            raise DiskFull(f"no space left on the device of {full}: free some, then run the "
+                           "command again (a run with a checkpoint continues with --resume)"
+                           ) from None
+        if isinstance(error, _user_errors()):
+            raise UserError(str(error)) from None
+        raise
     except KeyboardInterrupt as interruption:
         said = after_interrupt() if callable(after_interrupt) else after_interrupt
         click.echo(f"\n{_signal_name(interruption)}: {said}", err=True)
         sys.exit(exit_code(interruption))
+
+
+def _full_disk(error: Exception) -> str | None:
+    """What a write found full: a file (ENOSPC), or the tracking store (SQLite's words,
+    whether SQLAlchemy or MLflow raised them); None for any other error."""
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return str(error.filename or "a file rul wrote")
+    if "database or disk is full" in str(error):
+        return "the tracking store"
+    return None
 
 
 def _after_interrupted_training(config, run_ids: list, world) -> str:

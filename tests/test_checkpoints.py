@@ -270,6 +270,56 @@ def test_an_interrupted_run_whose_checkpoint_was_deleted_says_so(synthetic, monk
     assert "before its first epoch" not in result.stderr
 
 
+def test_a_full_disk_is_one_line_leaves_no_part_file_and_the_run_is_closed(synthetic,
+                                                                          monkeypatch):
+    """The epoch-2 checkpoint finds the disk full halfway, and so does marking the run FAILED:
+    one line for each, no .part file left, and the next command closes the run."""
+    import builtins
+    import errno
+
+    from mlflow.tracking import MlflowClient as Client
+
+    store, args, config = synthetic
+    real_open, saves = builtins.open, []
+
+    def filling(path, mode="r", *rest, **kwargs):
+        handle = real_open(path, mode, *rest, **kwargs)
+        if str(path).endswith(".pt.part"):
+            saves.append(path)
+            if len(saves) == 2:  # the second epoch's checkpoint: half written, then full
+                handle.write(b"x" * 1000)
+                handle.close()
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return handle
+
+    def store_full(self, run_id, status="FINISHED", *rest, **kwargs):
+        if status != "FINISHED":
+            raise RuntimeError("(sqlite3.OperationalError) database or disk is full\n[SQL: ...]")
+        return real_terminated(self, run_id, status, *rest, **kwargs)
+
+    real_terminated = Client.set_terminated
+    monkeypatch.setattr(builtins, "open", filling)
+    monkeypatch.setattr(Client, "set_terminated", store_full)
+    result = CliRunner().invoke(main, ["train", *args, "--no-progress"])
+    monkeypatch.undo()
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("Error: no space left on the device of ") and ".pt" in lines[-1]
+    assert "could not be marked FAILED (RuntimeError: (sqlite3.OperationalError) database or " \
+           "disk is full); the next rul command in this experiment closes it" in lines[-2]
+    assert "Traceback" not in result.output
+    assert not list(Path(config.checkpoint_dir).glob("*.part"))
+    client = MlflowClient(store.uri)
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name(config.experiment_name).experiment_id],
+        filter_string=f"params.seed = '{config.seed}'")
+    assert run.info.status == "RUNNING"  # the store could not take it
+    other = [a for a in args if not a.startswith("seed=")] + [f"seed={config.seed + 7}"]
+    again = CliRunner().invoke(main, ["train", *other, "--no-progress"])
+    assert again.exit_code == 0, again.output
+    assert client.get_run(run.info.run_id).info.status == "KILLED"
+
+
 def test_the_next_command_closes_a_run_its_killed_process_left_running(synthetic):
     """kill -9 leaves the run RUNNING (and a logged model PENDING): the next training in the
     experiment marks it KILLED and the model FAILED, says so in one line before it starts,

@@ -1,7 +1,9 @@
 """How an MLflow run ends: never left RUNNING, whatever stops the work inside it."""
 
-from contextlib import contextmanager
+import sys
+from contextlib import contextmanager, suppress
 
+import mlflow
 from mlflow.tracking import MlflowClient
 
 
@@ -19,7 +21,28 @@ def run_ends_cleanly(run_id: str, stop_exceptions: tuple[type[BaseException], ..
         raise
     except BaseException as error:
         status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
-        client.set_tag(run_id, "error", f"{type(error).__name__}: {error}"[:5000])
-        client.set_terminated(run_id, status=status)
+        try:
+            client.set_tag(run_id, "error", f"{type(error).__name__}: {error}"[:5000])
+            client.set_terminated(run_id, status=status)
+        except Exception as store_error:  # noqa: BLE001 (the store cannot take it: a full disk)
+            said = str(store_error).strip().splitlines()[0][:200] if str(store_error) else ""
+            print(f"run {run_id} could not be marked {status} ({type(store_error).__name__}: "
+                  f"{said}); the next rul command in this experiment closes it",
+                  file=sys.stderr)
         raise
     client.set_terminated(run_id, status="FINISHED")
+
+
+@contextmanager
+def active_run(run_id: str, nested: bool = False):
+    """`run_id` as MLflow's active run for the block (mlflow.start_run), ended after it. When
+    the block fails, the end's own write may fail too (a full disk): it must not hide the
+    block's error, which run_ends_cleanly records (MLflow pops the run before writing)."""
+    mlflow.start_run(run_id=run_id, nested=nested)
+    try:
+        yield
+    except BaseException:
+        with suppress(Exception):
+            mlflow.end_run(status="FAILED")
+        raise
+    mlflow.end_run()

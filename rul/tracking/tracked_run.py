@@ -19,7 +19,7 @@ from mlflow.utils import mlflow_tags
 
 from rul.interrupts import deferred
 from rul.plan import ResumeTarget, plan_run
-from rul.tracking.lifecycle import run_ends_cleanly
+from rul.tracking.lifecycle import active_run, run_ends_cleanly
 from rul.tracking.mlflow_listener import MLflowListener
 from rul.tracking.registry import register_and_promote, registered_model_name
 from rul.tracking.run_checkpoints import RunCheckpoints
@@ -131,7 +131,7 @@ def track(plan, role: RunRole = OWN_RUN, listener: TrainingListener | None = Non
     try:
         with run_ends_cleanly(run_id, role.stop_exceptions), \
                 checkpoints.held(run_id) as checkpointer, \
-                mlflow.start_run(run_id=run_id, nested=role.parent_run_id is not None):
+                active_run(run_id, nested=role.parent_run_id is not None):
             outcome = _train_in_run(plan, role, checkpointer, listener, progress)
             with deferred():  # results, model and registration: whole, then the signal
                 log_outcome(outcome)

@@ -70,11 +70,15 @@ def save(path: str | Path, state: dict) -> None:
     buffer = io.BytesIO()
     torch.save(state, buffer)
     payload = buffer.getbuffer()
-    with open(partial(path), "wb") as file:
-        file.write(MAGIC + hashlib.sha256(payload).digest())
-        file.write(payload)
-        file.flush()
-        os.fsync(file.fileno())
+    try:
+        with open(partial(path), "wb") as file:
+            file.write(MAGIC + hashlib.sha256(payload).digest())
+            file.write(payload)
+            file.flush()
+            os.fsync(file.fileno())
+    except OSError as error:  # a full disk: leave no half-written file, name the one it was
+        partial(path).unlink(missing_ok=True)
+        raise OSError(error.errno, error.strerror, str(path)) from None
     if path.exists():
         os.replace(path, previous(path))
     os.replace(partial(path), path)
