@@ -1,0 +1,101 @@
+"""Odd inputs: rows that are valid C-MAPSS but unlike what a model should learn from or be asked
+about, and one policy for them, the same in training and in serving. POLICY is the table the
+docs show (docs/hooks.py generates it); `find_odd` finds the kinds training acts on.
+
+Serving judges a request against the training fleet's envelope (rul.preprocessing.envelope);
+training judges the training engines against each other, since they are the fleet.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from rul.data.schema import SENSOR_COLUMNS
+from rul.preprocessing.windows import unit_lengths
+
+FAR_SPREADS = 20.0  # robust standard deviations (1.4826 MAD) from a column's median
+VARYING = 1e-3  # relative spread above which a sensor the model does not read "varies"
+NAMED = 5  # units a warning names, then counts
+
+
+@dataclass(frozen=True)
+class OddKind:
+    key: str  # the run's tag is data.odd.<key>
+    found: str  # when a unit has it
+    training: str  # what `rul train` does
+    serving: str  # what a served model does
+
+
+POLICY = (
+    OddKind("gaps", "two rows of a unit more than one cycle apart",
+            "warns once, naming the units; tag `data.odd.gaps`; `strict_data` refuses",
+            "flags the engine (`N cycles missing`); `strict` refuses"),
+    OddKind("repeated_cycles", "a cycle that does not follow the one before it",
+            "refuses the file (one line: file, line)", "refuses the request (one line: row)"),
+    OddKind("late_start", "a unit's first cycle after cycle 1",
+            "warns once, naming the units; tag `data.odd.late_start`; `strict_data` refuses "
+            "(not with `late_start_max`, which starts records late on purpose)",
+            "flags the engine (`history starts at cycle N`); `strict` refuses"),
+    OddKind("far_values", f"a value more than {FAR_SPREADS:g} robust standard deviations from "
+            "its column's median in the training rows of its operating condition",
+            "warns once, naming the units; tag `data.odd.far_values`; `strict_data` refuses",
+            "flags the engine when a value lies more than 4 training standard deviations "
+            "beyond the fleet's range, and widens its interval to [0, rul_cap]; `strict` "
+            "refuses"),
+    OddKind("varying_unread", "a sensor the model does not read varies (relative spread over "
+            f"{VARYING:g}; FD001's constant sensors do not)",
+            "warns once, naming the sensors; tag `data.odd.varying_unread`",
+            "reads only the model's inputs"),
+)
+KINDS = {kind.key: kind for kind in POLICY}
+
+
+def find_odd(rows: pd.DataFrame, labels: np.ndarray, read: list[str]) -> dict[str, list]:
+    """The units (for `varying_unread`: the sensors) of validated training `rows` with each
+    kind training acts on; `labels`: each row's operating condition; `read`: the columns the
+    model reads. Kinds without any are left out."""
+    units, lengths = unit_lengths(rows["unit"].to_numpy())
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    cycles = rows["cycle"].to_numpy()
+    steps = np.r_[0, np.diff(cycles)]
+    steps[starts] = 1
+    unit_of_row = np.repeat(units, lengths)
+    found = {"gaps": sorted({int(u) for u in unit_of_row[steps > 1]}),
+             "late_start": [int(u) for u, s in zip(units, starts, strict=True)
+                            if cycles[s] > 1]}
+    measured = [c for c in read if c in SENSOR_COLUMNS]
+    far = np.zeros(len(rows), bool)
+    labels = np.asarray(labels)
+    for condition in np.unique(labels):
+        mine = labels == condition
+        values = rows.loc[mine, measured].to_numpy(np.float64)
+        median = np.median(values, axis=0)
+        spread = 1.4826 * np.median(np.abs(values - median), axis=0)
+        spread = np.maximum(spread, 1e-6 * np.maximum(1.0, np.abs(median)))
+        far[mine] = (np.abs(values - median) > FAR_SPREADS * spread).any(axis=1)
+    found["far_values"] = sorted({int(u) for u in unit_of_row[far]})
+    unread = [c for c in SENSOR_COLUMNS if c not in read]
+    varying = []
+    for column in unread:
+        values = rows[column].to_numpy(np.float64)
+        spread = max(float(np.std(values[labels == k])) / max(1.0, abs(float(np.mean(
+            values[labels == k])))) for k in np.unique(labels))
+        if spread > VARYING:
+            varying.append(column)
+    found["varying_unread"] = varying
+    return {key: value for key, value in found.items() if value}
+
+
+def named(items: list) -> str:
+    """The first NAMED items, then how many more."""
+    shown = ", ".join(str(i) for i in items[:NAMED])
+    return shown + (f" and {len(items) - NAMED} more" if len(items) > NAMED else "")
+
+
+def describe(key: str, items: list) -> str:
+    """One line for a kind found in training data."""
+    if key == "varying_unread":
+        return (f"training data: {named(items)} vary, but the model does not read them "
+                "(features: the fixed list of informative sensors)")
+    return f"training data: {KINDS[key].found} in units {named(items)}"
