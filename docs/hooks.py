@@ -2,11 +2,12 @@
 
 from mkdocs.structure.files import File
 
-from rul.reference import cli_reference, config_reference
+from rul.reference import cli_reference, config_reference, odd_inputs_reference
 
 
 def on_files(files, config):
     for page, content in (("reference/configuration.md", config_reference()),
-                          ("reference/cli.md", cli_reference())):
+                          ("reference/cli.md", cli_reference()),
+                          ("reference/odd-inputs.md", odd_inputs_reference())):
         files.append(File.generated(config, page, content=content))
     return files

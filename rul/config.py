@@ -238,6 +238,9 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     """Ask torch for deterministic algorithms (slower; needed for bitwise-equal runs on CUDA)."""
     patience: PositiveInt = 20
     """Epochs without a better validation RMSE before early stopping ends the run."""
+    strict_data: Flag = False
+    """Refuse a training file with odd inputs (gaps in the cycles, late first cycles, values far
+    from the fleet's) instead of naming them in a warning and training on them."""
     device: _one_of("auto", "cpu", "cuda") = "auto"
     """Where to train: auto (CUDA when available), cpu or cuda."""
     # prediction intervals of the logged model: split conformal on the validation windows
@@ -370,10 +373,11 @@ KEY_ROLES = {
     "interval_coverage": "calibration",  # after training: the network is the same
     **dict.fromkeys(("ensemble", "ensemble_split"), "members"),  # how many networks
     "subset": "dataset",  # which engines: every trial of a study trains on the same
+    "strict_data": "checks",  # refuses odd inputs or warns: what trains is the same
 }
 # Keys added after runs were first tracked, written only when they differ from their default.
 OMITTED_AT_DEFAULT = ("memory_budget", "ensemble", "ensemble_split", "include_cycle",
-                      "late_start_max")
+                      "late_start_max", "strict_data")
 
 
 def keys_with(*roles: str) -> tuple[str, ...]:
@@ -381,12 +385,12 @@ def keys_with(*roles: str) -> tuple[str, ...]:
 
 
 # Not part of a run's identity: where things live, the machine, the calibration after training.
-NOT_IN_IDENTITY = keys_with("place", "machine", "calibration")
+NOT_IN_IDENTITY = keys_with("place", "machine", "calibration", "checks")
 # Keys a study may not vary: those, and what a trial always trains on (one network, one subset).
-NOT_TUNABLE = keys_with("place", "machine", "calibration", "members", "dataset")
+NOT_TUNABLE = keys_with("place", "machine", "calibration", "members", "dataset", "checks")
 # Keys the invocations of one study may differ in: where and how fast a trial runs, not what
 # it trains (e.g. fp16 on a GPU and fp32 on a CPU).
-NOT_COMPARED_IN_A_STUDY = keys_with("place", "machine", "numerics", "calibration")
+NOT_COMPARED_IN_A_STUDY = keys_with("place", "machine", "numerics", "calibration", "checks")
 
 SPLIT_IN_SPACE = (
     "search_space lists {}: with exact accumulation micro_batch_size x accumulation_steps only "

@@ -204,3 +204,27 @@ def cli_reference() -> str:
         lines += ["| argument or option | meaning | default |", "| --- | --- | --- |",
                   *("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows), ""]
     return "\n".join(lines)
+
+
+def odd_inputs_reference() -> str:
+    """The Markdown page docs/reference/odd-inputs.md, from rul.preprocessing.odd_inputs."""
+    from rul.preprocessing.odd_inputs import POLICY
+
+    lines = [
+        "# Odd inputs",
+        "",
+        "Generated from `rul/preprocessing/odd_inputs.py` when the docs are built: one policy "
+        "for rows that are valid C-MAPSS but unlike what a model should learn from or be "
+        "asked about, the same in training and in serving. Training judges the engines of "
+        "its training file against each other (they are the fleet): each kind it finds is "
+        "named once, with its units, in a warning, recorded on the run as the tag "
+        "`data.odd.<kind>`, and trained on; `strict_data: true` refuses the file instead. A "
+        "served model judges each engine of a request against the fleet it trained on "
+        "([predict and serve](../guides/serve.md#inputs-outside-the-training-fleet)).",
+        "",
+        "| kind | found when | training | serving |",
+        "| --- | --- | --- | --- |",
+    ]
+    lines += [f"| `{k.key}` | {_cell(k.found)} | {_cell(k.training)} | {_cell(k.serving)} |"
+              for k in POLICY]
+    return "\n".join(lines) + "\n"

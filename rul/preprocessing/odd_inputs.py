@@ -34,8 +34,7 @@ POLICY = (
     OddKind("repeated_cycles", "a cycle that does not follow the one before it",
             "refuses the file (one line: file, line)", "refuses the request (one line: row)"),
     OddKind("late_start", "a unit's first cycle after cycle 1",
-            "warns once, naming the units; tag `data.odd.late_start`; `strict_data` refuses "
-            "(not with `late_start_max`, which starts records late on purpose)",
+            "warns once, naming the units; tag `data.odd.late_start`; `strict_data` refuses",
             "flags the engine (`history starts at cycle N`); `strict` refuses"),
     OddKind("far_values", f"a value more than {FAR_SPREADS:g} robust standard deviations from "
             "its column's median in the training rows of its operating condition",

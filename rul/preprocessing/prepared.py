@@ -5,14 +5,18 @@ A window longer than every unit of a split is a ConfigError here, so that it is 
 any run exists.
 """
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from rul.data import CMAPSSSubset, load_subset
+from rul.data.errors import DataError
 from rul.data.records import late_starts, start_late
+from rul.data.schema import SETTING_COLUMNS
 from rul.data.split import fold_units, rows_of, split_units
 from rul.errors import ConfigError
+from rul.preprocessing.odd_inputs import describe, find_odd
 from rul.preprocessing.pipeline import Preprocessor
 from rul.preprocessing.target import cap_rul
 from rul.preprocessing.windows import WindowSet, short_units, warn_padded
@@ -28,6 +32,30 @@ class PreparedData:
     val: WindowSet
     test: WindowSet  # last window of each test unit, target = capped true RUL
     test_units: np.ndarray
+    odd: dict = field(default_factory=dict)  # odd inputs of the training file, by kind
+
+
+class OddInputWarning(UserWarning):
+    """The training file holds odd inputs (rul.preprocessing.odd_inputs): named, trained on."""
+
+
+def check_odd_inputs(config, subset: CMAPSSSubset, preprocessor: Preprocessor) -> dict:
+    """The odd inputs of the training file's engines, judged against each other (they are the
+    fleet): one warning per kind, naming the units, or with `strict_data` one DataError naming
+    the file (sensors the model does not read only warn)."""
+    rows = subset.train
+    found = find_odd(rows, preprocessor.conditions(rows[SETTING_COLUMNS].to_numpy()),
+                     list(preprocessor.feature_columns_))
+    refused = [key for key in found if key != "varying_unread"]
+    if config.strict_data and refused:
+        said = "; ".join(describe(key, found[key]).removeprefix("training data: ")
+                         for key in refused)
+        raise DataError(subset.files.get("train", subset.name),
+                        f"{said} (strict_data=true refuses them; without it they are named "
+                        "and trained on)")
+    for key, items in found.items():
+        warnings.warn(OddInputWarning(describe(key, items)), stacklevel=3)
+    return found
 
 
 def preprocessor_for(config) -> Preprocessor:
@@ -49,7 +77,8 @@ def prepare_data(config, split_seed: int, subset: CMAPSSSubset | None = None
     train_units, val_units = split_units(subset.train["unit"], config.val_fraction, split_seed)
     train_rows = training_rows(config, subset, train_units, split_seed)
     preprocessor = preprocessor_for(config).fit(train_rows)
-    return _windows(config, subset, preprocessor, train_rows, val_units)
+    odd = check_odd_inputs(config, subset, preprocessor)
+    return _windows(config, subset, preprocessor, train_rows, val_units, odd=odd)
 
 
 def training_rows(config, subset: CMAPSSSubset, units: np.ndarray, split_seed: int):
@@ -81,10 +110,11 @@ def prepare_folds(config, split_seed: int, subset: CMAPSSSubset | None = None
         raise ConfigError(f"ensemble={config.ensemble}: {error} (the training units of "
                           f"{subset.name})") from None
     preprocessor = preprocessor_for(config).fit(rows_of(subset.train, units))
+    odd = check_odd_inputs(config, subset, preprocessor)
     test = _test_windows(config, subset, preprocessor)
     return [_windows(config, subset, preprocessor,
                      training_rows(config, subset, np.setdiff1d(units, fold), split_seed), fold,
-                     test)
+                     test, odd)
             for fold in folds]
 
 
@@ -97,8 +127,8 @@ def prepare_members(config, split_seed: int, subset: CMAPSSSubset | None = None
 
 
 def _windows(config, subset: CMAPSSSubset, preprocessor: Preprocessor, train_rows,
-             val_units: np.ndarray,
-             test: tuple[np.ndarray, WindowSet] | None = None) -> PreparedData:
+             val_units: np.ndarray, test: tuple[np.ndarray, WindowSet] | None = None,
+             odd: dict | None = None) -> PreparedData:
     train_units = np.unique(train_rows["unit"])
     val_rows = rows_of(subset.train, val_units)
     train, val = preprocessor.window_set(train_rows), preprocessor.window_set(val_rows)
@@ -111,7 +141,7 @@ def _windows(config, subset: CMAPSSSubset, preprocessor: Preprocessor, train_row
             )
     test_units, test_windows = test or _test_windows(config, subset, preprocessor)
     return PreparedData(subset, preprocessor, train_units, val_units, train, val, test_windows,
-                        test_units)
+                        test_units, odd or {})
 
 
 def _test_windows(config, subset: CMAPSSSubset, preprocessor: Preprocessor

@@ -40,8 +40,13 @@ TRACK_TAG = "rul.track"  # sensors | sensors+age: which published figures a run 
 
 
 def data_tags(data) -> dict[str, str]:
+    """The data's digests, subset and track, and the odd inputs of its training file
+    (`data.odd.<kind>`: the units, or the sensors; rul.preprocessing.odd_inputs)."""
+    odd = {f"data.odd.{kind}": ",".join(str(i) for i in items)[:500]
+           for kind, items in getattr(data, "odd", {}).items()}
     return {**{f"data.sha256.{role}": d for role, d in data.subset.file_digests().items()},
-            "subset": data.subset.name, TRACK_TAG: track(data.preprocessor.include_cycle)}
+            "subset": data.subset.name, TRACK_TAG: track(data.preprocessor.include_cycle),
+            **odd}
 
 
 def log_plan(plan, tags: dict) -> None:
