@@ -5,7 +5,6 @@ refuses a request. The table in the docs is generated from the same POLICY."""
 import warnings
 
 import numpy as np
-import pytest
 from click.testing import CliRunner
 
 from rul import config as cfg
