@@ -7,7 +7,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-GENERATED = {"reference/configuration.md", "reference/cli.md", "reference/odd-inputs.md"}  # docs/hooks.py, at build time
+# docs/hooks.py generates these at build time
+GENERATED = {"reference/configuration.md", "reference/cli.md", "reference/odd-inputs.md"}
 
 
 def test_the_readme_is_short_and_names_the_two_commands():
