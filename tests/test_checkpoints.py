@@ -344,6 +344,37 @@ def test_the_next_command_closes_a_run_its_killed_process_left_running(synthetic
     assert client.get_run(killed).info.status == "FINISHED"
 
 
+def test_a_run_killed_after_registering_keeps_one_version_and_takes_the_champion_once_done(
+        synthetic):
+    """kill -9 between registration and the run's end: its version never becomes champion
+    while the run is unfinished; resumed and finished, it keeps that one version."""
+    from rul.tracking.registry import register_and_promote
+
+    store, args, config = synthetic
+    client = MlflowClient(store.uri)
+    registering = [a for a in args if a != "register=false"] + ["register=true"]
+    first = [a for a in registering if not a.startswith("seed=")] + [f"seed={config.seed + 3}"]
+    assert CliRunner().invoke(main, ["train", *first, "--no-progress"]).exit_code == 0
+    champion = client.get_registered_model("rul-fd001").aliases["champion"]
+    killed = interrupted_run(config)
+    model = client.get_model_version("rul-fd001", champion).source
+    register_and_promote(model, "rul-fd001", killed, 1e-3)  # it registered, then SIGKILL
+    client.set_registered_model_alias("rul-fd001", "champion", champion)  # before the alias
+    client.update_run(killed, status="RUNNING")
+    later = [a for a in registering if not a.startswith("seed=")] + [f"seed={config.seed + 4}"]
+    assert CliRunner().invoke(main, ["train", *later, "--no-progress"]).exit_code == 0
+    killed_version = next(v.version for v in client.search_model_versions("name='rul-fd001'")
+                          if v.tags.get("run_id") == killed)
+    assert client.get_registered_model("rul-fd001").aliases["champion"] != killed_version
+    assert client.get_run(killed).info.status == "KILLED"  # closed by that command
+
+    assert resume(registering, killed).exit_code == 0
+    versions = [v for v in client.search_model_versions("name='rul-fd001'")
+                if v.tags.get("run_id") == killed]
+    assert len(versions) == 1, [(v.version, v.run_id, v.tags) for v in versions]
+    assert client.get_registered_model("rul-fd001").aliases["champion"] == versions[0].version
+
+
 @pytest.mark.parametrize("by_id", [False, True])
 def test_resume_after_a_config_change_names_the_run_and_the_keys(synthetic, by_id):
     """`--resume lr=0.01`: no unfinished run of that config, but one of the config it

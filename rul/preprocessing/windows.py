@@ -66,11 +66,17 @@ def short_units(units: np.ndarray, window: int) -> dict[int, int]:
     return {int(u): int(n) for u, n in zip(ids, lengths) if n < window}
 
 
+def _listed(units: dict[int, int], named: int = 5) -> str:
+    """`unit 3 (22 rows), ...`: the first `named` units, then how many more."""
+    shown = ", ".join(f"unit {u} ({n} rows)" for u, n in list(units.items())[:named])
+    return shown + (f" and {len(units) - named} more" if len(units) > named else "")
+
+
 def warn_dropped(dropped: dict[int, int], window: int, stacklevel: int = 3) -> None:
     """A ShortUnitWarning naming the dropped units; `stacklevel` 3 points at the caller of
     the function that calls this."""
     if dropped:
-        listed = ", ".join(f"unit {u} ({n} rows)" for u, n in dropped.items())
+        listed = _listed(dropped)
         warnings.warn(ShortUnitWarning(
             f"dropped {len(dropped)} unit(s) shorter than the window ({window} cycles): "
             f"{listed}; {sum(dropped.values())} windows lost (one per row)"
@@ -79,7 +85,7 @@ def warn_dropped(dropped: dict[int, int], window: int, stacklevel: int = 3) -> N
 
 def warn_padded(padded: dict[int, int], window: int) -> None:
     if padded:
-        listed = ", ".join(f"unit {u} ({n} rows)" for u, n in padded.items())
+        listed = _listed(padded)
         warnings.warn(PaddedUnitWarning(
             f"padded {len(padded)} test unit(s) shorter than the window ({window} cycles) to "
             f"one window by repeating their first row: {listed}; their predictions count in "
