@@ -40,10 +40,6 @@ class GraphedStep:
         self.eager, self.step, self.device = eager, captured, device
         self.sizes: dict[int, _Captured] = {}
 
-    @property
-    def captured(self) -> list[int]:
-        return sorted(size for size, c in self.sizes.items() if c.graph is not None)
-
     def __call__(self, indices: torch.Tensor) -> torch.Tensor:
         size = self.sizes.setdefault(len(indices), _Captured(len(indices), self.device))
         if size.graph is None:
