@@ -333,7 +333,7 @@ def _makefile_has_ui() -> bool:
 @click.option("--model", "model_uri", required=True,
               help="Model URI, e.g. models:/rul-fd001@champion or runs:/<id>/model")
 @click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
-              help="C-MAPSS rows: a test_FDxxx.txt file, or a CSV with or without a header.")
+              help="C-MAPSS rows: a test_FDxxx.txt file, or a CSV with a header row.")
 @click.option("--output", type=click.Path(dir_okay=False),
               help="CSV to write (default: stdout); its folder must exist.")
 @click.option("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI or ./mlflow.db)")

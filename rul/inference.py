@@ -1,7 +1,8 @@
 """`rul predict`: read raw C-MAPSS rows from a file and predict with a logged model.
 
-Formats: the NASA text file (26 whitespace-separated columns), and CSV with the named columns
-or without a header (then the 26 columns in NASA's order). Every format goes through
+Formats: the NASA text file (26 whitespace-separated columns, no header), and CSV with a
+header naming the columns (any order). A CSV without a header is refused with the line the
+served model gives the same body (rul.data.validation.NO_HEADER). Every format goes through
 rul.data.validation.validate_rows, the check the training reader and the pyfunc model apply.
 """
 
@@ -13,11 +14,11 @@ import pandas as pd
 from rul.data.errors import DataError
 from rul.data.reader import read_trajectories
 from rul.data.schema import COLUMNS
-from rul.data.validation import validate_rows
+from rul.data.validation import EXPECTED, NO_HEADER, lacks_header, validate_rows
 
 
 def read_rows(path: str | Path) -> pd.DataFrame:
-    """A C-MAPSS text file or a CSV (header optional), validated and typed."""
+    """A C-MAPSS text file or a CSV with a header, validated and typed."""
     path = Path(path)
     if path.suffix.lower() != ".csv":
         return read_trajectories(path)
@@ -36,12 +37,17 @@ def read_rows(path: str | Path) -> pd.DataFrame:
         frame.columns = first
         if frame.empty:
             raise DataError(path, "header but no rows")
-    elif frame.shape[1] == len(COLUMNS):
-        frame.columns = COLUMNS
+    elif lacks_header(first):
+        raise DataError(path, NO_HEADER)
     else:
-        raise DataError(path, f"expected a header naming the columns or {len(COLUMNS)} columns "
-                              f"({', '.join(COLUMNS)}), found {frame.shape[1]} columns")
+        raise DataError(path, f"expected a header row naming the columns ({EXPECTED}); "
+                              f"the first row is {_first(first)}")
     return validate_rows(frame, path)
+
+
+def _first(values: list) -> str:
+    shown = ", ".join(v if len(v) <= 15 else v[:12] + "..." for v in values[:3])
+    return shown + (f" and {len(values) - 3} more" if len(values) > 3 else "")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from mlflow.tracking import MlflowClient
 from rul.cli import main
 from rul.data.errors import DataError
 from rul.data.schema import COLUMNS
-from rul.data.validation import validate_rows
+from rul.data.validation import NO_HEADER, validate_rows
 from rul.inference import read_rows
 from rul.models import NetworkSpec
 from rul.preprocessing import Preprocessor
@@ -186,11 +186,10 @@ def test_every_format_reads_to_the_same_typed_rows(tmp_path, fd001, real_data_di
     formats = {
         "txt": txt,
         "csv_header": write_csv(raw, tmp_path / "header.csv"),
-        "csv_no_header": write_csv(raw, tmp_path / "bare.csv", header=False),
         "csv_floats": write_csv(raw.astype(float), tmp_path / "floats.csv"),
         "csv_reordered": write_csv(raw[COLUMNS[::-1]], tmp_path / "reordered.csv"),
     }
-    assert "392," in (tmp_path / "bare.csv").read_text().splitlines()[0]
+    assert "392," in (tmp_path / "header.csv").read_text().splitlines()[1]
     for name, path in formats.items():
         pd.testing.assert_frame_equal(read_rows(path), fd001.test.reset_index(drop=True),
                                       obj=name)
@@ -209,11 +208,13 @@ def test_csv_errors_name_the_file_and_problem(tmp_path, fd001):
     cases = {
         header_only: "header but no rows",
         empty: "file is empty",
-        write_csv(rows.iloc[:, :20], tmp_path / "narrow.csv", header=False):
-            "expected a header naming the columns or 26 columns",
+        write_csv(rows.iloc[:, :20], tmp_path / "narrow.csv", header=False): NO_HEADER,
+        write_csv(rows, tmp_path / "bare.csv", header=False): NO_HEADER,
+        write_csv(rows.iloc[:, :4].set_axis(["engine", "time", "a", "b"], axis=1),
+                  tmp_path / "named.csv"): "expected a header row naming the columns",
         write_csv(rows.drop(columns="s_4"), tmp_path / "no_s4.csv"): "missing columns ['s_4']",
         write_csv(repeated, tmp_path / "repeated.csv"): "unit 1: duplicate cycle 3 (row 4)",
-        write_csv(bad_value, tmp_path / "bad.csv", header=False):
+        write_csv(bad_value, tmp_path / "bad.csv"):
             "row 10, column s_2: 'n/a' is not a number",
         tmp_path / "absent.csv": "file not found",
     }
@@ -430,8 +431,7 @@ def cli(*args):
 
 def test_cli_predict_reads_every_format_alike(store, tmp_path, expected, real_data_dir):
     raw = raw_rows(real_data_dir)
-    inputs = [Path(real_data_dir) / "test_FD001.txt", write_csv(raw, tmp_path / "h.csv"),
-              write_csv(raw, tmp_path / "n.csv", header=False)]
+    inputs = [Path(real_data_dir) / "test_FD001.txt", write_csv(raw, tmp_path / "h.csv")]
     for path in inputs:
         result = cli("--input", str(path))
         assert result.exit_code == 0, result.output

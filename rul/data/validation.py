@@ -18,6 +18,20 @@ ID_COLUMNS = COLUMNS[:2]  # unit, cycle: positive whole numbers, int64 in the re
 VALUE_COLUMNS = COLUMNS[2:]  # settings and sensors: finite numbers, float64 in the result
 EXPECTED = "unit, cycle, setting_1..setting_3, s_1..s_21"  # COLUMNS, said briefly
 NAMED = 3  # a message lists this many column names, then counts the rest
+NO_HEADER = f"no header: the first row holds numbers; a CSV needs the header row {EXPECTED}"
+
+
+def lacks_header(names) -> bool:
+    """Whether column names are numbers: a header-less CSV read as if its first row named
+    the columns (pandas' default, as MLflow's scoring server reads a CSV body)."""
+    names = [str(n).strip() for n in names]
+    if not names or any(n in COLUMNS for n in names):
+        return False
+    try:
+        [float(n.rsplit(".", 1)[0] if n.count(".") > 1 else n) for n in names]  # "1.1": a repeat
+    except ValueError:
+        return False
+    return True
 
 
 def _names(names: list) -> str:
@@ -51,6 +65,8 @@ def validate_rows(frame: pd.DataFrame, source: str | Path = "input") -> pd.DataF
     if not isinstance(frame, pd.DataFrame):
         raise DataError(source, f"expected a table of rows, got {type(frame).__name__}")
     missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing and lacks_header(frame.columns):
+        raise DataError(source, NO_HEADER)
     if missing:
         unexpected = [c for c in frame.columns if c not in COLUMNS]
         found = f" (found instead {_names(unexpected)})" if unexpected else ""
