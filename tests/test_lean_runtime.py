@@ -148,6 +148,27 @@ def test_lean_ensemble_predicts_what_torch_predicts(fd001, fd001_preprocessor,
     assert (lean["rul_std"] > 0).mean() > 0.5
 
 
+def test_a_served_prediction_past_its_deadline_stops(fd001, fd001_preprocessor,
+                                                     tmp_path_factory):
+    """rul's server sets each request's deadline (rul.serving.deadline); the prediction
+    checks it between its steps and batches, and outside a request there is none."""
+    import time
+
+    from rul.serving import deadline
+
+    spec = tiny_network("cnn", fd001_preprocessor.n_features)
+    folder = tmp_path_factory.mktemp("deadline")
+    save_runtime(folder, spec, [spec.build().eval()], fd001_preprocessor, None)
+    model, rows = LeanModel.load(folder), fd001.test[fd001.test["unit"] <= 2]
+    assert len(model.predict(rows)) == 2
+    token = deadline.DEADLINE.set(time.monotonic() - 1)
+    try:
+        with pytest.raises(deadline.RequestTimedOut):
+            model.predict(rows)
+    finally:
+        deadline.DEADLINE.reset(token)
+
+
 def test_the_loader_says_what_a_folder_lacks(tmp_path):
     with pytest.raises(FileNotFoundError, match="no inference_spec.json here nor in "
                                                 "artifacts/inference/"):
@@ -193,6 +214,8 @@ def with_unit(rows, unit, edit):
     ("unfamiliar settings", lambda u: u.assign(setting_3=60.0),
      r"^settings unlike the training conditions \(cycle 1\)$"),
     ("late start", lambda u: u.assign(cycle=u["cycle"] + 40), r"^history starts at cycle 41$"),
+    ("1e9 unread sensor", lambda u: u.assign(s_1=u["s_1"].where(u["cycle"] != 5, 1e9)),
+     r"^s_1 \(not read\) [\d.e+]+ sd beyond the training range \(cycle 5\)$"),
 ])
 def test_units_outside_the_fleet_are_flagged_with_a_reason(fd001, envelope_check, name, edit,
                                                           reason):
@@ -200,6 +223,23 @@ def test_units_outside_the_fleet_are_flagged_with_a_reason(fd001, envelope_check
     reasons = envelope_check(rows)
     assert [u for u, r in reasons.items() if r] == [3], (name, reasons)
     assert pd.Series([reasons[3]]).str.match(reason).all(), (name, reasons[3])
+
+
+def test_an_unread_sensor_flags_a_broken_feed_not_noise_and_leaves_the_answer_alone(
+        fd001, fd001_preprocessor):
+    """s_1 is constant in FD001 and not read: 1e9 there flags the unit (strict refuses it)
+    but is not `beyond` (interval and p_fail stay); noise of 0.01 % flags nothing."""
+    envelope = fd001_preprocessor.envelope_
+    assert "s_1" in envelope.unread and "s_1" not in envelope.columns
+    rows = fd001.test[fd001.test["unit"] <= 3]
+    broken = with_unit(rows, 2, lambda u: u.assign(s_1=1e9))
+    noisy = rows.assign(s_1=rows["s_1"] * (1 + 1e-4 * np.sin(np.arange(len(rows)))))
+    labels = np.zeros(len(rows), dtype=np.int64)
+    flagged, reasons, beyond = envelope.check(broken, labels, 30, True)
+    assert flagged.tolist() == [False, True, False] and not beyond.any(), reasons
+    assert not envelope.check(noisy, labels, 30, True)[0].any()
+    older = {k: v for k, v in envelope.to_dict().items() if not k.startswith("unread")}
+    assert not Envelope.from_dict(older).check(broken, labels, 30, True)[0].any()
 
 
 def test_gaps_and_short_histories_are_flagged(fd001, envelope_check):
@@ -252,6 +292,7 @@ def test_the_envelope_survives_json(fd001_preprocessor, fd001, envelope_check):
     envelope = fd001_preprocessor.envelope_
     back = Envelope.from_dict(json.loads(json.dumps(envelope.to_dict())))
     rows = with_unit(fd001.test[fd001.test["unit"] <= 3], 2, lambda u: u.assign(s_4=1e9))
+    rows = with_unit(rows, 3, lambda u: u.assign(s_19=-5.0))
     labels = np.zeros(len(rows), dtype=np.int64)
     assert back.check(rows, labels, 30, True)[1] == envelope.check(rows, labels, 30, True)[1]
     with pytest.raises(ValueError, match=r"envelope lacks \['spread'\]"):

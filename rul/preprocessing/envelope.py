@@ -14,7 +14,11 @@ window) hold
 - settings more than `sd_limit` standard deviations outside the box of their nearest training
   condition ("settings unlike the training conditions (cycle 12)"),
 - gaps: a step between consecutive cycles larger than training's ("3 cycles missing"),
-- a history that starts later than training's did, or is shorter than the window (padded).
+- a history that starts later than training's did, or is shorter than the window (padded),
+- a sensor the model does not read, beyond its training range by more than `sd_limit` times
+  the larger of its training spread and UNREAD_FLOOR of its magnitude ("s_1 (not read) 2e+09
+  sd beyond the training range (cycle 5)"): a sign of a broken feed, flagged (strict refuses
+  it) but without effect on the answer, which does not read it.
 """
 
 from dataclasses import dataclass
@@ -22,25 +26,30 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from rul.data.schema import SETTING_COLUMNS
+from rul.data.schema import SENSOR_COLUMNS, SETTING_COLUMNS
 from rul.preprocessing.windows import unit_lengths
 
 SD_LIMIT = 4.0  # training standard deviations beyond the training range that flag a value
 _RELATIVE_FLOOR = 1e-6  # a constant column's spread: this fraction of its magnitude
+# An unread sensor's spread: at least this fraction of its magnitude. Most unread sensors are
+# constant in training; a little noise on them is no reason to flag an engine, a broken feed is.
+UNREAD_FLOOR = 1e-3
 
 
-def _spread_floor(spread: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+def _spread_floor(spread: np.ndarray, low: np.ndarray, high: np.ndarray,
+                  relative: float = _RELATIVE_FLOOR) -> np.ndarray:
     magnitude = np.maximum(1.0, np.maximum(np.abs(low), np.abs(high)))
-    return np.maximum(np.nan_to_num(spread), _RELATIVE_FLOOR * np.nan_to_num(magnitude, nan=1.0))
+    return np.maximum(np.nan_to_num(spread), relative * np.nan_to_num(magnitude, nan=1.0))
 
 
-def _excess(values: np.ndarray, low: np.ndarray, high: np.ndarray, spread: np.ndarray
-            ) -> np.ndarray:
+def _excess(values: np.ndarray, low: np.ndarray, high: np.ndarray, spread: np.ndarray,
+            relative: float = _RELATIVE_FLOOR) -> np.ndarray:
     """How far each value lies beyond [low, high], in units of spread (0 inside); a
     condition without training rows (nan bounds) is infinitely far."""
     beyond = np.maximum(np.maximum(low - values, values - high), 0.0)
     with np.errstate(invalid="ignore"):
-        return np.where(np.isnan(beyond), np.inf, beyond / _spread_floor(spread, low, high))
+        return np.where(np.isnan(beyond), np.inf,
+                        beyond / _spread_floor(spread, low, high, relative))
 
 
 def _stats(values: np.ndarray, labels: np.ndarray, n_conditions: int):
@@ -65,6 +74,10 @@ class Envelope:
     max_cycle_step: int = 1  # largest step between consecutive cycles of a training unit
     max_first_cycle: int = 1  # latest first cycle of a training unit
     sd_limit: float = SD_LIMIT
+    unread: tuple = ()  # the sensors the model does not read, checked all the same
+    unread_low: np.ndarray | None = None  # (conditions, unread)
+    unread_high: np.ndarray | None = None
+    unread_spread: np.ndarray | None = None
 
     @classmethod
     def fit(cls, frame: pd.DataFrame, columns: list[str], labels: np.ndarray,
@@ -79,8 +92,12 @@ class Envelope:
         same = units[1:] == units[:-1]
         steps = np.diff(cycles)[same]
         firsts = cycles[np.r_[True, ~same]]
+        unread = tuple(c for c in SENSOR_COLUMNS if c not in columns)
+        u_low, u_high, u_spread = _stats(frame[list(unread)].to_numpy(np.float64), labels,
+                                         n_conditions)
         return cls(list(columns), low, high, spread, s_low, s_high, s_spread,
-                   int(steps.max()) if len(steps) else 1, int(firsts.max()))
+                   int(steps.max()) if len(steps) else 1, int(firsts.max()), SD_LIMIT,
+                   unread, u_low, u_high, u_spread)
 
     def check(self, rows: pd.DataFrame, labels: np.ndarray, window: int,
               whole_history: bool) -> tuple[np.ndarray, list[str], np.ndarray]:
@@ -105,6 +122,12 @@ class Envelope:
         missing = np.where(read & (steps > self.max_cycle_step), steps - 1, 0)
         worst_sensor = np.where(read, sensor.max(axis=1), 0.0)
         worst_settings = np.where(read, settings, 0.0)
+        unread = np.zeros((len(rows), 1))
+        if self.unread:
+            unread = _excess(rows[list(self.unread)].to_numpy(np.float64),
+                             self.unread_low[labels], self.unread_high[labels],
+                             self.unread_spread[labels], UNREAD_FLOOR)
+        worst_unread = np.where(read, unread.max(axis=1), 0.0)
 
         reasons, beyond = [], []
         for start, length in zip(starts, lengths):
@@ -124,6 +147,11 @@ class Envelope:
                 column = self.columns[int(sensor[row].argmax())]
                 found.append(f"{column} {_sd(sensor[row].max())} sd beyond the training range "
                              f"(cycle {cycles[row]})")
+            if worst_unread[part].max() > self.sd_limit:
+                row = start + int(worst_unread[part].argmax())
+                column = self.unread[int(unread[row].argmax())]
+                found.append(f"{column} (not read) {_sd(unread[row].max())} sd beyond the "
+                             f"training range (cycle {cycles[row]})")
             reasons.append("; ".join(found))
             beyond.append(max(worst_settings[part].max(), worst_sensor[part].max())
                           > self.sd_limit)
@@ -135,7 +163,10 @@ class Envelope:
                 "settings_high": _json(self.settings_high),
                 "settings_spread": _json(self.settings_spread),
                 "max_cycle_step": self.max_cycle_step, "max_first_cycle": self.max_first_cycle,
-                "sd_limit": self.sd_limit}
+                "sd_limit": self.sd_limit, **({
+                    "unread": list(self.unread), "unread_low": _json(self.unread_low),
+                    "unread_high": _json(self.unread_high),
+                    "unread_spread": _json(self.unread_spread)} if self.unread else {})}
 
     @classmethod
     def from_dict(cls, values: dict) -> "Envelope":
@@ -152,9 +183,12 @@ class Envelope:
         if len(shapes) != 1 or shapes.pop()[1:] != (len(columns),) or settings != {
                 (len(arrays["low"]), len(SETTING_COLUMNS))}:
             raise ValueError("envelope: ranges do not fit its columns and conditions")
+        unread = tuple(str(c) for c in values.get("unread", ()))  # none: an older model
+        extra = [np.array(values[k], dtype=np.float64).reshape(len(arrays["low"]), len(unread))
+                 for k in ("unread_low", "unread_high", "unread_spread")] if unread else []
         return cls(columns, *arrays.values(), int(values.get("max_cycle_step", 1)),
                    int(values.get("max_first_cycle", 1)),
-                   float(values.get("sd_limit", SD_LIMIT)))
+                   float(values.get("sd_limit", SD_LIMIT)), unread, *extra)
 
 
 def _json(array: np.ndarray) -> list:

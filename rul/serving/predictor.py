@@ -23,6 +23,7 @@ from rul.data.schema import SETTING_COLUMNS
 from rul.data.validation import validate_rows
 from rul.evaluation.conformal import DEFAULT_HORIZON, Interval
 from rul.preprocessing.windows import unit_lengths
+from rul.serving import deadline
 from rul.serving.spec import InferenceSpec  # noqa: F401 (its home before spec.py)
 
 SHORT_HISTORY = ("pad", "reject")
@@ -139,6 +140,7 @@ def predict_rows(preprocessing, predict_members: Callable[[np.ndarray], np.ndarr
     short_history, strict = params["short_history"], params["strict"]
     horizon = check_horizon(params["horizon"], preprocessing.rul_cap)
     rows = validate_rows(rows, source)
+    deadline.check()
     ids, lengths = unit_lengths(rows["unit"].to_numpy())
     window = preprocessing.window
     padded = lengths < window
@@ -152,7 +154,9 @@ def predict_rows(preprocessing, predict_members: Callable[[np.ndarray], np.ndarr
             rows, labels, window, whole_history=preprocessing.smoothing_alpha < 1)
         if strict and flagged.any():
             raise DataError(source, refusal(ids, reasons, flagged))
+    deadline.check()
     units, windows = preprocessing.last_windows(rows)
+    deadline.check()
     member_rul = np.asarray(predict_members(windows), dtype=np.float64)
     rul, spread = average_members(member_rul)
     result = {"unit": units.astype(np.int64), "rul": rul}

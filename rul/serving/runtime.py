@@ -16,12 +16,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from rul.serving import deadline
 from rul.serving.predictor import predict_rows
 from rul.serving.spec import SPEC_FILE, InferenceSpec
 
 RUNTIME_FOLDER = "inference"  # the pyfunc artifact holding the spec and the ONNX files
 INPUT_NAME = "windows"  # (batch, window, features) float32 -> "rul" (batch,)
 OUTPUT_NAME = "rul"
+CHUNK = 4096  # windows per onnxruntime call (one per unit: 100 FD001 test units are one call)
 
 
 def runtime_folder(path: str | Path) -> Path:
@@ -64,10 +66,16 @@ class LeanModel:
         return cls(spec, sessions)
 
     def member_predictions(self, windows: np.ndarray) -> np.ndarray:
-        """RUL of each window by each member: shape (members, windows), float64."""
+        """RUL of each window by each member: shape (members, windows), float64; run in
+        batches of CHUNK windows, a served request's deadline checked between them."""
         x = np.ascontiguousarray(windows, dtype=np.float32)
-        return np.stack([session.run([OUTPUT_NAME], {INPUT_NAME: x})[0].astype(np.float64)
-                         for session in self.sessions])
+        out = np.empty((len(self.sessions), len(x)), dtype=np.float64)
+        for start in range(0, len(x), CHUNK):
+            for k, session in enumerate(self.sessions):
+                deadline.check()
+                out[k, start:start + CHUNK] = session.run(
+                    [OUTPUT_NAME], {INPUT_NAME: x[start:start + CHUNK]})[0]
+        return out
 
     def predict(self, rows: pd.DataFrame, params: dict | None = None,
                 source="input") -> pd.DataFrame:
