@@ -21,8 +21,10 @@ SERVER_ARTIFACTS ?= ./mlartifacts
 SERVER_ARGS      ?=
 # Processes for one training run (DDP via torchrun: gloo on CPU, nccl on CUDA), e.g. NPROC=2
 NPROC   ?= 1
-# Optional torch requirement installed first, e.g. TORCH=torch==2.13.0 for the CPU build.
+# The torch requirement installed first, e.g. TORCH=torch==2.13.0. Unset: on Linux without an
+# NVIDIA GPU, the CPU build from TORCH_CPU_INDEX (tools/install_torch.sh says what it does).
 TORCH   ?=
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # `make report`: rul report's options, e.g. REPORT_ARGS="--tracking-uri http://host:5000"
 BENCH_RESULTS ?= bench/results
 REPORT_ARGS   ?=
@@ -44,7 +46,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(if $(TORCH),$(BIN)/python -m pip install -q "$(TORCH)")
+	TORCH='$(TORCH)' TORCH_CPU_INDEX='$(TORCH_CPU_INDEX)' tools/install_torch.sh $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev,postgres]'
 	touch $(STAMP)
 
