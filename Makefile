@@ -78,15 +78,17 @@ ui: $(STAMP)
 	$(BIN)/python -m rul.tracking.ui --backend-store-uri '$(STORE)' \
 		--default-artifact-root ./mlruns --host 127.0.0.1 --port $(UI_PORT)
 
-# `make serve`: a registered model behind MLflow's scoring server, run from this project's
-# environment (docs: Predict and serve), e.g. make serve MODEL=models:/rul-fd001/3 PORT=5001.
+# `make serve`: a registered model behind MLflow's scoring server with rul's guard in front
+# (rul/serving/server.py: a body limit, one-line 400s, work stopped at the timeout), from this
+# project's environment (docs: Predict and serve), e.g. make serve MODEL=models:/rul-fd001/3
+# PORT=5001 SERVE_ARGS="--max-body-mb 16 --timeout 30".
+SERVE_ARGS ?=
 # The local store unless MLFLOW_TRACKING_URI says otherwise.
 MODEL   ?= models:/rul-fd001@champion
 serve: $(STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" \
-		MLFLOW_TRACKING_URI="$${MLFLOW_TRACKING_URI:-sqlite:///mlflow.db}" \
-		$(BIN)/mlflow models serve -m "$(MODEL)" --env-manager local --host $(HOST) \
-		--port $(PORT)
+	MLFLOW_TRACKING_URI="$${MLFLOW_TRACKING_URI:-sqlite:///mlflow.db}" \
+		$(BIN)/python -m rul.serving.server "$(MODEL)" --host $(HOST) --port $(PORT) \
+		$(SERVE_ARGS)
 
 server: $(STAMP)
 	$(BIN)/mlflow server --backend-store-uri $(SERVER_BACKEND) \

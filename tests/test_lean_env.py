@@ -28,7 +28,10 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import wait_until_answering
 from test_inference import CHAMPION_URI, ROOT
+
+from rul.data.schema import COLUMNS
 
 pytestmark = pytest.mark.slow
 
@@ -190,6 +193,29 @@ def test_champion_runs_in_a_lean_virtualenv(tmp_path, real_data_dir):
     bare_report = json.loads(bare.stdout.strip().splitlines()[-1])
     assert not bare_report["mlflow_loaded"]
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "bare.csv"), lean)
+
+    # the served model from that environment, with the documented command: the guarded
+    # server run from the model folder's code/
+    port = _free_port()
+    log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 (closed below)
+    serving = subprocess.Popen(
+        [python, "-m", "rul.serving.server", report["folder"], "--port", str(port)],
+        cwd=elsewhere, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**env, "PYTHONPATH": str(Path(report["folder"]) / "code")})
+    try:
+        wait_until_answering(serving, f"http://127.0.0.1:{port}/ping", tmp_path / "serve.log",
+                             SERVER_START_S)
+        rows = pd.read_csv(test_file, sep=r"\s+", header=None, names=COLUMNS)
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations", data=rows.to_csv(index=False).encode(),
+            headers={"Content-Type": "text/csv"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            served = pd.DataFrame(json.loads(response.read())["predictions"])
+    finally:
+        os.killpg(serving.pid, 15)
+        serving.wait(timeout=30)
+        log.close()
+    np.testing.assert_allclose(served["rul"], lean["rul"], atol=1e-9, rtol=0)
     print(f"lean venv: {size:.0f} MB, pip install {installed_s:.0f} s, import mlflow.pyfunc "
           f"{report['import_s']:.2f} s, load_model {report['load_s']:.2f} s (from SQLite "
           f"{sqlite_report['load_s']:.2f} s), "

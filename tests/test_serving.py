@@ -6,6 +6,7 @@ every request of this module: `make serve` itself, with the project's environmen
 (as a user who has not activated it), on a free port; it is stopped at the end.
 """
 
+import io
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import wait_until_answering
+from mlflow.exceptions import MlflowException
 from test_inference import CHAMPION_URI, ROOT, log_tiny_model
 from test_intervals import banded_interval
 
@@ -30,6 +32,7 @@ from rul.data.schema import COLUMNS
 pytestmark = pytest.mark.slow
 
 MAX_BODY = 300  # characters of a 400's whole JSON body
+LIMIT_MB = 8  # the module server's body limit (--max-body-mb)
 
 
 def _free_port() -> int:
@@ -68,7 +71,7 @@ def server(tmp_path_factory, fd001):
     stamp = venv / ".installed"  # `make -o`: never reinstall here
     process = subprocess.Popen(
         ["make", "-C", str(ROOT), "-o", str(stamp), "serve", f"VENV={venv}", f"PORT={port}",
-         f"MODEL={CHAMPION_URI}", f"STAMP={stamp}"],
+         f"MODEL={CHAMPION_URI}", f"STAMP={stamp}", f"SERVE_ARGS=--max-body-mb {LIMIT_MB}"],
         cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
@@ -235,16 +238,72 @@ def test_bad_csv_value_gets_the_same_line(server, fd001):
     assert json.loads(text)["message"] == "input: row 2, column s_3: 'hot' is not a number"
 
 
+def test_a_csv_without_its_header_gets_one_answer_on_every_path(server, fd001, tmp_path):
+    """HTTP, the model in Python (the body read as pandas reads a CSV) and `rul predict`'s
+    reader refuse a header-less CSV with the same line."""
+    from rul.data.errors import DataError
+    from rul.data.validation import NO_HEADER
+    from rul.inference import read_rows
+
+    csv = fd001.test[fd001.test["unit"] <= 2].to_csv(index=False, header=False)
+    status, text = post(server, csv, "text/csv")
+    assert status == 400 and len(text) < MAX_BODY, text
+    assert json.loads(text)["message"] == f"input: {NO_HEADER}"
+    with pytest.raises(MlflowException) as info:
+        server.model.predict(pd.read_csv(io.StringIO(csv)))
+    assert info.value.message == f"input: {NO_HEADER}"
+    (tmp_path / "bare.csv").write_text(csv)
+    with pytest.raises(DataError) as info:
+        read_rows(tmp_path / "bare.csv")
+    assert str(info.value) == f"{tmp_path / 'bare.csv'}: {NO_HEADER}"
+
+
 def test_outside_the_fleet_is_flagged_without_strict(server, fd001):
     answer = predictions(server, split_payload(_glitch(fd001)))
     assert [p["flagged"] for p in answer] == [False, True]
     assert answer[1]["flag_reason"].startswith("s_9 ")
 
 
-def test_a_body_mlflow_cannot_parse_is_its_400_and_the_server_stays_up(server, fd001):
-    """Not JSON at all: MLflow's scoring server answers before the model sees anything."""
-    status, _ = post(server, '{"dataframe_split": {"columns": ["unit"')
-    assert status == 400
+RAW_BAD = {  # bodies MLflow's scoring server refuses before the model sees them
+    "not JSON": (b'{"dataframe_split": {"columns": ["unit"', "body: not valid JSON"),
+    "{}": (b"{}", "body: a JSON object needs exactly one of dataframe_split or "
+                  "dataframe_records"),
+    "empty": (b"", "body: empty"),
+    "a list": (b"[1, 2]", "body: "),
+    "horizon 'abc'": (None, "params: horizon must be a number of cycles"),
+    "strict 'yes'": (None, "params: strict must be true or false"),
+}
+
+
+@pytest.mark.parametrize("name", list(RAW_BAD))
+def test_every_400_is_one_line_that_quotes_no_data(server, fd001, name):
+    body, line = RAW_BAD[name]
+    if body is None:
+        key, value = name.split(" ")
+        body = split_payload(_rows(fd001), **{key: value.strip("'")})
+    status, text = post(server, body)
+    assert status == 400 and len(text) < MAX_BODY, (name, status, text)
+    message = json.loads(text)["message"]
+    assert message.startswith(line) and "\n" not in message, (name, message)
+    assert "518.67" not in text and "641." not in text  # no sensor value of the rows
+    status, _ = post(server, split_payload(fd001.test[fd001.test["unit"] == 3]))
+    assert status == 200 and server.process.poll() is None
+
+
+def test_a_body_over_the_limit_is_413_declared_or_streamed(server, fd001):
+    import http.client
+
+    big = b"{" + b" " * (LIMIT_MB * 2**20) + b"}"
+    status, text = post(server, big)
+    assert status == 413 and json.loads(text)["message"].startswith(
+        f"body: larger than this server's limit of {LIMIT_MB} MB")
+    port = int(server.base.rsplit(":", 1)[1])
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    chunks = (b" " * 2**20 for _ in range(LIMIT_MB + 1))  # no Content-Length: chunked
+    connection.request("POST", "/invocations", body=chunks, encode_chunked=True,
+                       headers={"Content-Type": "application/json"})
+    assert connection.getresponse().status == 413
+    connection.close()
     status, _ = post(server, split_payload(fd001.test[fd001.test["unit"] == 3]))
     assert status == 200 and server.process.poll() is None
 
