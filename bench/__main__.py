@@ -7,11 +7,14 @@
   memory    B = 512 split as 512x1 .. 64x8: peak memory and samples/s per precision
             (bench/memory.py; needs no mlflow, optuna or pydantic; --quick: one timed step)
   mistakes  seconds from a mistyped command to its one-line error (target <= 2 s)
+  lean      the registered model in a clean virtualenv of its own requirements: size, import,
+            load_model (with and without MLflow's dependency check), predict latency
+            (bench/lean.py; installs from the package index, ~1 min)
   speed     the default training step: samples/s of each path vs fp32 eager; last line
             `speed ratio: R` (bench/speed.py; no mlflow, optuna or pydantic; --compile adds
             torch.compile, --quick fewer rounds)
 
-python -m bench [data|engine|tracking|accuracy|memory|speed|mistakes ...] [--quick] [--compile]
+python -m bench [data|engine|tracking|accuracy|memory|speed|mistakes|lean ...] [--quick] [--compile]
                 [--json DIR]
 (default: data engine tracking memory speed)
 
@@ -240,6 +243,12 @@ def bench_mistakes():
             "rows": rows}
 
 
+def bench_lean():
+    from bench.lean import bench_lean as lean
+
+    return lean()
+
+
 def _summary(values: dict) -> dict:
     """A bench whose result is a few named figures: one table of what and measured."""
     return {"columns": ["what", "measured"], "rows": [[k, v] for k, v in values.items()]}
@@ -292,7 +301,7 @@ def main(argv):
     chosen = argv or ["data", "engine", "tracking", "memory", "speed"]
     benches = {"data": bench_data, "engine": bench_engine, "tracking": bench_tracking,
                "accuracy": bench_accuracy, "memory": bench_memory, "speed": bench_speed,
-               "mistakes": bench_mistakes}
+               "mistakes": bench_mistakes, "lean": bench_lean}
     unknown = [c for c in chosen if c not in benches]
     if unknown:
         sys.exit(f"unknown bench {unknown}; choose from {', '.join(benches)}")

@@ -181,6 +181,15 @@ SECTIONS = (("gpu-check", "The GPU path",
              "peak memory and speed of each split as a ratio to 512 × 1. The model is the same "
              "for every split ([the training step](concepts/training-step.md))."),
             ("end to end", "End to end", "One tracked default training, wall clock."),
+            ("lean", "The registered model in a consumer's environment",
+             "`python -m bench lean` (bench/lean.py) registers the default network, builds a "
+             "clean virtualenv from the model's own requirements.txt and measures there, each "
+             "in a fresh process: the environment's size, `import mlflow.pyfunc`, `load_model` "
+             "from the SQLite store as the README writes it and with "
+             "`suppress_warnings=True` (which skips MLflow's check of the installed packages "
+             "against the model's requirements: safe in an environment built from them, "
+             "since the check only warns), and the latency of `model.predict` "
+             "([predict and serve](guides/serve.md))."),
             ("serving", "Serving latency", "The served model, in process and over HTTP."),
             (None, "Other benches", "`make bench`: the data pipeline, the training loop against "
              "a minimal hand-written one, and the cost of tracking."))
