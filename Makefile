@@ -63,11 +63,16 @@ evaluate: $(STAMP)
 tune: $(STAMP)
 	$(BIN)/rul tune $(TUNE_CONFIG) $(ARGS)
 
+# `make test`: the whole suite in parallel worker processes (pytest-xdist), one per core up to
+# 4, each test file on one worker (its module fixtures are built once); TEST_JOBS=0 runs it in
+# this process.
+TEST_JOBS ?= auto
+PARALLEL := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --maxprocesses 4 --dist loadfile)
 test: $(STAMP)
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest $(PARALLEL) $(ARGS)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+	$(BIN)/python -m pytest $(PARALLEL) -m "not slow" $(ARGS)
 
 # The UI of a local store (default ./mlflow.db; STORE= another, e.g. the MLFLOW_TRACKING_URI
 # a run used); `rul train` prints this command, with the store and port it used. Ctrl-C stops

@@ -31,6 +31,33 @@ import pytest
 
 from rul.data.schema import COLUMNS, INFORMATIVE_SENSORS, SENSOR_COLUMNS, SETTING_COLUMNS
 
+# The test files that take longest (measured one after another on a 2-core CPU), run first:
+# `make test` hands whole files to parallel workers in this order, so the long ones start
+# early and the workers finish together.
+LONGEST_FIRST = ("test_tuning.py", "test_scale_out.py", "test_interrupts.py", "test_memory.py",
+                 "test_distributed.py", "test_lean_env.py", "test_ensemble.py",
+                 "test_full_disk.py", "test_evaluate.py", "test_checkpoints.py", "test_plan.py",
+                 "test_ui_browser.py", "test_tracking.py", "test_reproducibility.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order in a file
+
+
+@pytest.fixture(autouse=True)
+def _tracking_uri_ends_with_its_test():
+    """rul's store.configure sets MLFLOW_TRACKING_URI for the process (its subprocesses read
+    it); a test that trains in this process must not hand its store to the next test, which
+    may rely on the default ./mlflow.db."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if os.environ.get("MLFLOW_TRACKING_URI") != before:
+        if before is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = before
+
 
 @pytest.fixture(autouse=True)
 def _deterministic_mode_ends_with_its_test():
