@@ -72,10 +72,19 @@ def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
     import mlflow
 
     from rul.tracking.store import configure
+    from rul.tracking_uri import absent_store, store_uri
 
     rows = read_rows(input_path)
-    configure(tracking_uri)
-    model = mlflow.pyfunc.load_model(model_uri)
+    uri = store_uri(tracking_uri)
+    if not Path(model_uri).exists() and absent_store(uri):  # a URI, not a model folder
+        raise ValueError(absent_store(uri))
+    configure(uri)
+    try:
+        model = mlflow.pyfunc.load_model(model_uri)
+    except mlflow.exceptions.MlflowException as error:
+        if error.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        raise ValueError(f"{model_uri}: not in the store {uri} ({error.message})") from None
     params = {"short_history": options.short_history}
     if options.horizon is not None:
         params["horizon"] = float(options.horizon)

@@ -29,3 +29,12 @@ def missing_folder(uri: str) -> str | None:
         return None
     return (f"its folder {database.parent} does not exist (a mistyped path? create the folder "
             "to start a new store there)")
+
+
+def absent_store(uri: str) -> str | None:
+    """Why nothing can be read from `uri`: a SQLite store whose file does not exist (reading
+    never creates a store). None when there may be one."""
+    database = sqlite_path(uri)
+    if database is None or database.is_file():
+        return None
+    return f"{uri}: no MLflow store there (set --tracking-uri or MLFLOW_TRACKING_URI)"

@@ -459,6 +459,26 @@ def test_cli_predict_writes_output_and_refuses_a_missing_folder(store, tmp_path,
     assert not missing.parent.exists()
 
 
+def test_cli_predict_says_in_one_line_when_the_store_or_the_model_is_not_there(
+        store, tmp_path, real_data_dir):
+    """Reading never creates a store: a SQLite store that is not there is one line, and its
+    folder is not made; a model the store lacks is one line naming the store."""
+    txt = str(Path(real_data_dir) / "test_FD001.txt")
+    missing = tmp_path / "nowhere" / "mlflow.db"
+    result = CliRunner().invoke(main, ["predict", "--model", CHAMPION_URI, "--input", txt,
+                                       "--tracking-uri", f"sqlite:///{missing}"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"Error: sqlite:///{missing}: no MLflow store there (set --tracking-uri or "
+        "MLFLOW_TRACKING_URI)"]
+    assert not missing.parent.exists()
+    result = CliRunner().invoke(main, ["predict", "--model", "models:/no-such-model@champion",
+                                       "--input", txt])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "Error: models:/no-such-model@champion: not in the store " in result.output
+    assert "no-such-model not found" in result.output
+
+
 def test_cli_predict_bad_inputs_are_clear_errors(store, tmp_path, fd001):
     rows = fd001.test[fd001.test["unit"] <= 2]
     header_only = tmp_path / "header_only.csv"

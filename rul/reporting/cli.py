@@ -50,11 +50,11 @@ def shown(value: str) -> str:
 def _client(uri: str):
     from mlflow.tracking import MlflowClient
 
-    if uri.startswith("sqlite:///"):
-        path = Path(uri.removeprefix("sqlite:///"))
-        if not path.is_file():
-            raise ReportError(f"{uri}: no MLflow store there (set --tracking-uri or "
-                              "MLFLOW_TRACKING_URI)")
+    from rul.tracking_uri import absent_store
+
+    why = absent_store(uri)
+    if why:
+        raise ReportError(why)
     return MlflowClient(tracking_uri=uri)
 
 
