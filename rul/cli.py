@@ -140,10 +140,11 @@ def _epochs_logged(config, run_id: str) -> int:
     """The epochs a run logged as finished (0 when the store cannot say)."""
     from mlflow.tracking import MlflowClient
 
-    from rul.tracking.store import store_uri
+    from rul.tracking.store import absolute_uri, store_uri
 
     try:
-        metrics = MlflowClient(store_uri(config.tracking_uri)).get_run(run_id).data.metrics
+        metrics = MlflowClient(absolute_uri(store_uri(config.tracking_uri))).get_run(
+            run_id).data.metrics
     except Exception:  # noqa: BLE001 (a message on the way out: say the general case)
         return 0
     return int(metrics.get("epoch", 0))

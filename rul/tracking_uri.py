@@ -21,6 +21,17 @@ def sqlite_path(uri: str) -> Path | None:
     return None if not path or path.startswith(":memory:") else Path(path)
 
 
+def absolute_uri(uri: str) -> str:
+    """`uri` with a relative SQLite path made absolute (from the working directory now), as
+    rul hands it to MLflow: MLflow keeps one store per URI string for the process, so a
+    relative `sqlite:///mlflow.db` would keep writing to the folder it was first used in."""
+    database = sqlite_path(uri)
+    if database is None or database.is_absolute():
+        return uri
+    _, question, query = uri.partition("?")
+    return f"sqlite:///{database.absolute()}{question}{query}"
+
+
 def missing_folder(uri: str) -> str | None:
     """Why a SQLite store cannot be where `uri` says: its folder does not exist (a mistyped
     path would otherwise start a new, empty store without a word). None when it can."""

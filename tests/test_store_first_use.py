@@ -45,6 +45,28 @@ def test_two_trainings_started_at_once_on_a_new_store_both_finish(write_cmapss, 
 
 
 
+def test_trainings_in_two_folders_of_one_process_use_each_folder_s_store(write_cmapss, tmp_path,
+                                                                          monkeypatch):
+    """The default store is ./mlflow.db where the command runs: a second training in another
+    folder of the same process (a notebook, a test) gets its own store, not the first one's
+    (MLflow keeps one store per URI string, so rul hands it absolute SQLite paths)."""
+    from click.testing import CliRunner
+
+    from rul.cli import main
+
+    data_dir = write_cmapss()
+    for folder in ("first", "second"):
+        (tmp_path / folder).mkdir()
+        monkeypatch.chdir(tmp_path / folder)
+        result = CliRunner().invoke(main, ["train", *TINY, f"data_dir={data_dir}",
+                                           "register=false", "--no-progress"])
+        assert result.exit_code == 0, result.output
+    for folder in ("first", "second"):
+        client = MlflowClient(f"sqlite:///{tmp_path / folder / 'mlflow.db'}")
+        experiments = [e.experiment_id for e in client.search_experiments()]
+        assert len(client.search_runs(experiments)) == 1, folder  # its own run, no other
+
+
 def test_a_damaged_or_read_only_store_is_one_line_and_nothing_starts(write_cmapss, tmp_path,
                                                                       monkeypatch):
     from click.testing import CliRunner

@@ -18,7 +18,12 @@ from mlflow.tracking import MlflowClient
 from rul import services
 from rul.config import ConfigError
 from rul.console import quiet
-from rul.tracking_uri import DEFAULT_URI, sqlite_path, store_uri  # noqa: F401 (their home)
+from rul.tracking_uri import (  # noqa: F401 (their home)
+    DEFAULT_URI,
+    absolute_uri,
+    sqlite_path,
+    store_uri,
+)
 
 # MLflow 3's UI opens an experiment in its GenAI (traces) view unless told otherwise; this tag,
 # MLflow's own, makes it open on the runs table and model metrics.
@@ -35,7 +40,8 @@ def configure(tracking_uri: str | None = None) -> str:
     uri = store_uri(tracking_uri)
     # MLflow draws a progress bar for every tiny artifact it reads back; ours is the epoch bar.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    mlflow.set_tracking_uri(uri)
+    mlflow.set_tracking_uri(absolute_uri(uri))
+    os.environ["MLFLOW_TRACKING_URI"] = uri  # what subprocesses inherit: the URI as given
     _make_ready(uri)
     return uri
 
@@ -55,7 +61,8 @@ def _make_ready(uri: str) -> None:
             if not database.exists():
                 print(f"a new MLflow store: {uri}", file=sys.stderr)
             try:
-                MlflowClient(uri).search_experiments(max_results=1)  # creates or checks tables
+                # creates or checks the tables
+                MlflowClient(absolute_uri(uri)).search_experiments(max_results=1)
             except Exception as error:  # noqa: BLE001 (SQLAlchemy's, often inside MLflow's)
                 said = next((s for s in DAMAGED if s in str(error)), None)
                 if said is None:
