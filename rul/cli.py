@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from rul import config as cfg
+from rul import services
 from rul.console import one_line_warnings
 from rul.interrupts import Terminated, exit_code, interrupts_as_exceptions
 from rul.reporting.cli import report
@@ -27,7 +28,7 @@ class DiskFull(click.ClickException):
 class ServiceError(click.ClickException):
     """A server that did not answer (rul.services): exit 69, EX_UNAVAILABLE."""
 
-    exit_code = 69
+    exit_code = services.EXIT_CODE
 
 
 # Errors that are a user's mistake, by the module that defines them: a module not imported yet

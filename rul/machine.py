@@ -10,7 +10,7 @@ import platform
 
 import torch
 
-from rul.training.hardware import cpu_has_native_bf16
+from rul.training.hardware import cpu_has_native_bf16, cpuinfo_field
 
 # CPU features that change which path `rul train` takes or how fast it runs.
 NOTABLE_CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
@@ -18,23 +18,12 @@ NOTABLE_CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 
 def cpu_model() -> str:
     """The CPU's marketing name from /proc/cpuinfo (Linux), else what platform knows."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpuinfo_field("model name") or platform.processor() or platform.machine()
 
 
 def cpu_flags() -> list[str]:
     """The NOTABLE_CPU_FLAGS this CPU has (empty where /proc/cpuinfo is absent)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return []
+    flags = (cpuinfo_field("flags") or "").split()
     return [flag for flag in NOTABLE_CPU_FLAGS if flag in flags]
 
 

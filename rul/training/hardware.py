@@ -22,14 +22,24 @@ CUDA_BF16_MEASURED = ("the fastest for the DCNN at fp32's accuracy on an H200 (d
                       "fp32 9.0 s, 12.74)")
 
 
+def cpuinfo_field(name: str) -> str | None:
+    """The first `name : value` of Linux's /proc/cpuinfo ("model name", "flags"); None where
+    there is none (another OS). The one place rul reads that file."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == name:
+                    return value.strip()
+    except OSError:
+        pass
+    return None
+
+
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX-BF16; read from Linux's
     /proc/cpuinfo). Without either, bf16 autocast is emulated and several times slower."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
+    flags = (cpuinfo_field("flags") or "").split()
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
