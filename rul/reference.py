@@ -36,12 +36,6 @@ def field_meanings(model: type[BaseModel]) -> dict[str, str]:
     return meanings
 
 
-def missing_meanings(model: type[BaseModel]) -> list[str]:
-    """The fields of `model` without a meaning (attribute docstring)."""
-    meanings = field_meanings(model)
-    return [name for name in model.model_fields if not meanings.get(name)]
-
-
 def type_name(annotation) -> str:
     """A reader's name for a field's type: integer, number, boolean, string, choice, list of
     strings, mapping, ... joined with "or"; None reads as null."""

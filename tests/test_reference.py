@@ -10,7 +10,6 @@ from rul.reference import (
     cli_reference,
     config_reference,
     field_meanings,
-    missing_meanings,
     type_name,
 )
 
@@ -20,7 +19,8 @@ MODELS = (TrainConfig, TuningConfig, Categorical, IntRange, FloatRange)
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
 def test_every_key_has_a_meaning(model):
     """A key added without an attribute docstring under its field fails here."""
-    assert missing_meanings(model) == []
+    meanings = field_meanings(model)
+    assert [name for name in model.model_fields if not meanings.get(name)] == []
 
 
 def test_the_generated_page_lists_every_key_with_its_meaning():

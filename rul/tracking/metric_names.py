@@ -17,8 +17,8 @@ plain name:
 
 (A `test/` group would sort before `train/` and open the tab on single numbers.) Aggregates
 over seeds (`rul evaluate`) add `_mean` and `_std` to the logged name (`val/rmse_mean`,
-`test_rmse_mean`). Runs logged before the groups used plain names throughout: `read` and
-`history_key` accept either name and find whichever the run has.
+`test_rmse_mean`). Runs logged before the groups used plain names throughout: `read` accepts
+either name and finds whichever the run has.
 """
 
 GROUPED = {
@@ -65,9 +65,3 @@ def read(metrics: dict, name: str, default=None):
             return metrics[key]
     return default
 
-
-def history_key(metrics: dict, name: str) -> str:
-    """The key of `name` in a run's metrics (for MlflowClient.get_metric_history): the grouped
-    name, or the plain one for a run logged before the groups."""
-    return plain(name) if plain(name) in metrics and logged(name) not in metrics \
-        else logged(name)
