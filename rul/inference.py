@@ -76,8 +76,9 @@ def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
 
     rows = read_rows(input_path)
     uri = store_uri(tracking_uri)
-    if not Path(model_uri).exists() and absent_store(uri):  # a URI, not a model folder
-        raise ValueError(absent_store(uri))
+    absent = None if Path(model_uri).exists() else absent_store(uri)  # a folder needs none
+    if absent:
+        raise ValueError(absent)
     configure(uri)
     try:
         model = mlflow.pyfunc.load_model(model_uri)

@@ -25,10 +25,13 @@ def lacks_header(names) -> bool:
     """Whether column names are numbers: a header-less CSV read as if its first row named
     the columns (pandas' default, as MLflow's scoring server reads a CSV body)."""
     names = [str(n).strip() for n in names]
-    if not names or any(n in COLUMNS for n in names):
-        return False
+    return bool(names) and not any(n in COLUMNS for n in names) and all(map(_number, names))
+
+
+def _number(name: str) -> bool:
+    """Whether a column name is a number, or one pandas renamed as a repeat ("518.67.1")."""
     try:
-        [float(n.rsplit(".", 1)[0] if n.count(".") > 1 else n) for n in names]  # "1.1": a repeat
+        float(name.rsplit(".", 1)[0] if name.count(".") > 1 else name)
     except ValueError:
         return False
     return True

@@ -27,13 +27,15 @@ import numpy as np
 import pandas as pd
 
 from rul.data.schema import SENSOR_COLUMNS, SETTING_COLUMNS
+from rul.preprocessing.odd_inputs import VARYING
 from rul.preprocessing.windows import unit_lengths
 
 SD_LIMIT = 4.0  # training standard deviations beyond the training range that flag a value
 _RELATIVE_FLOOR = 1e-6  # a constant column's spread: this fraction of its magnitude
 # An unread sensor's spread: at least this fraction of its magnitude. Most unread sensors are
 # constant in training; a little noise on them is no reason to flag an engine, a broken feed is.
-UNREAD_FLOOR = 1e-3
+# The odd-input policy's threshold for a varying unread sensor: one decision, made there.
+UNREAD_FLOOR = VARYING
 
 
 def _spread_floor(spread: np.ndarray, low: np.ndarray, high: np.ndarray,

@@ -15,7 +15,10 @@ from rul.data.schema import SENSOR_COLUMNS
 from rul.preprocessing.windows import unit_lengths
 
 FAR_SPREADS = 20.0  # robust standard deviations (1.4826 MAD) from a column's median
-VARYING = 1e-3  # relative spread above which a sensor the model does not read "varies"
+# A sensor the model does not read "varies" in training when its relative spread exceeds
+# this; a served engine's unread sensor is flagged only when it lies beyond the fleet's range
+# by more than 4 x this fraction of its value (rul.preprocessing.envelope): one threshold.
+VARYING = 1e-3
 NAMED = 5  # units a warning names, then counts
 
 
@@ -45,7 +48,9 @@ POLICY = (
     OddKind("varying_unread", "a sensor the model does not read varies (relative spread over "
             f"{VARYING:g}; FD001's constant sensors do not)",
             "warns once, naming the sensors; tag `data.odd.varying_unread`",
-            "reads only the model's inputs"),
+            "flags the engine when a sensor it does not read lies beyond the fleet's range by "
+            f"more than 4 x (its training sd or {VARYING:.1%} of its value, the larger): a "
+            "broken feed; the answer is unchanged; `strict` refuses"),
 )
 KINDS = {kind.key: kind for kind in POLICY}
 

@@ -40,7 +40,6 @@ BODY_ENV = "RUL_SERVE_MAX_BODY_MB"
 DATA_KEYS = "dataframe_split or dataframe_records"
 
 
-
 def _params_line(message: str) -> str:
     """Which parameter had the wrong type, from MLflow's message, without the data."""
     kinds = {"horizon": "a number of cycles", "strict": "true or false",
@@ -104,20 +103,21 @@ class RequestGuard:
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
         too_large = declared is not None and declared.isdigit() and int(declared) > self.max_body
-        body = bytearray()
+        parts, size = [], 0
         while True:  # the whole body (MLflow reads it whole too), counted as it comes; past
             message = await receive()  # the limit the rest is read and dropped, so that
             if message["type"] == "http.disconnect":  # the client hears the 413
                 return
+            size += len(message.get("body", b""))
+            too_large = too_large or size > self.max_body
             if not too_large:
-                body += message.get("body", b"")
-                too_large = len(body) > self.max_body
-                if too_large:
-                    body.clear()
+                parts.append(message.get("body", b""))
             if not message.get("more_body"):
                 break
         if too_large:
             return await self._too_large(send)
+        body = b"".join(parts)
+        del parts
         if not body:
             return await _answer(send, 400, f"body: empty; send a JSON object with {DATA_KEYS},"
                                             " or a CSV with its header")
@@ -127,7 +127,7 @@ class RequestGuard:
             nonlocal delivered
             if not delivered:
                 delivered = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
+                return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
         start, chunks = {}, []
@@ -145,7 +145,7 @@ class RequestGuard:
             await self.app(scope, replay, keep)
         finally:
             deadline.DEADLINE.reset(token)
-            body.clear()
+            body = None  # the request's bytes go before the trim
             await asyncio.get_running_loop().run_in_executor(None, _trim_memory)
 
     async def _send(self, send, start, payload: bytes):

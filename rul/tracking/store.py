@@ -77,9 +77,10 @@ def _check_writable(database: Path) -> None:
     """A SQLite store this user cannot write (the file, or the folder its journal goes in)
     is one line before anything starts."""
     folder = database.absolute().parent
-    if (database.exists() and not os.access(database, os.W_OK)) or (
-            folder.is_dir() and not os.access(folder, os.W_OK)):
-        what = database if database.exists() and not os.access(database, os.W_OK) else folder
+    read_only = [path for path in (database, folder)
+                 if path.exists() and not os.access(path, os.W_OK)]
+    if read_only:
+        what = read_only[0]
         raise ConfigError(f"tracking store {database}: {what} is read-only for this user; "
                           "make it writable, or track to another store (tracking_uri=...)")
 
