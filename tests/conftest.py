@@ -45,18 +45,30 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order in a file
 
 
-@pytest.fixture(autouse=True)
-def _tracking_uri_ends_with_its_test():
-    """rul's store.configure sets MLFLOW_TRACKING_URI for the process (its subprocesses read
-    it); a test that trains in this process must not hand its store to the next test, which
-    may rely on the default ./mlflow.db."""
+@contextlib.contextmanager
+def _tracking_uri_kept():
     before = os.environ.get("MLFLOW_TRACKING_URI")
     yield
-    if os.environ.get("MLFLOW_TRACKING_URI") != before:
-        if before is None:
-            os.environ.pop("MLFLOW_TRACKING_URI", None)
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = before
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _tracking_uri_ends_with_its_module():
+    """rul's store.configure sets MLFLOW_TRACKING_URI for the process (its subprocesses read
+    it); a module fixture that trains in this process must not hand its store to the next
+    module's tests, which may rely on the default ./mlflow.db."""
+    with _tracking_uri_kept():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _tracking_uri_ends_with_its_test():
+    """The same for each test."""
+    with _tracking_uri_kept():
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -54,6 +54,7 @@ def test_trainings_in_two_folders_of_one_process_use_each_folder_s_store(write_c
 
     from rul.cli import main
 
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the default store
     data_dir = write_cmapss()
     for folder in ("first", "second"):
         (tmp_path / folder).mkdir()
@@ -74,6 +75,7 @@ def test_a_damaged_or_read_only_store_is_one_line_and_nothing_starts(write_cmaps
     from rul.cli import main
     from rul.tracking import store
 
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the default store
     data_dir = write_cmapss()
     monkeypatch.chdir(tmp_path)
     args = ["train", *TINY, f"data_dir={data_dir}", "--no-progress"]
