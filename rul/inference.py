@@ -62,13 +62,11 @@ class PredictOptions:
 
 def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
                  options: PredictOptions = PredictOptions()) -> pd.DataFrame:
-    """Columns unit, rul, rul_lower, rul_upper, p_fail_within, padded, flagged, flag_reason:
-    one row per unit, in the file's order. rul_lower/rul_upper are the model's calibrated
-    prediction interval (clipped to [0, rul_cap]), p_fail_within the probability of failing
-    within the horizon; flagged/flag_reason say which units lie outside the training fleet,
-    and `strict` refuses the file when one does. A model logged without an interval has no
-    bounds and no probability, one logged before the envelope no flags (and refuses
-    `strict`), one logged before the horizon takes none."""
+    """One row per unit, in the file's order, with the model's columns (rul.serving.columns
+    says what each means); `strict` refuses the file when a unit lies outside the training
+    fleet (flagged, flag_reason). A model logged without an interval has no bounds and no
+    probability, one logged before the envelope no flags (and refuses `strict`), one logged
+    before the horizon takes none."""
     import mlflow
 
     from rul.tracking.store import configure

@@ -24,6 +24,7 @@ from rul.data.validation import validate_rows
 from rul.evaluation.conformal import DEFAULT_HORIZON, Interval
 from rul.preprocessing.windows import unit_lengths
 from rul.serving import deadline
+from rul.serving.columns import served
 from rul.serving.spec import InferenceSpec  # noqa: F401 (its home before spec.py)
 
 SHORT_HISTORY = ("pad", "reject")
@@ -112,11 +113,10 @@ def refusal(units, reasons, flagged) -> str:
 def predict_rows(preprocessing, predict_members: Callable[[np.ndarray], np.ndarray],
                  rows: pd.DataFrame, source="input", params: dict | None = None,
                  interval: Interval | None = None, envelope=None) -> pd.DataFrame:
-    """RUL at the last cycle of each unit in `rows`: columns unit, rul, padded; with an
-    `interval`, also rul_lower and rul_upper (between rul and padded), clipped to
-    [0, rul_cap] like rul, and with a "banded" one p_fail_within after them; for several
-    members, rul_std; with an `envelope`, flagged and flag_reason (rul.preprocessing.envelope;
-    '' for a unit inside it).
+    """RUL at the last cycle of each unit in `rows`, one row per unit: the columns of the
+    table (rul.serving.columns) this model gives, in its order: bounds with an `interval`
+    (clipped to [0, rul_cap] like rul), p_fail_within with a "banded" one, rul_std for
+    several members, the flags with an `envelope` (rul.preprocessing.envelope).
 
     `params` are the request's parameters (PARAMS; check_params fills the defaults):
     short_history, strict and horizon.
@@ -159,24 +159,23 @@ def predict_rows(preprocessing, predict_members: Callable[[np.ndarray], np.ndarr
     deadline.check()
     member_rul = np.asarray(predict_members(windows), dtype=np.float64)
     rul, spread = average_members(member_rul)
-    result = {"unit": units.astype(np.int64), "rul": rul}
+    values = {"unit": units.astype(np.int64), "rul": rul, "padded": padded, "rul_std": spread}
     # A value or the settings beyond the fleet's range put a unit outside what the interval
     # was calibrated on: it says so with the widest interval, [0, rul_cap], and an unknown
     # (NaN) probability of failure, never a narrower interval or a confident 0.
     unknown = beyond if envelope is not None else np.zeros(len(rul), bool)
+    banded = interval is not None and interval.method == "banded"
     if interval is not None:
         lower, upper = interval.bounds(rul, high=preprocessing.rul_cap)
-        result["rul_lower"] = np.where(unknown, 0.0, lower)
-        result["rul_upper"] = np.where(unknown, float(preprocessing.rul_cap), upper)
-        if interval.method == "banded":
-            result["p_fail_within"] = np.where(
-                unknown, np.nan, interval.failure_probability(rul, horizon))
-    frame = pd.DataFrame({**result, "padded": padded})
-    if len(member_rul) > 1:
-        frame["rul_std"] = spread
+        values["rul_lower"] = np.where(unknown, 0.0, lower)
+        values["rul_upper"] = np.where(unknown, float(preprocessing.rul_cap), upper)
+    if banded:
+        values["p_fail_within"] = np.where(
+            unknown, np.nan, interval.failure_probability(rul, horizon))
     if envelope is not None:
-        frame["flagged"], frame["flag_reason"] = flagged, reasons
-    return frame
+        values["flagged"], values["flag_reason"] = flagged, reasons
+    given = served(interval is not None, len(member_rul), envelope is not None, banded)
+    return pd.DataFrame({column.name: values[column.name] for column in given})
 
 
 def predict_frame(preprocessor, model, rows: pd.DataFrame, source="input",

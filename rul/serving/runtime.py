@@ -79,8 +79,7 @@ class LeanModel:
 
     def predict(self, rows: pd.DataFrame, params: dict | None = None,
                 source="input") -> pd.DataFrame:
-        """One row per unit: unit, rul (rul_lower, rul_upper, p_fail_within with an
-        interval), padded (rul_std for an ensemble), flagged, flag_reason. `params`:
+        """One row per unit, the model's columns (rul.serving.columns). `params`:
         short_history ("pad" or "reject"), strict (refuse units outside the training fleet)
         and horizon (p_fail_within's cycles, default 20). Bad rows or parameters raise
         ValueError (rul.data.errors.DataError) naming row, column or unit."""

@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from rul.console import said_in_one_line
 from rul.data.schema import COLUMNS
-from rul.serving.signature import OUTPUT_COLUMNS
+from rul.serving.columns import meaning
 from rul.tracking.metric_names import read
 
 CHAMPION = "champion"
@@ -23,12 +23,13 @@ def registered_model_name(subset: str) -> str:
 
 
 def output_lines(outputs) -> list[str]:
-    """One line per column of an output schema (mlflow.types.Schema): name, type, meaning."""
+    """One line per column of an output schema (mlflow.types.Schema): name, type, and its
+    meaning from the table of served columns (rul.serving.columns)."""
     lines = []
     for column in outputs.inputs:
-        meaning = OUTPUT_COLUMNS.get(column.name, (None, ""))[1]
+        said = meaning(column.name)
         kind = getattr(column.type, "name", column.type)  # DataType.string -> string
-        lines.append(f"- `{column.name}` ({kind}){': ' + meaning if meaning else ''}")
+        lines.append(f"- `{column.name}` ({kind}){': ' + said if said else ''}")
     return lines
 
 

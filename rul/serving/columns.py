@@ -1,0 +1,66 @@
+"""The served model's output columns, in output order: the one table of them.
+
+Each column's name, MLflow type, meaning (one sentence, for whoever reads the predictions) and
+which models give it. The output signature (rul.serving.signature), the frame every prediction
+path returns (rul.serving.predictor.predict_rows: the lean served model, `rul predict`, the
+torch models), the registered model's description (rul.tracking.registry) and the serve
+guide's table (tests/test_served_columns.py) all read it. Standard library only: the lean
+served model imports it.
+"""
+
+from dataclasses import dataclass
+
+# Which models give a column (Column.given), in the serve guide's words.
+GIVEN = {
+    "always": "every model",
+    "interval": "models with a calibrated interval",
+    "banded": "models with a banded interval (every interval calibrated now)",
+    "ensemble": "ensembles",
+    "envelope": "models that check inputs against the training fleet (every model logged now)",
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # MLflow's column type: long, double, boolean or string
+    meaning: str
+    given: str = "always"  # which models give it: a key of GIVEN
+
+
+COLUMNS = (
+    Column("unit", "long", "the engine's unit number, one row per unit in input order"),
+    Column("rul", "double", "remaining useful life in cycles at the unit's last cycle, in "
+                            "[0, rul_cap]"),
+    Column("rul_lower", "double", "lower bound of the calibrated prediction interval",
+           "interval"),
+    Column("rul_upper", "double", "upper bound of the calibrated prediction interval",
+           "interval"),
+    Column("p_fail_within", "double", "probability that the engine fails within the request's "
+                                      "horizon (default 20 cycles), from the calibrated "
+                                      "predictive distribution", "banded"),
+    Column("padded", "boolean", "the history was shorter than the window and was "
+                                "front-padded"),
+    Column("rul_std", "double", "spread (standard deviation) of the ensemble members' "
+                                "predictions", "ensemble"),
+    Column("flagged", "boolean", "the unit lies outside the training fleet (see flag_reason)",
+           "envelope"),
+    Column("flag_reason", "string", "why it is flagged: a sensor far beyond the training "
+                                    "range, unfamiliar settings, missing cycles, a short or "
+                                    "late history; empty when not flagged", "envelope"),
+)
+
+
+def served(intervals: bool = True, members: int = 1, envelope: bool = True,
+           failure_probability: bool = True) -> tuple[Column, ...]:
+    """The columns of a model, in order: with an interval (`intervals`), with a banded one
+    (`failure_probability`, only with an interval), with `members` networks, with an
+    envelope."""
+    has = {"always": True, "interval": intervals, "banded": intervals and failure_probability,
+           "ensemble": members > 1, "envelope": envelope}
+    return tuple(column for column in COLUMNS if has[column.given])
+
+
+def meaning(name: str) -> str:
+    """What column `name` means; '' for a name the table does not hold (an older model's)."""
+    return next((column.meaning for column in COLUMNS if column.name == name), "")
