@@ -4,4 +4,5 @@ The served model (lean_pyfunc, around runtime.LeanModel) imports numpy, pandas, 
 and MLflow's pyfunc base: no torch, no scikit-learn, nothing from training. onnx_export and
 torch_weights (torch) are for logging a model and for using a run's torch networks;
 pyfunc_model keeps models logged before the lean runtime loading in rul's environment.
+columns is the one table of the output columns (standard library only).
 """

@@ -6,8 +6,8 @@ scikit-learn). Models logged now are lean (rul.serving.lean_pyfunc); this class 
 every model registered before keeps loading. An ensemble's weights are a list of state
 dicts, one per member (spec `members`); it predicts their mean and adds the column `rul_std`.
 
-Output: unit, rul, rul_lower, rul_upper, padded (one row per unit); a model logged without an
-interval returns unit, rul, padded. (Models of this kind predate p_fail_within.)
+Output: one row per unit, the served columns (rul.serving.columns) of a model without flags
+or p_fail_within (models of this kind predate both): no bounds without an interval.
 """
 
 import json
