@@ -1,4 +1,4 @@
-"""The reference pages, generated from the typed config (rul/config.py) and the CLI itself.
+"""The reference pages, generated from the typed config (rul/config/) and the CLI itself.
 
 Each key's type, default and allowed values come from its pydantic field (the field's
 `description` is what an error says a value must be); its meaning is the attribute docstring
@@ -123,7 +123,7 @@ def config_reference() -> str:
     lines = [
         "# Configuration keys",
         "",
-        "Generated from `rul/config.py` when the docs are built: every key `rul train`, "
+        "Generated from `rul/config/` when the docs are built: every key `rul train`, "
         "`rul evaluate` and `rul tune` read, with its type, default, allowed values and "
         "meaning. A YAML file in `experiments/` or a `key=value` argument overrides a "
         "default; an unknown key or a value outside the allowed ones is a one-line error "

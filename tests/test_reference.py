@@ -1,4 +1,4 @@
-"""The configuration reference is generated from rul/config.py: every key, with a meaning."""
+"""The configuration reference is generated from rul/config/: every key, with a meaning."""
 
 import html
 

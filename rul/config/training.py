@@ -1,0 +1,306 @@
+"""TrainConfig, everything `rul train` reads, and what each of its keys decides: KEY_ROLES and
+the key lists derived from it (a run's identity, what a study may vary or compare)."""
+
+import warnings
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator, model_validator
+
+from rul.config.values import (
+    Flag,
+    MemorySize,
+    MicroBatch,
+    NonNegativeInt,
+    OptionalText,
+    PositiveInt,
+    Text,
+    _number,
+    _one_of,
+    _positive_int,
+    _Strict,
+    rule_error,
+)
+from rul.data.schema import OPERATING_CONDITIONS, SUBSETS
+from rul.models.spec import (
+    ARCHITECTURE_DEFAULTS,
+    DEFAULT_KIND,
+    DEFAULT_RUL_CAP,
+    DEFAULT_WINDOW,
+    KINDS,
+)
+
+warnings.filterwarnings("ignore", message='Field name "register" in "TrainConfig" shadows')
+
+
+class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on instances
+    """Everything `rul train` reads; the defaults are the default FD001 run (`make train`)."""
+
+    # data and preprocessing
+    subset: _one_of(*SUBSETS) = "FD001"
+    """Which C-MAPSS subset to train and test on (FD001: one operating condition, one fault
+    mode)."""
+    data_dir: OptionalText = None
+    """Folder holding train_FDxxx.txt, test_FDxxx.txt and RUL_FDxxx.txt; null: CMAPSS_DIR, then
+    the cache data/cmapss/, then a verified download."""
+    window: PositiveInt = DEFAULT_WINDOW
+    """Cycles per input window: the model sees a unit's last `window` cycles."""
+    rul_cap: PositiveInt = DEFAULT_RUL_CAP
+    """Cap of the piecewise-linear RUL target in cycles: early in life the target stays at the
+    cap; predictions and interval bounds never exceed it."""
+    features: Annotated[str | list[str], Field(
+        description="'informative', 'all' or a list of sensor columns")] = "informative"
+    """Sensor columns fed to the model: the 14 informative sensors, all 21, or an explicit list
+    such as [s_2, s_3]."""
+    include_settings: Flag = False
+    """Also feed the three operational settings as inputs."""
+    include_cycle: Flag = False  # the engine's age in cycles as one more input column
+    """Feed the engine's age (cycles since the start of its record) as one more input column.
+    It assumes that `cycle` counts from each engine's first cycle in service, in a fleet whose
+    lives resemble the training fleet's (see Concepts: inputs)."""
+    late_start_max: NonNegativeInt = 0
+    """Train on records that start a random 0..N cycles late (drawn per training engine from
+    the split seed, renumbered from 1), as records begun after wear nobody counted: the age is
+    then not exact in training. Validation and test records stay as recorded."""
+    drop_constant: Flag = False
+    """Drop input columns that are (nearly) constant within every operating condition of the
+    training units."""
+    normalization: _one_of("minmax", "zscore") = "minmax"
+    """How inputs are scaled, fitted on the training units only: min-max to [-1, 1] or z-score."""
+    condition_scaling: _one_of("auto", "global", "per_condition") = "auto"  # per_condition
+    # for FD002/FD004 when auto
+    """Scale sensors per operating condition or globally; auto: per condition for the subsets
+    with six conditions (FD002, FD004)."""
+    smoothing_alpha: _number("a number in (0, 1] (weight of the newest cycle; 1 = off)",
+                             gt=0, le=1) = 0.1  # causal exponential smoothing per unit
+    """Weight of the newest cycle in the causal exponential smoothing of each unit's sensors; 1
+    turns smoothing off."""
+    val_fraction: _number("a number between 0 and 1 (validation units for early stopping)",
+                          gt=0, lt=1) = 0.2
+    """Share of the training units held out (whole units) for early stopping, model selection and
+    interval calibration."""
+    # model (architecture defaults: rul.models.spec)
+    model: _one_of(*KINDS) = DEFAULT_KIND
+    """Network: the DCNN of Li et al. (2018), an LSTM, a GRU or a Transformer encoder."""
+    hidden_size: PositiveInt = ARCHITECTURE_DEFAULTS["hidden_size"]
+    """Width of the recurrent/Transformer layers, and of the DCNN's dense head."""
+    num_layers: PositiveInt = ARCHITECTURE_DEFAULTS["num_layers"]
+    """Number of layers: convolution layers of the DCNN, stacked recurrent or Transformer layers
+    otherwise."""
+    dropout: _number("a number in [0, 1)", ge=0, lt=1) = ARCHITECTURE_DEFAULTS["dropout"]
+    """Dropout probability (the DCNN's head; between layers of the others)."""
+    kernel_size: PositiveInt = ARCHITECTURE_DEFAULTS["kernel_size"]
+    """Time steps covered by each DCNN convolution."""
+    filters: PositiveInt = ARCHITECTURE_DEFAULTS["filters"]  # cnn
+    """Channels of each DCNN convolution layer."""
+    num_heads: PositiveInt = ARCHITECTURE_DEFAULTS["num_heads"]  # transformer
+    """Attention heads of the Transformer; must divide hidden_size."""
+    # optimization
+    # The effective batch B is the accuracy decision; its split into micro-batches x K is a
+    # memory and speed decision (exact accumulation: same B, same model). `auto` measures the
+    # peak memory of a few micro sizes before training and picks the largest under
+    # memory_budget (null: CUDA's free memory less a margin; CPU: half the available RAM),
+    # with K = ceil(B / micro). With integers, B = micro x K unless stated.
+    micro_batch_size: MicroBatch = 256
+    """Samples per forward/backward pass: a memory and speed choice that does not change the
+    model; auto measures peak memory and picks the largest that fits memory_budget."""
+    accumulation_steps: PositiveInt = 2  # derived when micro_batch_size is auto
+    """Micro-batches accumulated per optimizer step (K); derived when micro_batch_size is auto."""
+    effective_batch_size: Annotated[PositiveInt | None, Field(
+        description="a positive integer or null")] = None  # null: micro x K
+    """Samples per optimizer step (B): the accuracy decision; null means micro_batch_size x
+    accumulation_steps."""
+    memory_budget: MemorySize = None
+    """Peak memory allowed to micro_batch_size: auto; null: the free CUDA memory less 10 %, or
+    half the available RAM on CPU."""
+    epochs: PositiveInt = 100
+    """Maximum number of passes over the training windows."""
+    # cosine decay from 2e-3 to 0 over all epochs' steps: on validation units it beat the
+    # constant 1e-3 at the same cost (docs: Results)
+    lr: _number("a number > 0", gt=0) = 2e-3
+    """Peak learning rate of AdamW (the cosine schedule decays it to 0)."""
+    weight_decay: _number("a number >= 0", ge=0) = 0.0
+    """AdamW's decoupled weight decay."""
+    scheduler: _one_of("none", "cosine", "onecycle") = "cosine"
+    """Learning-rate schedule over all optimizer steps: constant, cosine decay to 0, or one-
+    cycle."""
+    max_grad_norm: Annotated[_number("a number > 0", gt=0) | None, Field(
+        description="a number > 0, or null to disable clipping")] = 1.0
+    """Gradients are clipped to this global L2 norm after unscaling, once per optimizer step;
+    null disables clipping."""
+    ema_decay: _number("a number in [0, 1) (0 turns the weight average off)",
+                       ge=0, lt=1) = 0.99  # evaluate a moving average of the weights
+    """Decay of the exponential moving average of the weights used for validation, early stopping
+    and the returned model; 0 turns it off."""
+    precision: _one_of("auto", "fp32", "fp16", "bf16") = "auto"
+    """Training arithmetic: auto picks fp16 on CUDA, bf16 on a CPU with native bf16 (for the
+    DCNN) and fp32 otherwise; evaluation always runs in float32."""
+    seed: NonNegativeInt = 42
+    """Seed of the validation split, weight init, dropout and batch order; the same seed and
+    machine give the same run."""
+    # members of an ensemble model: seeds seed .. seed+N-1 (init and batch order), one shared
+    # validation split (that of `seed`); their predictions are averaged (docs: Evaluate)
+    ensemble: PositiveInt = 1
+    """Members of an ensemble model (seeds seed .. seed+N-1), whose predictions are averaged into
+    one served model."""
+    # how the members split the training units: "shared", all on the validation split of `seed`
+    # (val_fraction); "folds", the units cut into N folds by seed's permutation: member i
+    # early-stops on fold i and trains on the others (val_fraction unused), so the ensemble
+    # learns from every training unit and its val_rmse is out-of-fold (docs: Evaluate)
+    ensemble_split: _one_of("shared", "folds") = "shared"
+    """How ensemble members split the training units: all on the validation split of `seed`
+    (shared), or one fold each (folds: out-of-fold validation)."""
+    deterministic: Flag = False
+    """Ask torch for deterministic algorithms (slower; needed for bitwise-equal runs on CUDA)."""
+    patience: PositiveInt = 20
+    """Epochs without a better validation RMSE before early stopping ends the run."""
+    strict_data: Flag = False
+    """Refuse a training file with odd inputs (gaps in the cycles, late first cycles, values far
+    from the fleet's) instead of naming them in a warning and training on them."""
+    device: _one_of("auto", "cpu", "cuda") = "auto"
+    """Where to train: auto (CUDA when available), cpu or cuda."""
+    # prediction intervals of the logged model: split conformal on the validation windows
+    interval_coverage: Annotated[_number("a number strictly between 0 and 1", gt=0, lt=1)
+                                 | None, Field(description="a number strictly between 0 and 1"
+                                               ", or null to disable prediction intervals")
+                                 ] = 0.9
+    """Target coverage of the prediction interval (split conformal, calibrated on the validation
+    windows); null: the model returns no bounds."""
+    # tracking and outputs
+    tracking_uri: OptionalText = None
+    """MLflow store for the run; null: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db with
+    artifacts in ./mlruns."""
+    experiment: OptionalText = None  # default rul-<subset>
+    """MLflow experiment name; null: rul-<subset>."""
+    register: Flag = True
+    """Register the model as rul-<subset> and move the champion alias when validation RMSE
+    improves."""
+    run_name: OptionalText = None
+    """MLflow run name; null: model, effective batch, K and seed, e.g. cnn-b512-k2-s42."""
+    checkpoint_dir: Text = "mlruns/checkpoints"
+    """Folder of the per-epoch checkpoints that `rul train --resume` continues from."""
+
+    @field_validator("subset", mode="before")
+    @classmethod
+    def _canonical_subset(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().upper() in SUBSETS:
+            return value.strip().upper()  # fd001 -> FD001
+        return value
+
+    @field_validator("features")
+    @classmethod
+    def _known_features(cls, value: str | list[str]) -> str | list[str]:
+        from rul.preprocessing.features import candidate_columns
+
+        candidate_columns(value, include_settings=False)  # ValueError names the problem
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _state_the_effective_batch(cls, values: Any) -> Any:
+        """Fill in B = micro x K when both are integers and B is not stated."""
+        if isinstance(values, dict) and values.get("effective_batch_size") is None:
+            micro = values.get("micro_batch_size", cls.model_fields["micro_batch_size"].default)
+            k = values.get("accumulation_steps", cls.model_fields["accumulation_steps"].default)
+            if _positive_int(micro) and _positive_int(k):
+                values = {**values, "effective_batch_size": micro * k}
+        return values
+
+    @model_validator(mode="after")
+    def _split_matches_the_effective_batch(self) -> "TrainConfig":
+        b, micro, k = self.effective_batch_size, self.micro_batch_size, self.accumulation_steps
+        if micro == "auto":
+            if b is None:
+                raise rule_error("micro_batch_size='auto'",
+                                 "needs effective_batch_size (the batch the optimizer sees)")
+        elif micro > b or -(-b // micro) != k:
+            raise rule_error(f"effective_batch_size={b}",
+                             f"disagrees with micro_batch_size={micro} x accumulation_steps={k}"
+                             " (B must be micro x K, or K = ceil(B / micro) with a short last"
+                             " micro-batch)")
+        return self
+
+    @model_validator(mode="after")
+    def _transformer_heads_divide_width(self) -> "TrainConfig":
+        if self.model == "transformer" and self.hidden_size % self.num_heads:
+            raise rule_error(f"hidden_size={self.hidden_size}",
+                             f"must be divisible by num_heads={self.num_heads}")
+        return self
+
+    @model_validator(mode="after")
+    def _folds_need_members(self) -> "TrainConfig":
+        if self.ensemble_split == "folds" and self.ensemble < 2:
+            raise rule_error("ensemble_split='folds'", f"needs ensemble >= 2 (member i validates "
+                             f"on fold i of N), got ensemble={self.ensemble}")
+        return self
+
+    @property
+    def n_conditions(self) -> int:
+        if self.condition_scaling == "per_condition":
+            return 6
+        if self.condition_scaling == "global":
+            return 1
+        return OPERATING_CONDITIONS[self.subset]
+
+    @property
+    def experiment_name(self) -> str:
+        return self.experiment or f"rul-{self.subset.lower()}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The keys a YAML file would hold: B only when it is not micro x K, and the keys of
+        OMITTED_AT_DEFAULT only when they differ from their default (so configs written
+        before those keys existed keep their form, params and identity)."""
+        values = self.model_dump()
+        if self.micro_batch_size != "auto" and (
+                self.effective_batch_size == self.micro_batch_size * self.accumulation_steps):
+            del values["effective_batch_size"]
+        for key in OMITTED_AT_DEFAULT:
+            if values[key] == type(self).model_fields[key].default:
+                del values[key]
+        return values
+
+    def identity(self) -> dict[str, Any]:
+        """What decides the trained model: the written keys less NOT_IN_IDENTITY (the same
+        identity -> the same run, which is what `--resume` looks for)."""
+        return {k: v for k, v in self.to_dict().items() if k not in NOT_IN_IDENTITY}
+
+    def replace(self, **changes) -> "TrainConfig":
+        """A re-validated copy with `changes` applied."""
+        from rul.config.loading import build  # loading imports this module
+
+        return build(self.to_dict(), changes)
+
+
+Config = TrainConfig
+
+# ------------------------------------------------------------------ what each key decides
+# Every training key changes what is trained, and so belongs to a run's identity, unless it
+# has a role here. The key lists that resuming, tuning and studies need are derived from these
+# roles and nowhere else.
+KEY_ROLES = {
+    # where data and results live
+    **dict.fromkeys(("data_dir", "tracking_uri", "experiment", "register", "run_name",
+                     "checkpoint_dir"), "place"),
+    "device": "machine",  # where it runs: a run may resume on another machine
+    # how it computes: the same model up to rounding (the machines of one study may differ)
+    **dict.fromkeys(("precision", "deterministic", "memory_budget"), "numerics"),
+    "interval_coverage": "calibration",  # after training: the network is the same
+    **dict.fromkeys(("ensemble", "ensemble_split"), "members"),  # how many networks
+    "subset": "dataset",  # which engines: every trial of a study trains on the same
+    "strict_data": "checks",  # refuses odd inputs or warns: what trains is the same
+}
+# Keys added after runs were first tracked, written only when they differ from their default.
+OMITTED_AT_DEFAULT = ("memory_budget", "ensemble", "ensemble_split", "include_cycle",
+                      "late_start_max", "strict_data")
+
+
+def keys_with(*roles: str) -> tuple[str, ...]:
+    return tuple(key for key, role in KEY_ROLES.items() if role in roles)
+
+
+# Not part of a run's identity: where things live, the machine, the calibration after training.
+NOT_IN_IDENTITY = keys_with("place", "machine", "calibration", "checks")
+# Keys a study may not vary: those, and what a trial always trains on (one network, one subset).
+NOT_TUNABLE = keys_with("place", "machine", "calibration", "members", "dataset", "checks")
+# Keys the invocations of one study may differ in: where and how fast a trial runs, not what
+# it trains (e.g. fp16 on a GPU and fp32 on a CPU).
+NOT_COMPARED_IN_A_STUDY = keys_with("place", "machine", "numerics", "calibration", "checks")
