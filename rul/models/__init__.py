@@ -1,7 +1,8 @@
 """Temporal models, chosen by `config.model`. Each maps (B, window, features) to RUL (B,).
 
-The plain description of a network (NetworkSpec, the architecture defaults) lives in
-rul.models.spec and imports no torch; the networks themselves are imported on first use.
+The plain description of a network (NetworkSpec, the table of kinds NETWORK_KINDS, the
+architecture defaults) lives in rul.models.spec and imports no torch; the networks themselves
+are imported on first use.
 """
 
 from rul.models.spec import (

@@ -3,10 +3,7 @@
 import torch
 from torch import nn
 
-from rul.models.cnn import DCNN
-from rul.models.recurrent import RecurrentRegressor
-from rul.models.spec import ARCHITECTURE_ARGS, ARCHITECTURE_DEFAULTS, NetworkSpec
-from rul.models.transformer import TransformerRegressor
+from rul.models.spec import ARCHITECTURE_DEFAULTS, NETWORK_KINDS, NetworkSpec
 
 
 class RULNet(nn.Module):
@@ -28,20 +25,16 @@ class RULNet(nn.Module):
 
 
 def build_network(kind: str, n_features: int, window: int, rul_cap: float, **arch) -> RULNet:
-    """The network of `kind` from its architecture arguments (missing ones take defaults;
-    unknown ones are ignored, so a stored spec outlives added or renamed config keys)."""
-    if kind not in ARCHITECTURE_ARGS:
-        raise ValueError(f"unknown model {kind!r}; expected one of {sorted(ARCHITECTURE_ARGS)}")
-    a = {k: arch.get(k, ARCHITECTURE_DEFAULTS[k]) for k in ARCHITECTURE_ARGS[kind]}
-    if kind == "cnn":
-        backbone = DCNN(n_features, window, a["filters"], a["kernel_size"], a["num_layers"],
-                        a["hidden_size"], a["dropout"])
-    elif kind in ("lstm", "gru"):
-        backbone = RecurrentRegressor(n_features, kind, a["hidden_size"], a["num_layers"],
-                                      a["dropout"])
-    else:
-        backbone = TransformerRegressor(n_features, window, a["hidden_size"], a["num_heads"],
-                                        a["num_layers"], a["dropout"])
+    """The network of `kind` (its row of NETWORK_KINDS) from its architecture arguments
+    (missing ones take defaults; unknown ones are ignored, so a stored spec outlives added or
+    renamed config keys)."""
+    if kind not in NETWORK_KINDS:
+        raise ValueError(f"unknown model {kind!r}; expected one of {sorted(NETWORK_KINDS)}")
+    row = NETWORK_KINDS[kind]
+    shape = {"n_features": n_features, "window": window}
+    architecture = {key: arch.get(key, ARCHITECTURE_DEFAULTS[key]) for key in row.args}
+    backbone = row.backbone_class()(*(shape[name] for name in row.inputs), **dict(row.fixed),
+                                    **architecture)
     return RULNet(backbone, rul_cap)
 
 

@@ -1,26 +1,65 @@
 """What a network is, as plain values: its kind, input shape, output scale and architecture.
 
-The single home of the architecture defaults: the training config (rul.config), stored
-inference specs and the benches all read them from here. Imports no torch until a network is
-built, so that configuration and light tools stay light.
+The single home of the network kinds (NETWORK_KINDS) and of the architecture defaults: the
+training config (rul.config), stored inference specs and the benches all read them from here.
+Imports no torch until a network is built, so that configuration and light tools stay light.
 """
 
+import importlib
 from dataclasses import dataclass, field
 
 # The default network of `make train` (Li et al.'s DCNN over a 30-cycle window).
 DEFAULT_KIND = "cnn"
 DEFAULT_WINDOW = 30
 DEFAULT_RUL_CAP = 125
+# Each architecture key's default: one config key (rul.config.TrainConfig) per name, shared by
+# the kinds that take it, and what a stored spec without the key builds.
 ARCHITECTURE_DEFAULTS = {"filters": 10, "kernel_size": 10, "num_layers": 4, "hidden_size": 100,
                          "dropout": 0.5, "num_heads": 4}
-# The architecture arguments each kind takes (what an inference spec stores).
-ARCHITECTURE_ARGS = {
-    "cnn": ("filters", "kernel_size", "num_layers", "hidden_size", "dropout"),
-    "lstm": ("hidden_size", "num_layers", "dropout"),
-    "gru": ("hidden_size", "num_layers", "dropout"),
-    "transformer": ("hidden_size", "num_heads", "num_layers", "dropout"),
+
+
+@dataclass(frozen=True)
+class NetworkKind:
+    """How one kind's backbone is built: backbone(*inputs, **fixed, **architecture).
+
+    `backbone` names the class as "module.Class" (imported on first build); `inputs` are the
+    data's shape it takes first ("n_features", "window"); `args` its architecture keys in its
+    constructor's order (what an inference spec stores; each a key of ARCHITECTURE_DEFAULTS);
+    `fixed` constant keyword arguments that tell kinds of one class apart.
+    """
+
+    backbone: str
+    inputs: tuple[str, ...]
+    args: tuple[str, ...]
+    fixed: tuple[tuple[str, object], ...] = ()
+
+    def backbone_class(self) -> type:
+        module, name = self.backbone.rsplit(".", 1)
+        return getattr(importlib.import_module(module), name)
+
+
+NETWORK_KINDS = {
+    "cnn": NetworkKind("rul.models.cnn.DCNN", ("n_features", "window"),
+                       ("filters", "kernel_size", "num_layers", "hidden_size", "dropout")),
+    "lstm": NetworkKind("rul.models.recurrent.RecurrentRegressor", ("n_features",),
+                        ("hidden_size", "num_layers", "dropout"), (("cell", "lstm"),)),
+    "gru": NetworkKind("rul.models.recurrent.RecurrentRegressor", ("n_features",),
+                       ("hidden_size", "num_layers", "dropout"), (("cell", "gru"),)),
+    "transformer": NetworkKind("rul.models.transformer.TransformerRegressor",
+                               ("n_features", "window"),
+                               ("hidden_size", "num_heads", "num_layers", "dropout")),
 }
-KINDS = tuple(ARCHITECTURE_ARGS)
+"""The network kinds, by the name `model:` takes.
+
+To add a kind: write its backbone in a module of rul/models/ (an nn.Module mapping
+(batch, window, features) to (batch,), without BatchNorm) and add its row here;
+tests/test_model_kinds.py then checks it as it checks every kind. An architecture key that no
+kind took before also needs its default in ARCHITECTURE_DEFAULTS and a TrainConfig field of that
+name, listed in rul.config.OMITTED_AT_DEFAULT (written only when it differs from its default) so
+that runs tracked before keep their identity."""
+KINDS = tuple(NETWORK_KINDS)
+# The architecture arguments each kind takes (what an inference spec stores).
+ARCHITECTURE_ARGS = {kind: row.args for kind, row in NETWORK_KINDS.items()}
 
 
 def architecture_of(config) -> dict:

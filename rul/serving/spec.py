@@ -31,7 +31,7 @@ SPEC_FILE = "inference_spec.json"
 
 @dataclass(frozen=True)
 class InferenceSpec:
-    model: str  # cnn | lstm | gru | transformer
+    model: str  # a kind of rul.models.spec.NETWORK_KINDS
     window: int
     rul_cap: float
     n_features: int
