@@ -8,6 +8,7 @@ from torch import nn
 
 from rul import config as cfg
 from rul.models import build_model
+from rul.models.spec import KINDS
 from rul.training.batching import effective_batches
 from rul.training.engine import TrainState, fit
 from rul.training.listener import TrainingListener
@@ -73,7 +74,7 @@ def assert_same_gradients(a, b, rel=1e-5):
         assert ((ga - gb).norm() / gb.norm().clamp_min(1e-12)).item() < rel
 
 
-@pytest.mark.parametrize("model_name", ["transformer", "cnn", "lstm"])
+@pytest.mark.parametrize("model_name", KINDS)
 @pytest.mark.parametrize("n,micro", [(300, 128), (256, 64), (97, 40)])
 def test_accumulated_gradient_equals_one_large_batch(model_name, n, micro):
     """Including a partial last micro-batch (300 = 128+128+44): weighted by share, not ÷K."""
