@@ -48,9 +48,8 @@ def test_a_row_names_a_backbone_and_every_argument_it_takes_in_order(kind):
     assert set(row.inputs) <= {"n_features", "window"}
     assert set(row.args) <= set(ARCHITECTURE_DEFAULTS)
     parameters = list(inspect.signature(backbone).parameters)
-    fixed = dict(row.fixed)
-    assert set(fixed) <= set(parameters)
-    assert [p for p in parameters if p not in fixed] == [*row.inputs, *row.args]
+    assert set(row.fixed) <= set(parameters)
+    assert [p for p in parameters if p not in row.fixed] == [*row.inputs, *row.args]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -33,7 +33,7 @@ def build_network(kind: str, n_features: int, window: int, rul_cap: float, **arc
     row = NETWORK_KINDS[kind]
     shape = {"n_features": n_features, "window": window}
     architecture = {key: arch.get(key, ARCHITECTURE_DEFAULTS[key]) for key in row.args}
-    backbone = row.backbone_class()(*(shape[name] for name in row.inputs), **dict(row.fixed),
+    backbone = row.backbone_class()(*(shape[name] for name in row.inputs), **row.fixed,
                                     **architecture)
     return RULNet(backbone, rul_cap)
 

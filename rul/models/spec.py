@@ -31,7 +31,7 @@ class NetworkKind:
     backbone: str
     inputs: tuple[str, ...]
     args: tuple[str, ...]
-    fixed: tuple[tuple[str, object], ...] = ()
+    fixed: dict = field(default_factory=dict)
 
     def backbone_class(self) -> type:
         module, name = self.backbone.rsplit(".", 1)
@@ -42,9 +42,9 @@ NETWORK_KINDS = {
     "cnn": NetworkKind("rul.models.cnn.DCNN", ("n_features", "window"),
                        ("filters", "kernel_size", "num_layers", "hidden_size", "dropout")),
     "lstm": NetworkKind("rul.models.recurrent.RecurrentRegressor", ("n_features",),
-                        ("hidden_size", "num_layers", "dropout"), (("cell", "lstm"),)),
+                        ("hidden_size", "num_layers", "dropout"), {"cell": "lstm"}),
     "gru": NetworkKind("rul.models.recurrent.RecurrentRegressor", ("n_features",),
-                       ("hidden_size", "num_layers", "dropout"), (("cell", "gru"),)),
+                       ("hidden_size", "num_layers", "dropout"), {"cell": "gru"}),
     "transformer": NetworkKind("rul.models.transformer.TransformerRegressor",
                                ("n_features", "window"),
                                ("hidden_size", "num_heads", "num_layers", "dropout")),
