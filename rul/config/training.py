@@ -289,6 +289,7 @@ KEY_ROLES = {
     "strict_data": "checks",  # refuses odd inputs or warns: what trains is the same
 }
 # Keys added after runs were first tracked, written only when they differ from their default.
+# A network kind's new architecture key goes here too (tests/test_model_kinds.py checks it).
 OMITTED_AT_DEFAULT = ("memory_budget", "ensemble", "ensemble_split", "include_cycle",
                       "late_start_max", "strict_data")
 
