@@ -74,10 +74,9 @@ def minimal_loop(model, train, config, epochs):
     from rul.training.batching import effective_batches
 
     for epoch in range(epochs):
-        for micro in effective_batches(len(train), config.micro_batch_size,
-                                       config.accumulation_steps, 0, epoch):
-            total = sum(len(i) for i in micro)
-            for index in micro:
+        for batch in effective_batches(len(train), config.effective_batch_size, 0, epoch):
+            total = len(batch)
+            for index in batch.split(config.micro_batch_size):
                 x, y = train.get(index)
                 cap = config.rul_cap
                 loss = torch.nn.functional.mse_loss(model(x) / cap, y / cap) * len(y) / total
@@ -96,28 +95,25 @@ def minimal_loop(model, train, config, epochs):
 def bench_engine(epochs=3):
     from rul import config as cfg
     from rul.models import build_model
+    from rul.plan import plan_run
     from rul.preprocessing.prepared import prepare_data
     from rul.training.batching import WindowBatches
     from rul.training.engine import fit
-    from rul.training.hardware import keep_freed_memory
-    from rul.training.precision import resolve_precision
     from rul.training.seeding import derive_seeds
 
-    keep_freed_memory()  # as `rul train` on a CPU
-    config = cfg.load(DEFAULT, {"epochs": epochs, "patience": 100})
-    seeds = derive_seeds(config.seed)
-    data = prepare_data(config, seeds.split)
+    config = cfg.load(DEFAULT, {"epochs": epochs, "patience": 100, "precision": "fp32",
+                                "device": "cpu"})
+    data = prepare_data(config, derive_seeds(config.seed).split)
+    plan = plan_run(config, data=data)  # as `rul train` on a CPU (malloc's settings too)
     n_features = data.preprocessor.n_features
-    device = torch.device("cpu")
-    train, val = WindowBatches(data.train, device), WindowBatches(data.val, device)
+    train = WindowBatches(data.train, torch.device("cpu"))  # the minimal loop's
     rates = {"minimal": [], "rul": []}
     for _ in range(2):  # interleaved, best of two each
         torch.manual_seed(0)
         model = build_model(config, n_features)
         rates["minimal"].append(minimal_loop(model, train, config, epochs))
         torch.manual_seed(0)
-        state = fit(build_model(config, n_features), config, resolve_precision("fp32", device),
-                    seeds, train, val, progress=False)
+        state = fit(build_model(config, n_features), plan, progress=False)
         rates["rul"].append(sum(h["samples_per_s"] for h in state.history) / len(state.history))
     m, r = max(rates["minimal"]), max(rates["rul"])
     print(f"engine: rul {r:,.0f} samples/s vs minimal loop {m:,.0f} samples/s "

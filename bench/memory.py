@@ -17,9 +17,10 @@ import torch
 
 from rul.models.spec import NetworkSpec
 from rul.training.hardware import keep_freed_memory
-from rul.training.micro_batch import StepSettings, measure_step
+from rul.training.micro_batch import measure_step
 from rul.training.optim import make_optimizer
 from rul.training.precision import Precision, resolve_precision
+from rul.training.step import StepSettings
 
 B, MICROS = 512, (512, 256, 128, 64)
 # experiments/fd001.yaml's inputs: FD001's 14 informative sensors and the engine's age;

@@ -42,7 +42,7 @@ from bench.memory import DEFAULT_MODEL, N_FEATURES
 from rul.models.cnn import TimeConv, TrimmedTanh
 from rul.training.hardware import auto_precision, cpu_has_native_bf16, keep_freed_memory
 from rul.training.precision import resolve_precision
-from rul.training.step import optimizer_step
+from rul.training.step import StepSettings, optimizer_step
 
 B, MICRO = 512, 256  # the default effective batch and its split
 
@@ -104,6 +104,7 @@ class Path:
             keep_freed_memory()
         self.device = torch.device(spec.device)
         self.precision = resolve_precision(spec.precision, self.device)
+        self.settings = StepSettings(self.precision, 1.0, DEFAULT_MODEL.rul_cap)
         self.model = default_model(spec.kind).to(self.device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
         self.scaler = self.precision.grad_scaler()
@@ -120,8 +121,7 @@ class Path:
         self.setup_seconds = time.perf_counter() - started
 
     def step(self) -> None:
-        optimizer_step(self.model, self.optimizer, self.scaler, self.batches, self.precision,
-                       1.0, DEFAULT_MODEL.rul_cap)
+        optimizer_step(self.model, self.optimizer, self.scaler, self.batches, self.settings)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 

@@ -170,6 +170,26 @@ def rewrite_line(path: Path, number: int, change: "str | Callable[[list[str]], o
     return new
 
 
+def fit_plan(config, train, val, seeds=None, precision=None, **fields):
+    """The RunPlan that rul.training.engine.fit executes for `config` on the `train` and `val`
+    WindowSets, on the CPU: `config`'s seeds and precision unless given; `fields` are the
+    plan's others (world, resume)."""
+    import torch
+
+    from rul.models.spec import NetworkSpec
+    from rul.plan import RunPlan
+    from rul.training.distributed import World
+    from rul.training.precision import resolve_precision
+    from rul.training.seeding import derive_seeds
+
+    precision = precision or resolve_precision(config.precision, torch.device("cpu"),
+                                               config.model)
+    data = SimpleNamespace(train=train, val=val)
+    return RunPlan(config, config, fields.pop("world", None) or World(), precision,
+                   seeds or derive_seeds(config.seed), data,
+                   NetworkSpec.of(config, train.values.shape[1]), **fields)
+
+
 @pytest.fixture(scope="session")
 def real_data_dir() -> Path:
     """The real C-MAPSS folder from $CMAPSS_DIR; skipped when absent, but a failure on CI."""

@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from conftest import fit_plan
 from mlflow.tracking import MlflowClient
 
 from rul import config as cfg
@@ -58,8 +59,8 @@ def train_once(config, train_set, val_set, n_features, world=None):
     torch.manual_seed(0)
     model = build_model(config, n_features)
     losses = StepLosses()
-    fit(model, config, FP32, derive_seeds(config.seed), WindowBatches(train_set, CPU),
-        WindowBatches(val_set, CPU), listener=losses, progress=False, world=world)
+    fit(model, fit_plan(config, train_set, val_set, precision=FP32, world=world), losses,
+        progress=False)
     return losses.losses, {k: v.clone() for k, v in model.state_dict().items()}
 
 

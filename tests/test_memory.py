@@ -8,26 +8,21 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import fit_plan
 from torch import nn
 
 from rul import config as cfg
 from rul.plan import plan_run
 from rul.preprocessing.prepared import prepare_data
 from rul.training.backoff import BackoffStep
-from rul.training.batching import WindowBatches
 from rul.training.engine import fit
 from rul.training.hardware import cpu_has_native_bf16
 from rul.training.listener import TrainingListener
-from rul.training.micro_batch import (
-    ProbeRow,
-    StepSettings,
-    candidates,
-    choose_split,
-    probe,
-)
+from rul.training.micro_batch import ProbeRow, candidates, choose_split, probe
 from rul.training.precision import resolve_precision
 from rul.training.run import train
 from rul.training.seeding import derive_seeds, seed_everything
+from rul.training.step import StepSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_FP32 = resolve_precision("fp32", torch.device("cpu"))
@@ -208,9 +203,8 @@ def _fit(data, config, limit=None):
     if limit is not None:
         model = OutOfMemoryAbove(model, limit, every_second=True)
     listener = StepLosses()
-    device = torch.device("cpu")
-    state = fit(model, config, CPU_FP32, seeds, WindowBatches(data.train, device),
-                WindowBatches(data.val, device), listener=listener, progress=False)
+    state = fit(model, fit_plan(config, data.train, data.val, seeds, CPU_FP32), listener,
+                progress=False)
     return state, listener.losses
 
 
@@ -253,19 +247,18 @@ def test_back_off_redoes_the_batch_from_its_start_with_the_same_random_stream():
         def get(self, index):
             return values[index], torch.zeros(len(index))
 
-    step = BackoffStep(micro_batch_size=8, effective_batch_size=8)
+    settings = StepSettings(CPU_FP32, max_grad_norm=None)
+    step = BackoffStep(Rows(), settings, micro_batch_size=8, effective_batch_size=8)
     state = torch.get_rng_state()
-    result = step(model, optimizer, CPU_FP32.grad_scaler(), Rows(), torch.arange(8), CPU_FP32,
-                  None, 1.0)
+    result = step(model, optimizer, CPU_FP32.grad_scaler(), torch.arange(8))
     assert (step.micro_batch_size, step.accumulation_steps) == (2, 4)
     assert step.backoffs == [(4, 2), (2, 4)]
     # the same as micro 2 from the start, from the same random state
     torch.manual_seed(0)
     fresh = OutOfMemoryAbove(nn.Sequential(nn.Dropout(0.5), nn.Linear(4, 1), nn.Flatten(0)), 3)
     torch.set_rng_state(state)
-    again = BackoffStep(2, 8)(fresh, torch.optim.SGD(fresh.parameters(), lr=0.1),
-                              CPU_FP32.grad_scaler(), Rows(), torch.arange(8), CPU_FP32, None,
-                              1.0)
+    again = BackoffStep(Rows(), settings, 2, 8)(fresh, torch.optim.SGD(fresh.parameters(), lr=0.1),
+                                                CPU_FP32.grad_scaler(), torch.arange(8))
     assert result.loss == pytest.approx(again.loss, rel=1e-7)
     for p, q in zip(model.parameters(), fresh.parameters(), strict=True):
         assert torch.equal(p, q)
@@ -279,8 +272,9 @@ def test_out_of_memory_at_micro_batch_one_is_raised():
             return torch.ones(len(index), 4), torch.zeros(len(index))
 
     with pytest.raises(torch.OutOfMemoryError):
-        BackoffStep(4, 4)(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                          CPU_FP32.grad_scaler(), Rows(), torch.arange(4), CPU_FP32, None, 1.0)
+        BackoffStep(Rows(), StepSettings(CPU_FP32, max_grad_norm=None), 4, 4)(
+            model, torch.optim.SGD(model.parameters(), lr=0.1), CPU_FP32.grad_scaler(),
+            torch.arange(4))
 
 
 # ------------------------------------------------------------------ bench

@@ -7,19 +7,23 @@ the two. The CUDA graph around it is checked where CUDA is (tests/test_gpu.py)."
 import copy
 import functools
 import math
+from dataclasses import replace
 
 import pytest
 import torch
+from conftest import fit_plan
 
 from rul import config as cfg
 from rul.models import build_model
-from rul.training import engine
+from rul.training import engine, optim
+from rul.training.backoff import BackoffStep
+from rul.training.batching import WindowBatches
 from rul.training.engine import fit
 from rul.training.listener import TrainingListener
-from rul.training.optim import decides_on_device, make_optimizer, make_scheduler
+from rul.training.optim import make_optimizer, make_scheduler
 from rul.training.precision import resolve_precision
 from rul.training.seeding import derive_seeds
-from rul.training.step import StepResult
+from rul.training.step import StepResult, StepSettings, decides_on_device
 from rul.training.sync_free import DeviceSchedule, StepLog, host_optimizer
 
 CPU = torch.device("cpu")
@@ -29,18 +33,14 @@ CPU = torch.device("cpu")
 def windows(real_data_dir):
     """4096 training and 512 validation windows of FD001 (8 steps of 512 per epoch)."""
     from rul.preprocessing.prepared import prepare_data
-    from rul.training.batching import WindowBatches
     from rul.training.seeding import derive_seeds
 
     prepared = prepare_data(cfg.load(None, {"data_dir": str(real_data_dir)}), derive_seeds(0).split)
-    return head(WindowBatches(prepared.train, CPU), 4096), head(WindowBatches(prepared.val, CPU),
-                                                                512)
+    return head(prepared.train, 4096), head(prepared.val, 512)
 
 
-def head(batches, n: int):
-    part = copy.copy(batches)
-    part.starts, part.targets = batches.starts[:n], batches.targets[:n]
-    return part
+def head(windows, n: int):
+    return replace(windows, starts=windows.starts[:n], targets=windows.targets[:n])
 
 
 def tiny(**changes):
@@ -70,15 +70,15 @@ def poison_backward(model, number: int):
 
 
 def train(config, windows, sync_free: bool, monkeypatch, poison=None, **kwargs):
-    monkeypatch.setattr(engine, "make_optimizer",
+    monkeypatch.setattr(optim, "make_optimizer",
                         functools.partial(make_optimizer, sync_free=sync_free))
     torch.manual_seed(0)
     model = build_model(config, n_features=14)
     if poison:
         poison_backward(model, poison)
     steps = Steps()
-    state = fit(model, config, resolve_precision(config.precision, CPU), derive_seeds(7),
-                *windows, listener=steps, progress=False, **kwargs)
+    state = fit(model, fit_plan(config, *windows, derive_seeds(7), **kwargs), steps,
+                progress=False)
     return state, steps.results, model
 
 
@@ -116,17 +116,18 @@ def test_the_sync_free_step_trains_what_the_host_step_trains(windows, monkeypatc
 
 def test_a_skipped_sync_free_step_changes_no_weight_and_no_average(windows, monkeypatch):
     config = tiny(epochs=1, precision="fp32")
-    monkeypatch.setattr(engine, "make_optimizer",
+    monkeypatch.setattr(optim, "make_optimizer",
                         functools.partial(make_optimizer, sync_free=True))
     torch.manual_seed(0)
     model = build_model(config, n_features=14)
     poison_backward(model, 5)  # the third step's first micro-batch
-    parts = engine.TrainingParts(model, config, resolve_precision("fp32", CPU), 8)
-    step, (train_windows, _) = engine.BackoffStep(256, 512), windows
+    precision = resolve_precision("fp32", CPU)
+    parts = optim.TrainingParts(model, config, precision, 8)
+    step = BackoffStep(WindowBatches(windows[0], CPU), StepSettings.of(config, precision), 256,
+                       512)
 
     def take_step(indices):
-        result = step(model, parts.optimizer, parts.scaler, train_windows, indices,
-                      resolve_precision("fp32", CPU), config.max_grad_norm, config.rul_cap)
+        result = step(model, parts.optimizer, parts.scaler, indices)
         parts.after_step(result)
         return result
 
@@ -186,16 +187,16 @@ def test_a_checkpoint_moves_between_a_host_run_and_a_sync_free_run(windows, monk
             saved.update(copy.deepcopy({**parts.state_dict(), "train_state": state,
                                         "rng": {"python": None}}))
 
-    monkeypatch.setattr(engine, "make_optimizer",
+    monkeypatch.setattr(optim, "make_optimizer",
                         functools.partial(make_optimizer, sync_free=first))
     torch.manual_seed(0)
     model = build_model(config, n_features=14)
     with pytest.raises(KeyboardInterrupt):
-        fit(model, config, resolve_precision("fp32", CPU), derive_seeds(7), *windows,
-            listener=StopAfterTwo(), checkpointer=Keep(), progress=False)
+        fit(model, fit_plan(config, *windows, derive_seeds(7)), StopAfterTwo(), Keep(),
+            progress=False)
     monkeypatch.setattr(engine.checkpoint, "restore_rng_state", lambda state: None)
     resumed, _, resumed_model = train(config, windows, then, monkeypatch,
-                                      resume_from=saved)
+                                      resume=saved)
     assert resumed.step == reference.step == 24
     assert [h["val_rmse"] for h in resumed.history] == pytest.approx(
         [h["val_rmse"] for h in reference.history], rel=1e-4)

@@ -4,16 +4,17 @@ import math
 
 import pytest
 import torch
+from conftest import fit_plan
 from torch import nn
 
 from rul import config as cfg
 from rul.models import build_model
 from rul.models.spec import KINDS
-from rul.training.batching import effective_batches
+from rul.training.batching import WindowBatches, effective_batches
 from rul.training.engine import TrainState, fit
 from rul.training.listener import TrainingListener
 from rul.training.precision import Precision, resolve_precision
-from rul.training.step import optimizer_step
+from rul.training.step import StepSettings, optimizer_step
 
 CPU = torch.device("cpu")
 FP32 = resolve_precision("fp32", CPU)
@@ -21,14 +22,13 @@ FP32 = resolve_precision("fp32", CPU)
 
 @pytest.fixture(scope="module")
 def fd001_windows(real_data_dir):
-    """Real FD001 train/validation windows as device tensors (split by unit)."""
+    """Real FD001 train/validation windows (split by unit)."""
     from rul.preprocessing.prepared import prepare_data
-    from rul.training.batching import WindowBatches
     from rul.training.seeding import derive_seeds
 
     config = cfg.load(None, {"data_dir": str(real_data_dir)})
     prepared = prepare_data(config, derive_seeds(0).split)
-    return WindowBatches(prepared.train, CPU), WindowBatches(prepared.val, CPU)
+    return prepared.train, prepared.val
 
 
 def tiny_model(seed=0, model="transformer"):
@@ -63,8 +63,8 @@ def step_with(model, x, y, micro, precision=FP32, max_grad_norm=None, lr=0.1):
     optimizer = GradCapture(model.parameters(), lr=lr)
     scaler = precision.grad_scaler()
     micro_batches = list(zip(x.split(micro), y.split(micro)))
-    result = optimizer_step(model, optimizer, scaler, micro_batches, precision, max_grad_norm,
-                            target_scale=125.0)
+    result = optimizer_step(model, optimizer, scaler, micro_batches,
+                            StepSettings(precision, max_grad_norm, target_scale=125.0))
     step_with.grads = getattr(optimizer, "grads", None)
     return result, {k: v.clone() for k, v in model.state_dict().items()}, scaler
 
@@ -111,16 +111,18 @@ def test_dividing_by_k_on_a_short_last_batch_would_differ():
 
 
 def test_effective_batches_do_not_depend_on_the_split():
+    """The batches are drawn for the effective batch alone (the step splits each into
+    micro-batches itself), and N ranks share each one of them."""
+    from rul.training.distributed import World
+
     for epoch in range(2):
-        plans = [list(effective_batches(1100, m, k, seed=7, epoch=epoch))
-                 for m, k in [(512, 1), (256, 2), (128, 4)]]
-        flat = [[torch.cat(step) for step in plan] for plan in plans]
-        assert [len(p) for p in flat] == [3, 3, 3]  # 512 + 512 + 76
-        for other in flat[1:]:
-            for a, b in zip(flat[0], other):
-                assert torch.equal(a, b)
-        assert [len(mb) for mb in plans[2][-1]] == [76]  # short last effective batch
-    first = [torch.cat(next(effective_batches(1100, 512, 1, 7, e))) for e in (0, 1)]
+        batches = list(effective_batches(1100, 512, seed=7, epoch=epoch))
+        assert [len(b) for b in batches] == [512, 512, 76]  # a short last effective batch
+        assert [len(mb) for mb in batches[-1].split(128)] == [76]
+        shares = [list(effective_batches(1100, 512, 7, epoch, World(r, 2, r))) for r in (0, 1)]
+        for batch, *parts in zip(batches, *shares, strict=True):
+            assert torch.equal(torch.cat(parts).sort().values, batch.sort().values)
+    first = [next(effective_batches(1100, 512, 7, e)) for e in (0, 1)]
     assert not torch.equal(first[0], first[1])  # a new order each epoch
 
 
@@ -237,7 +239,7 @@ def test_fit_counts_skipped_steps_and_does_not_advance_scheduler(fd001_windows):
 
     from rul.training.seeding import derive_seeds
 
-    state = fit(model, config, precision, derive_seeds(0), train, val, listener=Spy(),
+    state = fit(model, fit_plan(config, train, val, derive_seeds(0), precision), Spy(),
                 progress=False)
     assert isinstance(state, TrainState)
     assert state.skipped_steps == 1 and steps[0].skipped
@@ -270,8 +272,7 @@ def test_weight_average_follows_real_steps_only_and_is_what_fit_returns(fd001_wi
 
     from rul.training.seeding import derive_seeds
 
-    state = fit(model, config, resolve_precision("fp16", CPU), derive_seeds(0), train, val,
-                listener=Spy(), progress=False)
+    state = fit(model, fit_plan(config, train, val, derive_seeds(0)), Spy(), progress=False)
     assert skipped[0] and not any(skipped[1:]) and len(snapshots) == math.ceil(len(train) / 2048)
     expected, n = None, 0
     for weights, was_skipped in zip(snapshots, skipped, strict=True):
@@ -288,7 +289,7 @@ def test_weight_average_follows_real_steps_only_and_is_what_fit_returns(fd001_wi
         torch.testing.assert_close(returned[key], expected[key], rtol=1e-5, atol=1e-6)
     assert any(not torch.allclose(raw[k], expected[k]) for k in expected)  # it is not the raw w
     with torch.inference_mode():  # as validated: float32 whatever trained it (as served)
-        x, y = val.get(torch.arange(len(val)))
+        x, y = WindowBatches(val, CPU).get(torch.arange(len(val)))
         val_rmse = torch.sqrt(torch.mean((model.eval()(x).double() - y.double()) ** 2)).item()
     assert state.history[0]["val_rmse"] == pytest.approx(val_rmse, rel=1e-5)
 
@@ -348,16 +349,15 @@ def test_fp16_splits_skip_the_same_steps_and_move_the_scale_alike(fd001_windows,
     scaler decides for the effective batch (precision.EffectiveBatchScaler), so every split
     skips that step and halves the scale alike, and their losses then agree to 1e-2. A stock
     GradScaler (the control below) skips only at 512 x 1 and the splits drift apart."""
-    import copy
     import functools
+    from dataclasses import replace
 
-    from rul.training import engine, optim
+    from rul.training import optim
 
-    monkeypatch.setattr(engine, "make_optimizer",
+    monkeypatch.setattr(optim, "make_optimizer",
                         functools.partial(optim.make_optimizer, sync_free=sync_free))
-    train, val = (copy.copy(w) for w in fd001_windows)
-    train.starts, train.targets = train.starts[:4096], train.targets[:4096]
-    val.starts, val.targets = val.starts[:512], val.targets[:512]
+    train, val = (replace(w, starts=w.starts[:n], targets=w.targets[:n])
+                  for w, n in zip(fd001_windows, (4096, 512), strict=True))
 
     def run(micro, k):
         config = cfg.load(None, {"model": "cnn", "filters": 4, "num_layers": 2,
@@ -373,8 +373,8 @@ def test_fp16_splits_skip_the_same_steps_and_move_the_scale_alike(fd001_windows,
 
         from rul.training.seeding import derive_seeds
 
-        fit(build_model(config, n_features=14), config, resolve_precision("fp16", CPU),
-            derive_seeds(7), train, val, listener=Spy(), progress=False)
+        fit(build_model(config, n_features=14), fit_plan(config, train, val, derive_seeds(7)),
+            Spy(), progress=False)
         return steps
 
     runs = {split: run(*split) for split in ((512, 1), (256, 2), (128, 4))}

@@ -17,11 +17,16 @@ import torch
 
 from rul.training.distributed import rank_share
 from rul.training.seeding import RandomState
-from rul.training.step import StepResult, optimizer_step
+from rul.training.step import StepResult, StepSettings, optimizer_step
 
 
 class BackoffStep:
-    def __init__(self, micro_batch_size: int, effective_batch_size: int):
+    """`optimizer_step` over `data`'s samples of one effective batch, in micro-batches of the
+    current size (halved after an out-of-memory error), with the run's `settings`."""
+
+    def __init__(self, data, settings: StepSettings, micro_batch_size: int,
+                 effective_batch_size: int):
+        self.data, self.settings = data, settings
         self.micro_batch_size = micro_batch_size
         self.effective_batch_size = effective_batch_size
         self.backoffs: list[tuple[int, int]] = []  # (micro, K) after each halving
@@ -30,17 +35,15 @@ class BackoffStep:
     def accumulation_steps(self) -> int:
         return math.ceil(self.effective_batch_size / self.micro_batch_size)
 
-    def __call__(self, model, optimizer, scaler, data, indices: torch.Tensor, precision,
-                 max_grad_norm, target_scale, global_total: int | None = None,
-                 world_size: int = 1) -> StepResult:
+    def __call__(self, model, optimizer, scaler, indices: torch.Tensor,
+                 global_total: int | None = None) -> StepResult:
         """`indices`: this rank's share of one effective batch; `global_total`: the batch's
         samples over all ranks (DDP weights each micro-batch by its global share)."""
-        device = precision.device
+        device = self.settings.precision.device
         random_state = RandomState(device)
         while True:
             try:
-                return self.attempt(model, optimizer, scaler, data, indices, precision,
-                                    max_grad_norm, target_scale, global_total, world_size)
+                return self.attempt(model, optimizer, scaler, indices, global_total)
             except torch.OutOfMemoryError:
                 if self.micro_batch_size == 1:
                     raise
@@ -51,13 +54,12 @@ class BackoffStep:
                 self.micro_batch_size //= 2
                 self.backoffs.append((self.micro_batch_size, self.accumulation_steps))
 
-    def attempt(self, model, optimizer, scaler, data, indices: torch.Tensor, precision,
-                max_grad_norm, target_scale, global_total: int | None = None,
-                world_size: int = 1) -> StepResult:
+    def attempt(self, model, optimizer, scaler, indices: torch.Tensor,
+                global_total: int | None = None) -> StepResult:
         """The step at the current micro-batch size, once, with no back-off (what a CUDA
         graph captures: it reads no random state back)."""
-        micro_batches, weights = rank_share(data, list(indices.split(self.micro_batch_size)),
-                                            global_total or len(indices), world_size)
-        return optimizer_step(model, optimizer, scaler, micro_batches, precision,
-                              max_grad_norm, target_scale, weights=weights)
-
+        micro_batches, weights = rank_share(self.data,
+                                            list(indices.split(self.micro_batch_size)),
+                                            global_total or len(indices),
+                                            self.settings.world_size)
+        return optimizer_step(model, optimizer, scaler, micro_batches, self.settings, weights)

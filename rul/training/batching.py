@@ -1,12 +1,15 @@
 """Effective batches drawn from in-memory tensors by a seeded permutation.
 
 The sequence of effective batches depends only on the seed, the epoch and the effective batch
-size B = micro_batch_size x K x world_size, never on how B is split into micro-batches.
+size B = micro_batch_size x K x world_size, never on how B is split into micro-batches (the
+step splits each batch it is given).
 """
 
 import math
 
 import torch
+
+from rul.training.distributed import World
 
 
 class WindowBatches:
@@ -34,25 +37,25 @@ class WindowBatches:
             yield self.get(index)
 
 
-def effective_batches(n: int, micro_batch_size: int, accumulation_steps: int, seed: int,
-                      epoch: int, world_size: int = 1, rank: int = 0,
+def effective_batches(n: int, batch_size: int, seed: int, epoch: int, world: World | None = None,
                       device: torch.device | None = None):
-    """Yield, per optimizer step, the list of this rank's micro-batch index tensors.
+    """Yield, per optimizer step, this rank's share of an effective batch of `batch_size`
+    indices (over all ranks: rank r of N takes batch[r::N]); the step splits it into
+    micro-batches.
 
     The permutation is seeded by (seed, epoch) so a resumed run draws the same batches, on
     every device alike: it is drawn on the CPU (about 0.1 ms for FD001) and moved to `device`
     in one copy per epoch, so that no step waits for an index to cross. The last effective
-    batch of an epoch may be short: it holds fewer micro-batches (and the last may be
-    partial); the step weights each by its share of samples, so nothing is ÷K there.
+    batch of an epoch may be short; the step weights each sample by its share of the batch,
+    so nothing is ÷K there.
     """
+    world = world or World()
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     order = torch.randperm(n, generator=generator)
     if device is not None and device.type != "cpu":
         order = order.pin_memory().to(device, non_blocking=True)
-    size = micro_batch_size * accumulation_steps * world_size
-    for batch in order.split(size):
-        shard = batch[rank::world_size]
-        yield list(shard.split(micro_batch_size))
+    for batch in order.split(batch_size):
+        yield batch[world.rank::world.size]
 
 
 def micro_batch_split(effective_batch_size: int, micro_batch_size: int) -> str | None:

@@ -21,20 +21,11 @@ import torch
 from rul.errors import ConfigError
 from rul.training.peak_memory import available_bytes, peak_bytes, reset_peak
 from rul.training.seeding import RandomState
-from rul.training.step import optimizer_step
+from rul.training.step import StepSettings, optimizer_step
 
 MIN_CANDIDATE = 8
 CUDA_MARGIN = 0.10  # default CUDA budget: free memory less 10% (allocator fragmentation)
 CPU_SHARE = 0.5  # default CPU budget: half of the memory available when the probe starts
-
-
-@dataclass(frozen=True)
-class StepSettings:
-    """How a measured step computes: its precision, clipping and loss scale (rul_cap)."""
-
-    precision: object  # rul.training.precision.Precision
-    max_grad_norm: float | None = 1.0
-    target_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -146,8 +137,7 @@ def measure_step(model, optimizer, scaler, micro_batches, settings: StepSettings
     if baseline is None:
         baseline = reset_peak(device)
     started = time.perf_counter()
-    optimizer_step(model, optimizer, scaler, micro_batches, settings.precision,
-                   settings.max_grad_norm, settings.target_scale)
+    optimizer_step(model, optimizer, scaler, micro_batches, settings)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - started
@@ -181,7 +171,7 @@ def probe_split(config, network, train_windows, precision) -> SplitChoice:
         len(train_windows.starts)]
     sample = WindowBatches(train_windows, device).get(torch.arange(max(sizes), device=device))
     budget = config.memory_budget or default_budget(device)
-    settings = StepSettings(precision, config.max_grad_norm, config.rul_cap)
+    settings = StepSettings.of(config, precision)
     table = probe(lambda: network.build().to(device), sample, settings, sizes,
                   lambda m: make_optimizer(m, config), stop_above=budget)
     micro, k = choose_split(b, budget, table)

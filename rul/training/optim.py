@@ -1,8 +1,14 @@
-"""Optimizer and learning-rate schedule of a training run."""
+"""What changes while a run trains, and what a checkpoint restores: the model, its optimizer
+(AdamW), learning-rate schedule, GradScaler and weight average (EMA), held by TrainingParts."""
 
 import math
 
 import torch
+from torch import nn
+from torch.optim.swa_utils import AveragedModel
+
+from rul.training.step import StepResult, decides_on_device
+from rul.training.sync_free import DeviceSchedule, average_on_device
 
 
 def steps_per_epoch(n_windows: int, effective_batch_size: int) -> int:
@@ -11,10 +17,11 @@ def steps_per_epoch(n_windows: int, effective_batch_size: int) -> int:
 
 def make_optimizer(model, config, sync_free: bool | None = None) -> torch.optim.Optimizer:
     """AdamW. Sync-free (default: on CUDA) it is fused and capturable, its learning rate a
-    tensor on the model's device: the step then skips on the device (a found_inf it is given),
-    the schedule sets the rate there (sync_free.DeviceSchedule), and a CUDA graph can capture
-    it all. Never with `scheduler: onecycle`, which cycles Adam's beta1, a number the fused
-    kernel takes from the host: such a run keeps the host's decisions (one sync per step).
+    tensor on the model's device: the step then skips on the device (a found_inf it is given;
+    step.decides_on_device), the schedule sets the rate there (sync_free.DeviceSchedule), and
+    a CUDA graph can capture it all. Never with `scheduler: onecycle`, which cycles Adam's
+    beta1, a number the fused kernel takes from the host: such a run keeps the host's
+    decisions (one sync per step).
     Otherwise (a CPU) plain AdamW, as every CPU run has trained."""
     device = next(model.parameters()).device
     if sync_free is None:
@@ -24,13 +31,6 @@ def make_optimizer(model, config, sync_free: bool | None = None) -> torch.optim.
                                  lr=torch.tensor(config.lr, dtype=torch.float32, device=device),
                                  weight_decay=config.weight_decay, fused=True, capturable=True)
     return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-
-
-def decides_on_device(optimizer) -> bool:
-    """Whether `optimizer` takes the skip decision as a tensor and its rate as one (fused
-    AdamW, see make_optimizer): the training step then never waits for the device."""
-    return all(group.get("fused") and isinstance(group["lr"], torch.Tensor)
-               for group in optimizer.param_groups)
 
 
 def load_optimizer_state(optimizer, saved: dict) -> None:
@@ -56,3 +56,95 @@ def make_scheduler(optimizer, config, total_steps: int):
     if config.scheduler == "onecycle":
         return torch.optim.lr_scheduler.OneCycleLR(optimizer, config.lr, total_steps=total_steps)
     return None
+
+
+def ema_with_warmup(decay: float):
+    """AveragedModel update: w_avg <- d*w_avg + (1-d)*w with d = min(decay, (1+n)/(10+n)).
+
+    n = updates so far. The warm-up keeps the average near the current weights while they move
+    fast, so averaging in early weights far from where training ends cannot stall validation
+    (and with it early stopping).
+    """
+    def update(averaged: list, current: list, n_averaged: torch.Tensor) -> None:
+        n = int(n_averaged)
+        d = min(decay, (1 + n) / (10 + n))
+        for a, c in zip(averaged, current, strict=True):
+            a.lerp_(c, 1 - d)
+
+    return update
+
+
+def weight_average(model: nn.Module, decay: float) -> AveragedModel | None:
+    """torch's AveragedModel with the warm-up above, its update count on the model's device
+    (a sync-free step counts there: sync_free.average_on_device); None when `decay` is 0."""
+    if not decay:
+        return None
+    device = next(model.parameters()).device
+    return AveragedModel(model, device=device, multi_avg_fn=ema_with_warmup(decay),
+                         use_buffers=True)
+
+
+class TrainingParts:
+    """What changes while training, and what a checkpoint restores: the model, its optimizer,
+    GradScaler, schedule and weight average.
+
+    On a CPU the step's skip decision is read on the host and the scheduler and weight
+    average follow it there. With a sync-free optimizer (CUDA: make_optimizer) they
+    follow it on the device (sync_free.py) and the host scheduler is brought up to date once
+    per epoch (`end_epoch`), so a checkpoint holds the same state either way."""
+
+    def __init__(self, model, config, precision, total_steps: int):
+        self.model = model
+        self.precision = precision.name  # saved: a resumed run keeps it (resolve_precision)
+        self.optimizer = make_optimizer(model, config)
+        self.on_device = decides_on_device(self.optimizer)
+        self.scaler = precision.grad_scaler()
+        self.schedule = None
+        if self.on_device and config.scheduler != "none":
+            self.schedule = DeviceSchedule(
+                self.optimizer, lambda host: make_scheduler(host, config, total_steps),
+                total_steps, config.lr)
+            self.scheduler = self.schedule.scheduler
+        else:
+            self.scheduler = make_scheduler(self.optimizer, config, total_steps)
+        self.average = weight_average(model, config.ema_decay)
+        self.decay = config.ema_decay
+
+    @property
+    def evaluated(self):
+        """What validation and the returned model use: the weight average when there is one."""
+        return self.average.module if self.average is not None else self.model
+
+    def after_step(self, result: StepResult) -> None:
+        """Schedule and weight average move only when the optimizer really stepped."""
+        if self.on_device:
+            if self.schedule is not None:
+                self.schedule.after_step(result.skipped)
+            if self.average is not None:
+                average_on_device(self.average, self.model, result.skipped, self.decay)
+        elif not result.skipped:
+            if self.scheduler is not None:
+                self.scheduler.step()
+            if self.average is not None:
+                self.average.update_parameters(self.model)
+
+    def end_epoch(self) -> None:
+        if self.schedule is not None:
+            self.schedule.sync()
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "precision": self.precision, "scaler": self.scaler.state_dict(),
+                "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+                "ema": self.average.state_dict() if self.average is not None else None}
+
+    def load_state_dict(self, saved: dict) -> None:
+        self.model.load_state_dict(saved["model"])
+        load_optimizer_state(self.optimizer, saved["optimizer"])
+        self.scaler.load_state_dict(saved["scaler"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(saved["scheduler"])
+        if self.schedule is not None:
+            self.schedule.loaded()
+        if self.average is not None:
+            self.average.load_state_dict(saved["ema"])

@@ -69,9 +69,7 @@ def train(plan, listener: TrainingListener | None = None,
             print(note, file=sys.stderr)
     seed_everything(plan.seeds, config.deterministic)
     model = plan.network.build().to(device)
-    state = fit(model, config, plan.precision, plan.seeds, WindowBatches(data.train, device),
-                WindowBatches(data.val, device), listener=listener, checkpointer=checkpointer,
-                resume_from=plan.resume, progress=progress, world=plan.world)
+    state = fit(model, plan, listener, checkpointer, progress)
     predicted = predict_windows(model, WindowBatches(data.test, device))
     metrics = {**{f"test_{k}": v for k, v in
                   rul_metrics(predicted, data.subset.test_rul, config.rul_cap).items()},

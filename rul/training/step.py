@@ -7,7 +7,20 @@ from dataclasses import astuple, dataclass
 import torch
 from torch import nn
 
-from rul.training.optim import decides_on_device
+
+@dataclass(frozen=True)
+class StepSettings:
+    """What every step of a run computes with, fixed for the run: the precision, clipping, the
+    loss scale (the config's rul_cap) and the ranks that share each effective batch."""
+
+    precision: object  # rul.training.precision.Precision
+    max_grad_norm: float | None = 1.0
+    target_scale: float = 1.0
+    world_size: int = 1
+
+    @classmethod
+    def of(cls, config, precision, world_size: int = 1) -> "StepSettings":
+        return cls(precision, config.max_grad_norm, config.rul_cap, world_size)
 
 
 @dataclass
@@ -34,8 +47,7 @@ class StepResult:
         return cls(loss, grad_norm, bool(clipped), bool(skipped), lr, scale)
 
 
-def optimizer_step(model: nn.Module, optimizer, scaler, micro_batches, precision,
-                   max_grad_norm: float | None, target_scale: float = 1.0,
+def optimizer_step(model: nn.Module, optimizer, scaler, micro_batches, settings: StepSettings,
                    weights: list[float] | None = None) -> StepResult:
     """Accumulate gradients over `micro_batches` [(x, y), ...] and take one optimizer step.
 
@@ -43,16 +55,17 @@ def optimizer_step(model: nn.Module, optimizer, scaler, micro_batches, precision
     the accumulated gradient equals the gradient of the mean loss over the whole effective
     batch, also when the last one of an epoch is short. Under DDP, `no_sync` covers forward
     and backward of every micro-batch but the last, so gradients are all-reduced once.
-    The loss is the MSE of RUL / target_scale (O(1) gradients: no fp16 overflow, and a
+    The loss is the MSE of RUL / settings.target_scale (O(1) gradients: no fp16 overflow, and a
     max_grad_norm of 1.0 means something); predictions and targets stay in cycles.
     `weights` overrides the weights (DDP: the share of the global batch x world size, see
     distributed.share_weights; 0 for the stand-in micro-batch of a rank with no samples).
 
     Unscale once, then clip, step and update. Whether the step is skipped is decided on the
     host (a CPU, where reading a value costs nothing) or, with an optimizer that takes the
-    decision as a tensor (optim.decides_on_device: fused AdamW on CUDA), on the device: then
+    decision as a tensor (decides_on_device: fused AdamW on CUDA), on the device: then
     nothing here waits for the GPU and the result's values are tensors.
     """
+    max_grad_norm, target_scale = settings.max_grad_norm, settings.target_scale
     if weights is None:
         total = sum(len(y) for _, y in micro_batches)
         weights = [len(y) / total for _, y in micro_batches]
@@ -64,7 +77,7 @@ def optimizer_step(model: nn.Module, optimizer, scaler, micro_batches, precision
     for i, ((x, y), weight) in enumerate(zip(micro_batches, weights, strict=True)):
         last = i == len(micro_batches) - 1
         with nullcontext() if last else getattr(model, "no_sync", nullcontext)():
-            with precision.autocast():
+            with settings.precision.autocast():
                 loss = nn.functional.mse_loss(model(x).float() / target_scale, y / target_scale)
             weighted = loss * weight
             scaler.scale(weighted).backward()
@@ -83,6 +96,13 @@ def optimizer_step(model: nn.Module, optimizer, scaler, micro_batches, precision
     return StepResult(loss=loss_sum if on_device else loss_sum.item(), grad_norm=grad_norm,
                       clipped=clipped & ~skipped if on_device else clipped and not skipped,
                       skipped=skipped, lr=lr, scale=scale)
+
+
+def decides_on_device(optimizer) -> bool:
+    """Whether `optimizer` takes the skip decision as a tensor and its rate as one (fused
+    AdamW, see optim.make_optimizer): the training step then never waits for the device."""
+    return all(group.get("fused") and isinstance(group["lr"], torch.Tensor)
+               for group in optimizer.param_groups)
 
 
 def _step_on_host(optimizer, scaler, grad_norm: float, scale: float) -> bool:

@@ -2,14 +2,15 @@
 and the step's record, kept on the GPU so that the loop never waits for it.
 
 A host step knows whether it was skipped and steps the scheduler and the weight average only
-when the optimizer stepped (rul.training.engine). A sync-free step leaves `skipped` a tensor
+when the optimizer stepped (optim.TrainingParts). A sync-free step leaves `skipped` a tensor
 on the GPU. Here the same rules are applied there:
 
 - the learning rate of the n-th real step is a table lookup, n being a counter on the device;
   the table is the run's own scheduler stepped on the host once (so the very rates a host run
   uses), and the host scheduler is brought to the counter once per epoch, for checkpoints;
 - the weight average moves by (1 - d) x taken, taken being 0 for a skipped step (nothing
-  moves), with d and the first update's copy as AveragedModel and ema_with_warmup do;
+  moves), with d and the first update's copy as AveragedModel and optim.ema_with_warmup
+  do;
 - each step's StepResult is packed into one row on the device and read once per epoch.
 """
 
