@@ -683,14 +683,15 @@ def test_trial_overrides_refuse_batches_over_the_limit():
 def test_trial_overrides_check_transformer_heads():
     base = cfg.load_tuning(TUNE_PATH, {"model": "transformer", "hidden_size": 64, "num_heads": 4})
     _, reason = trial_overrides(base, {"hidden_size": 50})
-    assert reason == "hidden_size 50 not divisible by num_heads 4"
+    assert reason == "hidden_size=50: must be divisible by num_heads=4"
     _, reason = trial_overrides(base, {"num_heads": 3})
-    assert reason == "hidden_size 64 not divisible by num_heads 3"
+    assert reason == "hidden_size=64: must be divisible by num_heads=3"
     assert trial_overrides(base, {"hidden_size": 96, "num_heads": 8})[1] is None
+    assert trial_overrides(base, {"model": "cnn", "hidden_size": 50})[1] is None  # its kind's rule
     cnn = cfg.load_tuning(TUNE_PATH)  # heads are ignored for other models...
     assert trial_overrides(cnn, {"hidden_size": 50})[1] is None
     _, reason = trial_overrides(cnn, {"model": "transformer", "hidden_size": 50})  # ...unless
-    assert reason == "hidden_size 50 not divisible by num_heads 4"
+    assert reason == "hidden_size=50: must be divisible by num_heads=4"
 
 
 # ---------------------------------------------------------------- the effective batch is searched

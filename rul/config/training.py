@@ -27,6 +27,8 @@ from rul.models.spec import (
     DEFAULT_RUL_CAP,
     DEFAULT_WINDOW,
     KINDS,
+    NETWORK_KINDS,
+    architecture_of,
 )
 
 warnings.filterwarnings("ignore", message='Field name "register" in "TrainConfig" shadows')
@@ -220,10 +222,9 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         return self
 
     @model_validator(mode="after")
-    def _transformer_heads_divide_width(self) -> "TrainConfig":
-        if self.model == "transformer" and self.hidden_size % self.num_heads:
-            raise rule_error(f"hidden_size={self.hidden_size}",
-                             f"must be divisible by num_heads={self.num_heads}")
+    def _architecture_fits_its_kind(self) -> "TrainConfig":
+        if problem := NETWORK_KINDS[self.model].problem(architecture_of(self)):
+            raise rule_error(*problem)
         return self
 
     @model_validator(mode="after")

@@ -6,6 +6,7 @@ Imports no torch until a network is built, so that configuration and light tools
 """
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # The default network of `make train` (Li et al.'s DCNN over a 30-cycle window).
@@ -25,17 +26,30 @@ class NetworkKind:
     `backbone` names the class as "module.Class" (imported on first build); `inputs` are the
     data's shape it takes first ("n_features", "window"); `args` its architecture keys in its
     constructor's order (what an inference spec stores; each a key of ARCHITECTURE_DEFAULTS);
-    `fixed` constant keyword arguments that tell kinds of one class apart.
+    `fixed` constant keyword arguments that tell kinds of one class apart; `rule` what its
+    architecture must satisfy (architecture -> (key, problem) or None), checked where a config
+    or a tuning trial is made.
     """
 
     backbone: str
     inputs: tuple[str, ...]
     args: tuple[str, ...]
     fixed: dict = field(default_factory=dict)
+    rule: Callable[[dict], tuple[str, str] | None] | None = None
 
     def backbone_class(self) -> type:
         module, name = self.backbone.rsplit(".", 1)
         return getattr(importlib.import_module(module), name)
+
+    def problem(self, architecture: dict) -> tuple[str, str] | None:
+        """What is wrong with `architecture` for this kind, as (key=value, problem); None: fine."""
+        return self.rule(architecture) if self.rule else None
+
+
+def _heads_divide_width(architecture: dict) -> tuple[str, str] | None:
+    hidden, heads = architecture["hidden_size"], architecture["num_heads"]
+    return (f"hidden_size={hidden}", f"must be divisible by num_heads={heads}") if hidden % heads \
+        else None
 
 
 NETWORK_KINDS = {
@@ -47,7 +61,8 @@ NETWORK_KINDS = {
                        ("hidden_size", "num_layers", "dropout"), {"cell": "gru"}),
     "transformer": NetworkKind("rul.models.transformer.TransformerRegressor",
                                ("n_features", "window"),
-                               ("hidden_size", "num_heads", "num_layers", "dropout")),
+                               ("hidden_size", "num_heads", "num_layers", "dropout"),
+                               rule=_heads_divide_width),
 }
 """The network kinds, by the name `model:` takes.
 

@@ -6,6 +6,7 @@ import optuna
 from pydantic import TypeAdapter
 
 from rul.config import Categorical, Dimension, IntRange, TuningConfig
+from rul.models.spec import NETWORK_KINDS
 
 REFERENCE_BATCH = 512  # lr in the config is meant for this effective batch
 _SPACE = TypeAdapter(dict[str, Dimension])
@@ -45,9 +46,7 @@ def trial_overrides(tuning: TuningConfig, values: dict) -> tuple[dict, str | Non
         return values, f"{described} > max {tuning.max_effective_batch}"
     if tuning.scale_lr_with_batch:
         changes["lr"] = values.get("lr", base.lr) * b / REFERENCE_BATCH
-    if base.model == "transformer" or changes.get("model") == "transformer":
-        heads = changes.get("num_heads", base.num_heads)
-        hidden = changes.get("hidden_size", base.hidden_size)
-        if hidden % heads:
-            return values, f"hidden_size {hidden} not divisible by num_heads {heads}"
+    kind = NETWORK_KINDS[changes.get("model", base.model)]
+    if problem := kind.problem({key: changes.get(key, getattr(base, key)) for key in kind.args}):
+        return values, ": ".join(problem)
     return changes, None
