@@ -127,9 +127,9 @@ def bench_tracking():
     """The default `make train` config, tracked vs untracked (same seed: same epochs)."""
     from rul import config as cfg
     from rul.plan import plan_run
-    from rul.tracking.tracked_run import train_tracked
     from rul.training.checkpoint import Checkpointer
     from rul.training.run import train
+    from rul.workflows.train import train_tracked
 
     with tempfile.TemporaryDirectory() as scratch:
         overrides = {"checkpoint_dir": f"{scratch}/ckpt",
@@ -177,7 +177,7 @@ def bench_accuracy():
           f"{m['best_epoch']}/{outcome.state.epoch}, {seconds:.0f}s wall (target <= 300 s)")
     return _summary({"test RMSE": round(m["test_rmse"], 2), "score": round(m["test_score"], 1),
                      "best epoch": m["best_epoch"], "wall time (s)": round(seconds),
-                     "precision": outcome.precision.name})
+                     "precision": outcome.plan.precision.name})
 
 
 def bench_memory():

@@ -74,7 +74,7 @@ def _champion(store: Path, data_dir: Path) -> Path:
     import mlflow
 
     from rul import config as cfg
-    from rul.tracking.tracked_run import train_tracked
+    from rul.workflows.train import train_tracked
 
     uri = f"sqlite:///{store}/mlflow.db"
     here = os.getcwd()

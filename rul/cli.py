@@ -116,10 +116,13 @@ def _full_disk(error: Exception) -> str | None:
 
 
 def _after_interrupted_training(config, run_ids: list, world) -> str:
-    """What an interrupted `rul train` leaves: a run and its checkpoint to resume, a run
-    stopped before its first checkpoint (nothing to resume), or no run yet."""
+    """What an interrupted `rul train` leaves: an ensemble's runs (never resumable), a run and
+    its checkpoint to resume, a run stopped before its first checkpoint (nothing to resume),
+    or no run yet."""
     from rul.tracking.run_checkpoints import RunCheckpoints
 
+    if config.ensemble > 1:
+        return "the ensemble's runs are marked KILLED; run the command again to train it anew"
     if not world.is_main:
         return "rank 0 ends the run and says what is kept"
     if not run_ids:
@@ -175,56 +178,59 @@ def train(config_path, overrides, data_dir, resume, jobs, no_progress):
     rank 0 tracks, checkpoints and registers; the other ranks only train."""
     config = _load_config(config_path, overrides, data_dir)
     subset = _check_inputs(config)
-    from rul.plan import plan_run
-    from rul.tracking.store import configure, ensure_experiment
-    from rul.tracking.tracked_run import train_tracked
-    from rul.training.distributed import PeerLost, World, process_group
-    from rul.training.run import train as train_plan
+    from rul.training.distributed import PeerLost, World
+    from rul.workflows.train import train_tracked
 
     world = World.from_env()
-    if config.ensemble > 1:
-        if world.distributed:
-            raise UserError(f"ensemble={config.ensemble}: train an ensemble in one process "
-                            "(not under torchrun)")
-        if resume:
-            raise UserError(f"--resume: an ensemble (ensemble={config.ensemble}) is not "
-                            "resumable; run the command again to train it anew")
-        return _train_ensemble(config, jobs, progress=not no_progress, subset=subset)
-    if jobs > 1:
-        raise UserError(f"--jobs {jobs}: a single model trains in one process (--jobs runs "
-                        "an ensemble's members side by side; torchrun splits one training)")
     run_ids = []
     with _ends_cleanly(lambda: _after_interrupted_training(config, run_ids, world)):
         try:
-            with process_group(world, config.device):
-                if not world.is_main:  # trains its share; writes nothing, tracks nothing
-                    train_plan(plan_run(config, world=world, subset=subset), progress=False)
-                    return
-                outcome, run_id = train_tracked(config, resume=True if resume == "newest"
-                                                else resume or False, progress=not no_progress,
-                                                on_run_created=run_ids.append, subset=subset)
+            outcome, run_id = train_tracked(config, True if resume == "newest"
+                                            else resume or False, jobs, not no_progress,
+                                            subset, on_run_created=run_ids.append)
         except PeerLost as error:
             click.echo(f"error: {error}; the run is marked FAILED" if world.is_main
                        else f"error: {error}", err=True)
             sys.exit(1)
+    if outcome is None:  # a rank other than 0 of torchrun: rank 0 says what was trained
+        return
+    click.echo(_ensemble_summary(config, outcome) if config.ensemble > 1
+               else _run_summary(outcome))
+    click.echo(_where_lines(config, outcome.metrics, run_id))
+
+
+def _run_summary(outcome) -> str:
     m = outcome.metrics
-    uri = configure(config.tracking_uri)
-    click.echo(
-        f"\ntest RMSE {m['test_rmse']:.2f} (uncapped {m['test_rmse_uncapped']:.2f})  "
-        f"MAE {m['test_mae']:.2f}  score {m['test_score']:.1f}  "
-        f"best epoch {m['best_epoch']} (val RMSE {m['best_val_rmse']:.2f})\n"
-        f"{_track_line(config, m)}\n{_registry_line(run_id)}"
-        f"run {run_id} in experiment {config.experiment_name!r}\n"
-        f"browse: {browse_hint(uri, ensure_experiment(config.experiment_name))}"
-    )
+    return (f"\ntest RMSE {m['test_rmse']:.2f} (uncapped {m['test_rmse_uncapped']:.2f})  "
+            f"MAE {m['test_mae']:.2f}  score {m['test_score']:.1f}  "
+            f"best epoch {m['best_epoch']} (val RMSE {m['best_val_rmse']:.2f})")
 
 
-def _registry_line(run_id: str) -> str:
-    """Where the run's model went in the registry (what tracking.registry recorded on the
-    run), as a line ending in a newline; '' when it was not registered."""
+def _ensemble_summary(config, outcome) -> str:
+    m = outcome.metrics
+    members = "  ".join(f"{o.metrics['test_rmse']:.2f}" for o in outcome.members)
+    return (f"\nensemble of {config.ensemble}: test RMSE {m['test_rmse']:.2f} (members "
+            f"{members}; mean {m['member_test_rmse_mean']:.2f})  MAE {m['test_mae']:.2f}  "
+            f"score {m['test_score']:.1f}  "
+            f"{'out-of-fold ' if config.ensemble_split == 'folds' else ''}val RMSE "
+            f"{m['val_rmse']:.2f}")
+
+
+def _where_lines(config, metrics: dict, run_id: str) -> str:
+    """The track, the registry, the run and where to browse it (the store as configured)."""
     from mlflow.tracking import MlflowClient
 
-    tags = MlflowClient().get_run(run_id).data.tags
+    from rul.tracking_uri import store_uri
+
+    run = MlflowClient().get_run(run_id)
+    return (f"{_track_line(config, metrics)}\n{_registry_line(run.data.tags)}"
+            f"run {run_id} in experiment {config.experiment_name!r}\n"
+            f"browse: {browse_hint(store_uri(config.tracking_uri), run.info.experiment_id)}")
+
+
+def _registry_line(tags: dict) -> str:
+    """Where the run's model went in the registry (what tracking.registry recorded on the
+    run's `tags`), as a line ending in a newline; '' when it was not registered."""
     if "registered_version" not in tags:
         return ""
     champion = tags.get("champion_version")
@@ -245,28 +251,6 @@ def _track_line(config, metrics: dict) -> str:
     return line
 
 
-def _train_ensemble(config, jobs: int, progress: bool, subset) -> None:
-    from rul.tracking.ensemble_run import train_ensemble
-    from rul.tracking.store import configure, ensure_experiment
-
-    with _ends_cleanly("the ensemble's runs are marked KILLED; run the command again to "
-                       "train it anew"):
-        outcome, run_id = train_ensemble(config, jobs, progress=progress, subset=subset)
-    m = outcome.metrics
-    members = "  ".join(f"{o.metrics['test_rmse']:.2f}" for o in outcome.members)
-    uri = configure(config.tracking_uri)
-    click.echo(
-        f"\nensemble of {config.ensemble}: test RMSE {m['test_rmse']:.2f} (members {members}; "
-        f"mean {m['member_test_rmse_mean']:.2f})  MAE {m['test_mae']:.2f}  "
-        f"score {m['test_score']:.1f}  "
-        f"{'out-of-fold ' if config.ensemble_split == 'folds' else ''}val RMSE "
-        f"{m['val_rmse']:.2f}\n"
-        f"{_track_line(config, m)}\n{_registry_line(run_id)}"
-        f"run {run_id} in experiment {config.experiment_name!r}\n"
-        f"browse: {browse_hint(uri, ensure_experiment(config.experiment_name))}"
-    )
-
-
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.argument("config_path", required=False, metavar="[CONFIG]")
 @click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
@@ -285,7 +269,7 @@ def evaluate(config_path, overrides, n_seeds, data_dir, jobs, no_progress):
     config = _load_config(config_path, overrides, data_dir)
     _check_inputs(config)
     from rul.evaluation.seeds import summary_table
-    from rul.tracking.evaluation_run import evaluate_seeds
+    from rul.workflows.evaluate import evaluate_seeds
 
     with _ends_cleanly("the evaluation's runs are marked KILLED; run the command again to "
                        "start it over"):

@@ -98,7 +98,7 @@ def test_errors_by_age_bucket():
 def test_late_start_max_is_a_training_key_off_by_default():
     assert cfg.load().late_start_max == 0
     assert "late_start_max" not in cfg.load().to_dict()  # configs and digests of before
-    from rul.tracking.tracked_run import config_digest
+    from rul.tracking.run_names import config_digest
 
     assert config_digest(cfg.load()) != config_digest(cfg.load(None, ["late_start_max=50"]))
     with pytest.raises(cfg.ConfigError, match="late_start_max=-1"):

@@ -21,10 +21,12 @@ from rul import config as cfg
 from rul.cli import main
 from rul.plan import plan_run
 from rul.tracking.run_checkpoints import CannotResume, RunCheckpoints
-from rul.tracking.tracked_run import RunRole, track, train_tracked
+from rul.tracking.store import open_store
 from rul.training import checkpoint
 from rul.training.checkpoint import CheckpointDamaged, Checkpointer
 from rul.training.listener import TrainingListener
+from rul.workflows.tracked import RunRole, track
+from rul.workflows.train import train_tracked
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_LENGTHS = (52, 60, 35, 47, 41, 55, 49, 58, 44, 50)
@@ -133,7 +135,7 @@ def interrupted_run(config, at_epoch: int = 2) -> str:
     created = []
     with pytest.raises(KeyboardInterrupt):
         track(plan_run(config), RunRole(register=False, on_run_created=created.append),
-              InterruptAtEpoch(at_epoch), progress=False)
+              open_store(config), InterruptAtEpoch(at_epoch), progress=False)
     return created[0]
 
 

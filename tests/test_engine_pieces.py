@@ -64,7 +64,7 @@ def test_derived_seeds_are_distinct_and_stable():
 
 def test_run_identity_ignores_tracking_keys():
     """A run's identity (what --resume looks for) ignores where and how it is tracked."""
-    from rul.tracking.tracked_run import config_digest
+    from rul.tracking.run_names import config_digest
 
     base = cfg.load("experiments/fd001.yaml")
     tracked = base.replace(tracking_uri="sqlite:///elsewhere.db", run_name="mine",

@@ -18,17 +18,18 @@ from click.testing import CliRunner
 
 from rul import config as cfg
 from rul.cli import main
+from rul.evaluation.averaging import average_members
 from rul.evaluation.ensemble import averaged, combine
 from rul.evaluation.intervals import CalibrationSet, fit_interval
 from rul.preprocessing.prepared import prepare_folds, preprocessor_for
-from rul.serving.predictor import average_members, predict_frame
-from rul.tracking import ensemble_run
-from rul.tracking.ensemble_run import FOLD_TAG, MEMBER_TAG, train_ensemble
+from rul.serving.predictor import predict_frame
 from rul.tracking.parent_run import KIND_TAG
 from rul.tracking.registry import CHAMPION
-from rul.tracking.tracked_run import train_tracked
 from rul.training.listener import TrainingListener
 from rul.training.seeding import derive_seeds
+from rul.workflows import ensemble as ensemble_workflow
+from rul.workflows.ensemble import FOLD_TAG, MEMBER_TAG, train_ensemble
+from rul.workflows.train import train_tracked
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_PATH = ROOT / "experiments" / "fd001.yaml"
@@ -136,7 +137,7 @@ def test_model_by_alias_averages_the_members_on_raw_rows(ensemble, fd001_client,
     interval = ensemble.outcome.interval
     member = ensemble.outcome.members[0]
     expected = fit_interval(CalibrationSet.of(averaged(ensemble.outcome.members, member.data.val)
-                                              [0], member.data.val), 0.9, member.seeds.split,
+                                              [0], member.data.val), 0.9, member.plan.seeds.split,
                             ensemble.outcome.config.rul_cap)
     assert interval == expected != member.interval
     assert ensemble.parent.data.metrics["interval_engines"] == 20
@@ -262,7 +263,8 @@ def test_folds_ensemble_validates_out_of_fold(folds_ensemble, fd001):
     assert outcome.interval.n_calibration == 100  # every training engine, out of fold
     assert outcome.interval == fit_interval(CalibrationSet.joined(
         [CalibrationSet.of(member_predictions_on(m, m.data.val), m.data.val)
-         for m in outcome.members]), 0.9, outcome.members[0].seeds.split, outcome.config.rul_cap)
+         for m in outcome.members]), 0.9, outcome.members[0].plan.seeds.split,
+        outcome.config.rul_cap)
     # the test prediction is still the mean of both members on the same test windows
     np.testing.assert_allclose(
         outcome.predictions["predicted_rul"],
@@ -312,13 +314,13 @@ class InterruptSecondMember(TrainingListener):
 @pytest.mark.slow
 def test_an_interruption_kills_parent_and_member_and_registers_nothing(fd001_store, fd001_client,
                                                                        ensemble, monkeypatch):
-    real = ensemble_run.track
+    real = ensemble_workflow.track
 
-    def interrupted(plan, role, listener=None, **kwargs):
+    def interrupted(plan, role, store, listener=None, **kwargs):
         listener = InterruptSecondMember() if plan.config.seed == 101 else None
-        return real(plan, role, listener, **kwargs)
+        return real(plan, role, store, listener, **kwargs)
 
-    monkeypatch.setattr(ensemble_run, "track", interrupted)
+    monkeypatch.setattr(ensemble_workflow, "track", interrupted)
     versions = len(fd001_client.search_model_versions(f"name='{MODEL}'"))
     with pytest.raises(KeyboardInterrupt):
         train_ensemble(fd001_store.config(ensemble=3, seed=100, experiment="stopped"),

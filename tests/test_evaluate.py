@@ -23,11 +23,11 @@ from rul.cli import main
 from rul.evaluation import seeds as seed_aggregation
 from rul.evaluation.seeds import INTERVAL_REPORTED, REPORTED, summary_table
 from rul.plan import evaluation_seeds
-from rul.tracking import evaluation_run
-from rul.tracking.evaluation_run import evaluate_seeds
 from rul.tracking.metric_names import logged
 from rul.tracking.parent_run import INDEX_TAG, KIND_TAG
 from rul.training.listener import TrainingListener
+from rul.workflows import evaluate as evaluate_workflow
+from rul.workflows.evaluate import evaluate_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_PATH = ROOT / "experiments" / "fd001.yaml"
@@ -163,12 +163,12 @@ class InterruptSecondSeed(TrainingListener):
 
 
 def test_an_interruption_ends_parent_and_child_killed(fd001_store, fd001_client, monkeypatch):
-    real = evaluation_run.track
+    real = evaluate_workflow.track
 
-    def interrupted(plan, role, listener=None, **kwargs):
-        return real(plan, role, InterruptSecondSeed(plan.config.seed), **kwargs)
+    def interrupted(plan, role, store, listener=None, **kwargs):
+        return real(plan, role, store, InterruptSecondSeed(plan.config.seed), **kwargs)
 
-    monkeypatch.setattr(evaluation_run, "track", interrupted)
+    monkeypatch.setattr(evaluate_workflow, "track", interrupted)
     config = fd001_store.config(seed=42, experiment="interrupted")
     with pytest.raises(KeyboardInterrupt):
         evaluate_seeds(config, 3, progress=False)

@@ -120,12 +120,12 @@ def test_the_memory_probe_measures_the_cuda_step(real_data_dir, fd001, tmp_path)
 
 
 def test_a_model_trained_on_the_gpu_serves_on_a_cpu(mlflow_store, real_data_dir, tmp_path):
-    from rul.tracking.tracked_run import train_tracked
+    from rul.workflows.train import train_tracked
 
     cfg_ = config(real_data_dir, tmp_path, precision="auto", epochs=2,
                   tracking_uri=mlflow_store.uri)
     outcome, run_id = train_tracked(cfg_, progress=False)
-    assert outcome.precision.device.type == "cuda"
+    assert outcome.plan.precision.device.type == "cuda"
     script = textwrap.dedent(f"""
         import mlflow, pandas as pd, torch
         from rul.inference import read_rows

@@ -37,7 +37,7 @@ from rul.evaluation.intervals import (
 from rul.evaluation.truncation import LIFE_FRACTION, truncation_points, truncation_weights
 from rul.inference import read_rows
 from rul.serving.predictor import InferenceSpec, predict_frame
-from rul.tracking.tracked_run import train_tracked
+from rul.workflows.train import train_tracked
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_PATH = ROOT / "experiments" / "fd001_age.yaml"  # the age track: tag and spec say so
@@ -404,7 +404,7 @@ def test_cli_refuses_bad_interval_coverage_with_exit_code_2(tmp_path, monkeypatc
 
 
 def test_interval_coverage_is_not_part_of_the_run_identity():
-    from rul.tracking.tracked_run import config_digest
+    from rul.tracking.run_names import config_digest
 
     assert config_digest(cfg.load()) == config_digest(cfg.load(None, ["interval_coverage=0.5"]))
 
@@ -554,7 +554,7 @@ def test_interval_is_calibrated_on_the_validation_windows_with_test_like_weights
     assert val.targets.max() == 60 - 10 and val.targets.min() == 0  # every truncation point
     device = next(outcome.model.parameters()).device  # where it trained (CUDA on a GPU)
     predicted = predict_windows(outcome.model, WindowBatches(val, device))
-    expected = fit_interval(CalibrationSet.of(predicted, val), 0.9, outcome.seeds.split,
+    expected = fit_interval(CalibrationSet.of(predicted, val), 0.9, outcome.plan.seeds.split,
                             config.rul_cap)
     assert outcome.interval == expected
     assert outcome.interval.method == "banded" and outcome.interval.n_calibration == 2

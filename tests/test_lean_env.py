@@ -93,7 +93,7 @@ NO_MLFLOW_SCRIPT = textwrap.dedent("""
 
 def test_champion_runs_in_a_lean_virtualenv(tmp_path, real_data_dir):
     from rul import config as cfg
-    from rul.tracking.tracked_run import train_tracked
+    from rul.workflows.train import train_tracked
 
     store = tmp_path / "store"
     store.mkdir()

@@ -48,7 +48,7 @@ def counting(monkeypatch, name):
 
 
 def test_a_tracked_run_resolves_device_precision_and_split_once(small, monkeypatch):
-    from rul.tracking.tracked_run import train_tracked
+    from rul.workflows.train import train_tracked
 
     devices, precisions = counting(monkeypatch, "resolve_device"), counting(
         monkeypatch, "resolve_precision")
@@ -86,18 +86,20 @@ def test_the_run_path_makes_each_decision_in_the_plan_only(call, allowed):
 
 def test_no_function_on_the_run_path_takes_more_than_six_parameters():
     from rul import cli, parallel
-    from rul.tracking import ensemble_run, evaluation_run, parent_run, run_logging, tracked_run
+    from rul.tracking import run_logging, store
     from rul.training import micro_batch, run
     from rul.tuning import study
+    from rul.workflows import ensemble, evaluate, parent, tracked, train
 
     path = [cli.train.callback, cli.evaluate.callback, cli.tune.callback, study.run_study,
             study._worker, study.objective_for, micro_batch.probe_split, micro_batch.probe,
-            tracked_run.train_tracked,
-            tracked_run.track, tracked_run._open_run, tracked_run._train_in_run,
+            train.train_tracked, train.resume_target, store.open_store,
+            tracked.track, tracked._open_run, tracked._train_in_run,
             run_logging.log_plan, run_logging.log_outcome, plan_module.plan_run,
             plan_module.plan_ensemble, plan_module.plan_seeds, run.train,
-            ensemble_run.train_ensemble, ensemble_run.track_ensemble,
-            evaluation_run.evaluate_seeds, parent_run.train_under_parent, parallel.run_tasks]
+            ensemble.train_ensemble, ensemble.track_ensemble, ensemble._track_member,
+            evaluate.evaluate_seeds, evaluate._track_seed, parent.train_under_parent,
+            parallel.run_tasks]
     too_many = {f.__qualname__: n for f in path
                 if (n := len(inspect.signature(f).parameters)) > 6}
     assert not too_many
@@ -127,7 +129,7 @@ def test_the_key_lists_are_derived_from_the_roles():
 def test_identities_of_runs_tracked_before_are_kept(path, overrides, digest):
     """`--resume` finds runs by their digest: the digests of runs tracked by earlier versions
     do not change."""
-    from rul.tracking.tracked_run import config_digest
+    from rul.tracking.run_names import config_digest
 
     assert config_digest(cfg.load(path, overrides)) == digest
 
@@ -144,7 +146,7 @@ def test_old_models_name_their_pyfunc_class_where_it_was():
 def test_seeds_in_parallel_give_the_numbers_of_seeds_one_after_another(small, mlflow_store):
     """`rul evaluate --jobs 2`: each seed in a worker process with 1 thread, the same numbers as
     the seeds one after another with 1 thread each; the children are FINISHED runs."""
-    from rul.tracking.evaluation_run import evaluate_seeds
+    from rul.workflows.evaluate import evaluate_seeds
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -168,7 +170,7 @@ def test_seeds_in_parallel_give_the_numbers_of_seeds_one_after_another(small, ml
 
 
 def test_an_error_in_one_parallel_seed_fails_the_parent(small, mlflow_store, monkeypatch):
-    from rul.tracking.evaluation_run import evaluate_seeds
+    from rul.workflows.evaluate import evaluate_seeds
 
     config = small(experiment="broken", window=200)  # every unit is shorter: no windows
     with pytest.raises(cfg.ConfigError, match="window=200: longer than every training unit"):

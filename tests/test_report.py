@@ -18,7 +18,7 @@ from rul import config as cfg
 from rul.cli import main
 from rul.machine import machine_tags
 from rul.reporting.reproduce import PLACE_KEYS, config_from_params
-from rul.tracking.evaluation_run import evaluate_seeds
+from rul.workflows.evaluate import evaluate_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"epochs": 1, "filters": 4, "num_layers": 2, "hidden_size": 16, "window": 10,

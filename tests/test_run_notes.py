@@ -10,8 +10,8 @@ from mlflow.tracking import MlflowClient
 from rul import config as cfg
 from rul.cli import browse_hint
 from rul.preprocessing.windows import PaddedUnitWarning
-from rul.tracking.tracked_run import train_tracked
 from rul.training.batching import micro_batch_split, split_note
+from rul.workflows.train import train_tracked
 
 TRAIN_LENGTHS = (52, 60, 35, 47, 41, 55, 49, 58, 44, 50)
 TINY = {"epochs": 1, "window": 20, "filters": 4, "num_layers": 2, "hidden_size": 8,

@@ -158,9 +158,9 @@ def test_a_lean_logged_model_is_read_back_with_its_validation_engines(fd001_stor
     """Tools read a model logged today (ONNX served, torch weights beside) from the run's
     weights: the validation engines of its split, every full window, its own predictions."""
     from rul.tracking.logged_models import load_logged
-    from rul.tracking.tracked_run import train_tracked
     from rul.training.batching import WindowBatches
     from rul.training.predict import predict_windows
+    from rul.workflows.train import train_tracked
 
     # device=cpu: the logged model predicts on the CPU, to 1e-5 of the training's CPU numbers
     outcome, run_id = train_tracked(fd001_store.config(device="cpu"), progress=False)

@@ -25,10 +25,12 @@ from rul.data import DataError
 from rul.plan import plan_run
 from rul.tracking.registry import CHAMPION, register_and_promote
 from rul.tracking.run_checkpoints import RunCheckpoints
-from rul.tracking.tracked_run import track, train_tracked
+from rul.tracking.store import open_store
 from rul.training.hardware import auto_precision
 from rul.training.listener import TrainingListener
 from rul.training.seeding import derive_seeds
+from rul.workflows.tracked import OWN_RUN, track
+from rul.workflows.train import train_tracked
 
 MODEL_NAME = "rul-fd001"
 # as logged (rul.tracking.metric_names): + train/lr with a schedule, AMP's with fp16
@@ -72,10 +74,10 @@ def test_params_record_the_batch_contract(fd001_client, trained):
     tags = fd001_client.get_run(trained.run_id).data.tags
     # auto as hardware.py picks it where the run trained (a CPU: bf16 where it is native,
     # fp32 otherwise; a GPU: by its compute capability)
-    device = trained.outcome.precision.device
+    device = trained.outcome.plan.precision.device
     expected = auto_precision(device, c.model)
     assert (tags["precision.resolved"], tags["precision.reason"]) == expected
-    assert trained.outcome.precision.name == expected[0]
+    assert trained.outcome.plan.precision.name == expected[0]
     assert ("CPU" if device.type == "cpu" else "GPU") in tags["precision.reason"]
     assert params["max_grad_norm"] == str(c.max_grad_norm)
     assert params["seed"] == str(c.seed)
@@ -126,8 +128,8 @@ def test_no_chart_for_what_means_nothing_here(fd001_client, trained):
     """fp32 or bf16 on CPU: no GradScaler, so no amp_scale/skipped_steps (a constant lr, too,
     is only a param: tests/test_mlflow_listener.py)."""
     metrics = fd001_client.get_run(trained.run_id).data.metrics
-    assert trained.outcome.precision.name in ("fp32", "bf16")
-    assert not trained.outcome.precision.use_scaler
+    assert trained.outcome.plan.precision.name in ("fp32", "bf16")
+    assert not trained.outcome.plan.precision.use_scaler
     assert not {"amp_scale", "skipped_steps"} & set(metrics)
 
 
@@ -311,7 +313,8 @@ def test_ctrl_c_kills_the_run_and_resume_finishes_the_same_run(fd001_store, fd00
     checkpoints = RunCheckpoints(config.checkpoint_dir)
     runs_before = _run_ids(fd001_client, config.experiment_name)
     with pytest.raises(KeyboardInterrupt):
-        track(plan_run(config), listener=InterruptAfterFirstEpoch(), progress=False)
+        track(plan_run(config), OWN_RUN, open_store(config), InterruptAfterFirstEpoch(),
+              progress=False)
     killed = _new_run(fd001_client, config.experiment_name, runs_before)
     assert killed.info.status == "KILLED"
     assert killed.data.tags["error"].startswith("KeyboardInterrupt")
@@ -339,7 +342,8 @@ def test_two_runs_of_one_config_never_share_a_checkpoint(fd001_store, fd001_clie
     for _ in range(2):
         before = _run_ids(fd001_client, config.experiment_name)
         with pytest.raises(KeyboardInterrupt):
-            track(plan_run(config), listener=InterruptAfterFirstEpoch(), progress=False)
+            track(plan_run(config), OWN_RUN, open_store(config), InterruptAfterFirstEpoch(),
+              progress=False)
         killed.append(_new_run(fd001_client, config.experiment_name, before).info.run_id)
     paths = [checkpoints.path(run_id) for run_id in killed]
     assert paths[0] != paths[1] and all(p.is_file() for p in paths)

@@ -28,7 +28,7 @@ from mlflow.tracking import MlflowClient
 from rul import config as cfg
 from rul.tracking.registry import CHAMPION, registered_model_name
 from rul.tracking.store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
-from rul.tracking.tracked_run import train_tracked
+from rul.workflows.train import train_tracked
 
 pytestmark = pytest.mark.slow
 

@@ -12,18 +12,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from rul.evaluation.averaging import average_members
 from rul.evaluation.conformal import Interval
 from rul.evaluation.intervals import CalibrationSet, calibrate_interval
-from rul.evaluation.metrics import rmse, rul_metrics
-from rul.serving.predictor import average_members
-from rul.training.batching import WindowBatches
-from rul.training.predict import predict_windows
+from rul.evaluation.metrics import rmse
+from rul.evaluation.scoring import score_test
 
 
 @dataclass
 class EnsembleOutcome:
     config: object  # ensemble=N; seed: the first member's, whose split (or folds) they share
-    members: list  # TrainingOutcome of each member (rul.training.run)
+    members: list  # TrainingOutcome of each member (rul.training.run): each predicts windows
     metrics: dict  # val_rmse and test metrics of the averaged prediction, members' means
     predictions: pd.DataFrame  # unit, true_rul, true_rul_capped, predicted_rul, predicted_std
     interval: Interval | None = None  # calibrated on the averaged validation predictions
@@ -47,11 +46,7 @@ class EnsembleOutcome:
 
 def averaged(members: list, windows) -> tuple[np.ndarray, np.ndarray]:
     """The members' mean prediction of each window of `windows` and their spread."""
-    predictions = []
-    for m in members:
-        device = next(m.model.parameters()).device
-        predictions.append(predict_windows(m.model, WindowBatches(windows, device)))
-    return average_members(predictions)
+    return average_members([m.predict(windows) for m in members])
 
 
 def validation_predictions(members: list) -> CalibrationSet:
@@ -71,18 +66,17 @@ def combine(config, members: list) -> EnsembleOutcome:
     data = members[0].data
     validation = validation_predictions(members)
     test_mean, test_std = averaged(members, data.test)
-    test = rul_metrics(test_mean, data.subset.test_rul, config.rul_cap)
+    test, predictions = score_test(test_mean, data, config.rul_cap)
     metrics = {
         "val_rmse": rmse(validation.predicted, validation.targets),
-        **{f"test_{k}": v for k, v in test.items()},
+        **test,
         "member_val_rmse_mean": float(np.mean([m.state.best_val_rmse for m in members])),
         "member_test_rmse_mean": float(np.mean([m.metrics["test_rmse"] for m in members])),
     }
-    predictions = pd.DataFrame({"unit": data.test_units, "true_rul": data.subset.test_rul,
-                                "true_rul_capped": data.test.targets,
-                                "predicted_rul": test_mean, "predicted_std": test_std})
+    predictions = predictions.assign(predicted_std=test_std)
     interval = None
     if config.interval_coverage is not None:
-        interval = calibrate_interval(validation, config, members[0].seeds.split,
-                                      predictions, metrics)
+        interval, columns, figures = calibrate_interval(
+            validation, config, members[0].plan.seeds.split, predictions)
+        predictions, metrics = predictions.assign(**columns), {**metrics, **figures}
     return EnsembleOutcome(config, members, metrics, predictions, interval)

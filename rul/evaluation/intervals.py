@@ -98,21 +98,22 @@ def interval_metrics(interval: Interval, predicted, true_capped, rul_cap: float,
 
 
 def calibrate_interval(calibration: CalibrationSet, config, seed: int,
-                       predictions: pd.DataFrame, metrics: dict) -> Interval:
+                       predictions: pd.DataFrame) -> tuple[Interval, dict, dict]:
     """Calibrate the interval of config.interval_coverage on `calibration` (weights drawn
-    with `seed`), add its bounds to the test `predictions` (columns predicted_rul_lower/_upper,
-    clipped to [0, rul_cap], and p_fail_within at DEFAULT_HORIZON) and its figures to
-    `metrics`; return it. The test units are never used to calibrate: their coverage, width
-    and Brier score are reported only."""
+    with `seed`) and apply it to the test `predictions` (columns predicted_rul,
+    true_rul_capped); return the interval, the columns it adds to the predictions
+    (predicted_rul_lower/_upper, clipped to [0, rul_cap], and p_fail_within at
+    DEFAULT_HORIZON) and the figures it adds to the metrics. The test units are never used
+    to calibrate: their coverage, width and Brier score are reported only."""
     interval = fit_interval(calibration, config.interval_coverage, seed, config.rul_cap)
     predicted = predictions["predicted_rul"].to_numpy()
     lower, upper = interval.bounds(predicted, high=config.rul_cap)
-    predictions["predicted_rul_lower"], predictions["predicted_rul_upper"] = lower, upper
-    predictions["p_fail_within"] = interval.failure_probability(predicted, DEFAULT_HORIZON)
+    columns = {"predicted_rul_lower": lower, "predicted_rul_upper": upper,
+               "p_fail_within": interval.failure_probability(predicted, DEFAULT_HORIZON)}
     test = interval_metrics(interval, predicted, predictions["true_rul_capped"].to_numpy(),
                             config.rul_cap)
-    metrics.update(interval_coverage_target=interval.coverage,
-                   interval_engines=interval.n_calibration,
-                   **{f"test_interval_{k}" if not k.startswith("p_fail") else f"test_{k}": v
-                      for k, v in test.items()})
-    return interval
+    metrics = {"interval_coverage_target": interval.coverage,
+               "interval_engines": interval.n_calibration,
+               **{f"test_interval_{k}" if not k.startswith("p_fail") else f"test_{k}": v
+                  for k, v in test.items()}}
+    return interval, columns, metrics

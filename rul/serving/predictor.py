@@ -21,6 +21,7 @@ import pandas as pd
 from rul.data.errors import DataError
 from rul.data.schema import SETTING_COLUMNS
 from rul.data.validation import validate_rows
+from rul.evaluation.averaging import average_members
 from rul.evaluation.conformal import DEFAULT_HORIZON, Interval
 from rul.preprocessing.windows import unit_lengths
 from rul.serving import deadline
@@ -86,13 +87,6 @@ def member_predictions(networks: Sequence, windows) -> np.ndarray:
     with torch.inference_mode():
         return np.stack([net(x.to(next(net.parameters()).device)).float().cpu().numpy()
                          .astype(np.float64) for net in networks])
-
-
-def average_members(predictions) -> tuple[np.ndarray, np.ndarray]:
-    """An ensemble's prediction per window, the mean over members (axis 0), and the members'
-    spread, their population standard deviation (0 for a single network)."""
-    predictions = np.asarray(predictions, dtype=np.float64)
-    return predictions.mean(axis=0), predictions.std(axis=0)
 
 
 def refusal(units, reasons, flagged) -> str:

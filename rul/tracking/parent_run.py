@@ -1,82 +1,14 @@
-"""Several tracked trainings under one MLflow parent run, never left RUNNING.
-
-Shared by `rul evaluate` (each child a seed: a complete, independent training) and ensembles
-(each child a member). The callers build every child's plan first, so a bad input creates
-no run; then the parent is created, each child trains as a normal tracked run under it (one
-after another, or `jobs` at a time in worker processes: rul.parallel), and `summarize`
-logs what the parent holds. An interruption ends the children and the parent KILLED, an
-error FAILED.
-"""
-
-import sys
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from functools import partial
+"""What a parent MLflow run records: its kind and seeds tags, its children's index tag, and
+its params and data tags (the run machinery itself: rul.workflows.parent)."""
 
 import mlflow
-from mlflow.tracking import MlflowClient
-from mlflow.utils import mlflow_tags
 
-from rul.interrupts import deferred
-from rul.parallel import run_tasks
-from rul.tracking.lifecycle import run_ends_cleanly
-from rul.tracking.run_logging import config_params, data_tags, source_tags
+from rul.tracking.run_logging import config_params, data_tags
 from rul.tracking.run_notes import log_run_notes
-from rul.tracking.store import configure, ensure_experiment
 
 KIND_TAG = "rul.kind"  # evaluate | ensemble (single runs have none)
 INDEX_TAG = "rul.seed_index"  # a child's place among the parent's children
 SEEDS_TAG = "rul.seeds"  # the parent's: its children's seeds, comma-separated
-
-
-@dataclass
-class ChildRun:
-    outcome: object  # a TrainingOutcome, or an EnsembleOutcome for an evaluated ensemble
-    run_id: str
-    seconds: float  # wall time of this child's training, logging included
-
-    @property
-    def seed(self) -> int:
-        return self.outcome.config.seed
-
-
-@dataclass
-class Children:
-    parent_run_id: str
-    runs: list[ChildRun]
-    seconds: float  # wall time of all children
-
-
-def train_under_parent(config, role, children: Sequence[Callable], summarize: Callable,
-                       jobs: int = 1):
-    """Create the parent run (`role`: its name, tags and own parent), train each child
-    (`child(parent_run_id) -> (outcome, run_id)`, a picklable callable when jobs > 1),
-    then call `summarize(children)` with the parent as the active run; return (children,
-    what summarize returned)."""
-    configure(config.tracking_uri)
-    experiment_id = ensure_experiment(config.experiment_name)
-    tags = {**source_tags(), **role.tags}
-    if role.parent_run_id:
-        tags[mlflow_tags.MLFLOW_PARENT_RUN_ID] = role.parent_run_id
-    with deferred():  # the parent is created whole, or not at all
-        parent = MlflowClient().create_run(experiment_id, tags=tags, run_name=role.name)
-    parent_id = parent.info.run_id
-    started = time.perf_counter()
-    with run_ends_cleanly(parent_id):
-        done = run_tasks([partial(child, parent_id) for child in children], jobs,
-                         on_done=_report if jobs > 1 else None)
-        runs = [ChildRun(*result, seconds) for result, seconds in done]
-        finished = Children(parent_id, runs, time.perf_counter() - started)
-        with deferred(), mlflow.start_run(run_id=parent_id):  # whole, then the signal
-            summary = summarize(finished)
-    return finished, summary
-
-
-def _report(index: int, result, seconds: float) -> None:
-    outcome, run_id = result
-    print(f"child {index} (seed {outcome.config.seed}) done in {seconds:.0f} s: test RMSE "
-          f"{outcome.metrics['test_rmse']:.2f}, run {run_id}", file=sys.stderr)
 
 
 def log_parent_config(config, data, **params) -> None:

@@ -83,7 +83,7 @@ def _log_split(split) -> None:
 
 def log_outcome(outcome) -> None:
     """A finished training's results; sets outcome.model_uri."""
-    mlflow.set_tag("device", str(outcome.precision.device))
+    mlflow.set_tag("device", str(outcome.plan.precision.device))
     mlflow.log_metrics(logged_metrics(outcome.metrics), step=outcome.state.step)
     _log_inputs(outcome.data)
     log_figures({

@@ -1,6 +1,7 @@
 """Which MLflow store to use, and the experiment for a subset.
 
-A store is made ready once per process before its first use (`configure`): a tracking
+A command opens its store once (`open_store`: the URI and the experiment its runs go in) and
+hands it down. A store is made ready once per process before its first use (`configure`): a tracking
 server must answer (rul.services waits for it, bounded), and a new SQLite store's tables are
 created by one process at a time (MLflow migrates an empty database on first use; two
 processes doing it at once fail), under an flock on the database's folder.
@@ -10,6 +11,7 @@ import fcntl
 import os
 import sys
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
@@ -122,3 +124,18 @@ def ensure_experiment(name: str) -> str:
     if kind is None or kind.endswith("_inferred"):
         client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
     return experiment.experiment_id
+
+
+@dataclass(frozen=True)
+class Store:
+    """A command's store, ready, and the experiment its runs go in."""
+
+    uri: str  # as given (what messages name)
+    experiment_id: str
+
+
+def open_store(config) -> Store:
+    """Use the store of `config` (its tracking_uri) and its experiment (created if needed):
+    once per command, before any run or worker process."""
+    uri = configure(config.tracking_uri)
+    return Store(uri, ensure_experiment(config.experiment_name))

@@ -9,11 +9,12 @@ itself (identical numbers).
 import sys
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from rul.evaluation.conformal import Interval
 from rul.evaluation.intervals import CalibrationSet, calibrate_interval
-from rul.evaluation.metrics import rul_metrics
+from rul.evaluation.scoring import score_test
 from rul.training.batching import WindowBatches, split_note
 from rul.training.checkpoint import Checkpointer
 from rul.training.engine import TrainState, fit
@@ -32,6 +33,8 @@ class TrainingOutcome:
     interval: Interval | None = None  # calibrated on the validation windows; None: disabled
     model_uri: str | None = None  # set once the model is logged to MLflow
 
+    # config, data, network_spec, models: what an EnsembleOutcome has too (read alike by the
+    # model logging and a parent's children); anything else of the plan is outcome.plan's.
     @property
     def config(self):
         return self.plan.config
@@ -41,20 +44,17 @@ class TrainingOutcome:
         return self.plan.data
 
     @property
-    def seeds(self):
-        return self.plan.seeds
-
-    @property
-    def precision(self):
-        return self.plan.precision
-
-    @property
     def network_spec(self):
         return self.plan.network
 
     @property
     def models(self) -> list:
         return [self.model]
+
+    def predict(self, windows) -> np.ndarray:
+        """The model's prediction of each window of `windows` (a WindowSet), on its device."""
+        device = next(self.model.parameters()).device
+        return predict_windows(self.model, WindowBatches(windows, device))
 
 
 def train(plan, listener: TrainingListener | None = None,
@@ -71,14 +71,12 @@ def train(plan, listener: TrainingListener | None = None,
     model = plan.network.build().to(device)
     state = fit(model, plan, listener, checkpointer, progress)
     predicted = predict_windows(model, WindowBatches(data.test, device))
-    metrics = {**{f"test_{k}": v for k, v in
-                  rul_metrics(predicted, data.subset.test_rul, config.rul_cap).items()},
-               "best_epoch": state.best_epoch, "best_val_rmse": state.best_val_rmse}
-    predictions = pd.DataFrame({"unit": data.test_units, "true_rul": data.subset.test_rul,
-                                "true_rul_capped": data.test.targets, "predicted_rul": predicted})
+    test, predictions = score_test(predicted, data, config.rul_cap)
+    metrics = {**test, "best_epoch": state.best_epoch, "best_val_rmse": state.best_val_rmse}
     interval = None
     if config.interval_coverage is not None:
         validation = predict_windows(model, WindowBatches(data.val, device))
-        interval = calibrate_interval(CalibrationSet.of(validation, data.val), config,
-                                      plan.seeds.split, predictions, metrics)
+        interval, columns, figures = calibrate_interval(
+            CalibrationSet.of(validation, data.val), config, plan.seeds.split, predictions)
+        predictions, metrics = predictions.assign(**columns), {**metrics, **figures}
     return TrainingOutcome(plan, model, state, metrics, predictions, interval)

@@ -31,8 +31,7 @@ from rul.tracking.registry import (
     register_and_promote,
     registered_model_name,
 )
-from rul.tracking.store import configure, ensure_experiment
-from rul.tracking.tracked_run import RunRole, track
+from rul.tracking.store import Store, open_store
 from rul.training.listener import TrainingListener
 from rul.tuning import objectives as objs
 from rul.tuning.report import format_pareto_table, log_figures, log_pareto_table, pareto_table
@@ -47,6 +46,7 @@ from rul.tuning.storage import (  # noqa: F401 (DEFAULT_*: re-exported)
     study_lock,
     wait_for_server,
 )
+from rul.workflows.tracked import RunRole, track
 
 STARTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
            optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING)
@@ -217,7 +217,7 @@ class PruningListener(TrainingListener):
                                      f"val_rmse {metrics['val_rmse']:.3f}")
 
 
-def objective_for(base: TuningConfig, parent_run_id: str):
+def objective_for(base: TuningConfig, parent_run_id: str, store: Store):
     multi = objs.is_multi(base.objectives)
 
     def objective(trial: optuna.Trial) -> float | list[float]:
@@ -236,7 +236,7 @@ def objective_for(base: TuningConfig, parent_run_id: str):
                        on_run_created=lambda run_id: trial.set_user_attr("mlflow_run_id", run_id))
         try:
             with immediate():  # training may stop at once; its own writes defer the signal
-                outcome, _ = track(plan_run(config), role, None if multi else
+                outcome, _ = track(plan_run(config), role, store, None if multi else
                                    PruningListener(trial), progress=False)
         except optuna.TrialPruned as pruned:
             _mark(trial, "PRUNED", str(pruned))
@@ -300,13 +300,13 @@ class StudyWork:
     workers: int
     study_name: str
     parent_run_id: str
+    store: Store  # the MLflow store, opened once by the command
     target: int  # counted trials to reach
     timeout: float | None  # seconds; no new trial starts after it
 
 
 def _worker(work: StudyWork, worker: int):
     config, target = work.config, work.target
-    configure(config.train.tracking_uri)
     storage = open_study_storage(config, work.storage, work.workers)
     study = load_study(config, storage, work.study_name, worker)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -316,7 +316,7 @@ def _worker(work: StudyWork, worker: int):
         if left is not None and left <= 0:
             break
         with deferred():  # Optuna's own storage writes are never cut; trials are `immediate`
-            study.optimize(objective_for(config, work.parent_run_id), timeout=left,
+            study.optimize(objective_for(config, work.parent_run_id, work.store), timeout=left,
                            catch=(Exception,), callbacks=[_stop_at(target)])
         if not has_heartbeat(storage):
             break
@@ -383,8 +383,7 @@ def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float 
     n_trials = n_trials if n_trials is not None else config.n_trials
     study_name = study_name or config.effective_study_name
     wait_for_server(storage, workers)  # a server that does not answer: bounded, then one line
-    configure(config.train.tracking_uri)
-    experiment_id = ensure_experiment(config.train.experiment_name)  # once, before any worker
+    store = open_store(config.train)  # once, before any worker
     client = MlflowClient()
     with study_lock(storage, workers, study_name):  # `rul tune` processes starting at once
         opened = open_study_storage(config, storage, workers)  # may create Optuna's tables
@@ -395,7 +394,7 @@ def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float 
                                          "new"), file=sys.stderr)
         parent_run_id = study.user_attrs.get("mlflow_parent_run_id")
         if parent_run_id is None:
-            parent_run_id = client.create_run(experiment_id, run_name=study_name,
+            parent_run_id = client.create_run(store.experiment_id, run_name=study_name,
                                               tags={"optuna.study": study_name}).info.run_id
             study.set_user_attr("mlflow_parent_run_id", parent_run_id)
             space = config.to_dict()["search_space"]
@@ -412,7 +411,8 @@ def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float 
         print(f"objectives {', '.join(config.objectives)}: a multi-objective study is not "
               f"pruned (Optuna cannot prune several objectives); pruner={config.pruner!r} is "
               "ignored", file=sys.stderr)
-    work = StudyWork(config, storage, workers, study_name, parent_run_id, target, timeout)
+    work = StudyWork(config, storage, workers, study_name, parent_run_id, store, target,
+                     timeout)
     with run_ends_cleanly(parent_run_id):
         if workers == 1:
             _worker(work, 0)

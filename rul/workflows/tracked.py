@@ -3,12 +3,10 @@
 Everything that can be checked runs while the plan is built (rul.plan), before the MLflow run
 exists: the config, the data files, the window against the units' lengths, the memory
 budget. A bad input creates no run. Then `track` opens the run (or reopens the one the plan
-resumes), logs the plan, attaches the MLflow listener, trains, logs the outcome and, when
-the run's role says so, registers the model.
+resumes) in the command's store, logs the plan, attaches the MLflow listener, trains, logs
+the outcome and, when the run's role says so, registers the model.
 """
 
-import hashlib
-import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -18,17 +16,15 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils import mlflow_tags
 
 from rul.interrupts import deferred
-from rul.plan import ResumeTarget, plan_run
 from rul.tracking.lifecycle import active_run, run_ends_cleanly
 from rul.tracking.mlflow_listener import MLflowListener
 from rul.tracking.registry import register_and_promote, registered_model_name
 from rul.tracking.run_checkpoints import RunCheckpoints
-from rul.tracking.run_logging import config_params, log_outcome, log_plan, source_tags
-from rul.tracking.store import configure, ensure_experiment
+from rul.tracking.run_logging import log_outcome, log_plan, source_tags
+from rul.tracking.run_names import CONFIG_DIGEST_TAG, config_digest, default_run_name
+from rul.tracking.store import Store
 from rul.training.listener import Listeners, TrainingListener
 from rul.training.run import train
-
-CONFIG_DIGEST_TAG = "rul.config_digest"
 
 
 @dataclass(frozen=True)
@@ -52,80 +48,18 @@ OWN_RUN = RunRole()  # `rul train`'s run: registered (as the config says), resum
 CHILD = RunRole(register=False, resumable=False)
 
 
-def config_digest(config) -> str:
-    """Same identity -> same digest (what `--resume` looks for)."""
-    return hashlib.sha256(json.dumps(config.identity(), sort_keys=True).encode()
-                          ).hexdigest()[:16]
-
-
-def default_run_name(config, world_size: int = 1) -> str:
-    """What ran, at a glance: e.g. cnn-b512-k2-s42 (b: the global effective batch)."""
-    return (f"{config.model}-b{config.effective_batch_size * world_size}"
-            f"-k{config.accumulation_steps}-s{config.seed}")
-
-
-def train_tracked(config, resume: bool | str = False, progress: bool = True,
-                  on_run_created: Callable[[str], None] | None = None, subset=None):
-    """`rul train`: plan `config` (continuing the newest unfinished run of it with
-    resume=True, or the run `resume` names; on `subset` when its files are already read)
-    and track it as the config says; return (outcome, run_id). `on_run_created(run_id)`
-    once the run exists."""
-    target = resume_target(config, None if resume is True else resume) if resume else None
-    role = RunRole(register=config.register, on_run_created=on_run_created)
-    return track(plan_run(config, target, subset=subset), role, progress=progress)
-
-
-def resume_target(config, run_id: str | None = None) -> ResumeTarget:
-    """What `--resume` continues: run `run_id`, or the newest unfinished run of `config`
-    whose checkpoint exists and no live process holds (FileNotFoundError saying why not)."""
-    configure(config.tracking_uri)
-    experiment_id = ensure_experiment(config.experiment_name)
-    checkpoints = RunCheckpoints(config.checkpoint_dir)
-    client = MlflowClient()
-    try:
-        found = checkpoints.resumable_run(client, experiment_id, config_digest(config), run_id)
-    except FileNotFoundError as error:
-        changed = _changed_keys(client, checkpoints, experiment_id, config, run_id)
-        raise FileNotFoundError(f"{error}; {changed}" if changed else str(error)) from None
-    return ResumeTarget(checkpoints.path(found), found)
-
-
-def _changed_keys(client, checkpoints: RunCheckpoints, experiment_id: str, config,
-                  run_id: str | None) -> str | None:
-    """What a config change did to `--resume`: the run it would have continued (`run_id`, or
-    the newest unfinished run with a checkpoint) and the keys it trained otherwise."""
-    if run_id is None:
-        runs = client.search_runs([experiment_id], order_by=["attributes.start_time DESC"],
-                                  filter_string="attributes.status != 'FINISHED'")
-        run = next((r for r in runs if checkpoints.has_checkpoint(r.info.run_id)), None)
-    else:
-        run = client.get_run(run_id) if checkpoints.has_checkpoint(run_id) else None
-    if run is None:
-        return None
-    now, then = config_params(config), run.data.params
-    keys = [k for k in config.identity() if k in now and k in then and now[k] != then[k]
-            and now[k] != "auto"]  # `auto` was resolved into the run's params
-    if not keys:
-        return None
-    was = " ".join(f"{k}={then[k]}" for k in keys)
-    return (f"run {run.info.run_id} has a checkpoint but trained "
-            f"{', '.join(f'{k}={then[k]} (this command: {now[k]})' for k in keys)}: resume it "
-            f"with rul train ... {was} --resume {run.info.run_id}")
-
-
-def track(plan, role: RunRole = OWN_RUN, listener: TrainingListener | None = None,
+def track(plan, role: RunRole, store: Store, listener: TrainingListener | None = None,
           progress: bool = True):
-    """Train `plan` inside an MLflow run in `role`; return (outcome, run_id).
+    """Train `plan` inside an MLflow run in `role`, in `store`; return (outcome, run_id).
 
     On any exception the run ends FAILED or KILLED with the error recorded and nothing is
-    registered; role.stop_exceptions (a pruned trial) end it FINISHED. See lifecycle.py."""
+    registered; role.stop_exceptions (a pruned trial) end it FINISHED. See
+    rul.tracking.lifecycle."""
     config = plan.config
-    configure(config.tracking_uri)
-    experiment_id = ensure_experiment(config.experiment_name)
     checkpoints = RunCheckpoints(config.checkpoint_dir)
-    checkpoints.close_abandoned(MlflowClient(), experiment_id, plan.resume_run_id)
+    checkpoints.close_abandoned(MlflowClient(), store.experiment_id, plan.resume_run_id)
     with deferred():  # the run and its identity are written whole, or not at all
-        run_id = _open_run(plan, role, experiment_id)
+        run_id = _open_run(plan, role, store.experiment_id)
         if role.on_run_created is not None:
             role.on_run_created(run_id)
     try:

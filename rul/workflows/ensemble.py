@@ -17,17 +17,13 @@ from rul.evaluation import figures
 from rul.evaluation.ensemble import EnsembleOutcome, combine
 from rul.plan import plan_ensemble
 from rul.tracking.metric_names import logged_metrics
-from rul.tracking.parent_run import (
-    INDEX_TAG,
-    KIND_TAG,
-    SEEDS_TAG,
-    Children,
-    log_parent_config,
-    train_under_parent,
-)
+from rul.tracking.parent_run import INDEX_TAG, KIND_TAG, SEEDS_TAG, log_parent_config
 from rul.tracking.registry import register_and_promote, registered_model_name
 from rul.tracking.run_logging import log_figures, log_model_and_predictions
-from rul.tracking.tracked_run import CHILD, RunRole, default_run_name, track
+from rul.tracking.run_names import default_run_name
+from rul.tracking.store import Store, open_store
+from rul.workflows.parent import Children, train_under_parent
+from rul.workflows.tracked import CHILD, RunRole, track
 
 MEMBER_TAG = "ensemble.member"
 FOLD_TAG = "ensemble.fold"  # ensemble_split: folds, the fold a member validates on
@@ -38,17 +34,18 @@ def train_ensemble(config, jobs: int = 1, progress: bool = True, subset=None
     """`rul train ... ensemble=N`: plan the members (on `subset` when its files are already
     read) and track the ensemble as the config says (registered when config.register);
     return (outcome, the ensemble's run id)."""
-    return track_ensemble(plan_ensemble(config, subset), RunRole(register=config.register),
+    ensemble = plan_ensemble(config, subset)  # a bad input opens no store, no run
+    return track_ensemble(ensemble, RunRole(register=config.register), open_store(config),
                           jobs, progress)
 
 
-def track_ensemble(ensemble, role: RunRole, jobs: int = 1, progress: bool = True
+def track_ensemble(ensemble, role: RunRole, store: Store, jobs: int = 1, progress: bool = True
                    ) -> tuple[EnsembleOutcome, str]:
-    """Train an EnsemblePlan's members (`jobs` at a time) and log the ensemble in `role`;
-    return (outcome, the ensemble's run id)."""
+    """Train an EnsemblePlan's members (`jobs` at a time) and log the ensemble in `role`, in
+    `store`; return (outcome, the ensemble's run id)."""
     config = ensemble.config
     split = str(ensemble.members[0].seeds.split)  # the shared split's (or folds') seed
-    members = [partial(_track_member, plan, _member_role(config, index, split),
+    members = [partial(_track_member, plan, _member_role(config, index, split), store,
                        progress and jobs == 1)
                for index, plan in enumerate(ensemble.members)]
     name = role.name or (f"ensemble-{config.run_name or default_run_name(config)}"
@@ -66,7 +63,7 @@ def track_ensemble(ensemble, role: RunRole, jobs: int = 1, progress: bool = True
                                  children.parent_run_id, outcome.metrics["val_rmse"])
         return outcome
 
-    children, outcome = train_under_parent(config, parent, members, summarize, jobs)
+    children, outcome = train_under_parent(parent, store, members, summarize, jobs)
     return outcome, children.parent_run_id
 
 
@@ -77,8 +74,8 @@ def _member_role(config, index: int, split: str) -> RunRole:
                          **fold})
 
 
-def _track_member(plan, role: RunRole, progress: bool, parent_run_id: str):
-    return track(plan, role.under(parent_run_id), progress=progress)
+def _track_member(plan, role: RunRole, store: Store, progress: bool, parent_run_id: str):
+    return track(plan, role.under(parent_run_id), store, progress=progress)
 
 
 def _log_ensemble(outcome: EnsembleOutcome, seconds: float, split: str) -> None:

@@ -17,24 +17,22 @@ import mlflow
 from rul.evaluation.seeds import Evaluation, aggregate, reported_metrics
 from rul.plan import EnsemblePlan, plan_seeds
 from rul.preprocessing.features import track as track_of
-from rul.tracking.ensemble_run import track_ensemble
 from rul.tracking.metric_names import logged_metrics
-from rul.tracking.parent_run import (
-    INDEX_TAG,
-    KIND_TAG,
-    SEEDS_TAG,
-    log_parent_config,
-    train_under_parent,
-)
-from rul.tracking.tracked_run import CHILD, RunRole, default_run_name, track
+from rul.tracking.parent_run import INDEX_TAG, KIND_TAG, SEEDS_TAG, log_parent_config
+from rul.tracking.run_names import default_run_name
+from rul.tracking.store import Store, open_store
+from rul.workflows.ensemble import track_ensemble
+from rul.workflows.parent import train_under_parent
+from rul.workflows.tracked import CHILD, RunRole, track
 
 
 def evaluate_seeds(config, n_seeds: int, jobs: int = 1, progress: bool = True) -> Evaluation:
     if n_seeds < 1:
         raise ValueError(f"--seeds must be at least 1, got {n_seeds}")
     plans = plan_seeds(config, n_seeds)  # every seed's data and split checked before any run
+    store = open_store(config)
     name = f"evaluate-{config.run_name or default_run_name(config)}-x{n_seeds}"
-    children = [partial(_track_seed, plan, _seed_role(config, index, plan),
+    children = [partial(_track_seed, plan, _seed_role(config, index, plan), store,
                         progress and jobs == 1) for index, plan in enumerate(plans)]
     seeds = [plan.config.seed for plan in plans]
     parent = RunRole(name=name, tags={KIND_TAG: "evaluate", SEEDS_TAG: ",".join(map(str, seeds))})
@@ -50,7 +48,7 @@ def evaluate_seeds(config, n_seeds: int, jobs: int = 1, progress: bool = True) -
         mlflow.log_table({k: [row[k] for row in rows] for k in rows[0]}, "seeds.json")
         return evaluation
 
-    return train_under_parent(config, parent, children, summarize, jobs)[1]
+    return train_under_parent(parent, store, children, summarize, jobs)[1]
 
 
 def _seed_role(config, index: int, plan) -> RunRole:
@@ -60,7 +58,7 @@ def _seed_role(config, index: int, plan) -> RunRole:
     return replace(CHILD, name=name, tags={INDEX_TAG: str(index)})
 
 
-def _track_seed(plan, role: RunRole, progress: bool, parent_run_id: str):
+def _track_seed(plan, role: RunRole, store: Store, progress: bool, parent_run_id: str):
     if isinstance(plan, EnsemblePlan):
-        return track_ensemble(plan, role.under(parent_run_id), progress=progress)
-    return track(plan, role.under(parent_run_id), progress=progress)
+        return track_ensemble(plan, role.under(parent_run_id), store, progress=progress)
+    return track(plan, role.under(parent_run_id), store, progress=progress)

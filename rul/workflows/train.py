@@ -1,0 +1,89 @@
+"""`rul train`: an ensemble, one run split over torchrun's processes, or one run, each tracked
+in MLflow (rul.workflows.tracked), and `--resume`: which unfinished run of a config goes on.
+
+The command's store is opened once (rul.tracking.store.open_store) and handed down.
+"""
+
+from collections.abc import Callable
+
+from mlflow.tracking import MlflowClient
+
+from rul.errors import ConfigError
+from rul.plan import ResumeTarget, plan_run
+from rul.tracking.run_checkpoints import RunCheckpoints
+from rul.tracking.run_logging import config_params
+from rul.tracking.run_names import config_digest
+from rul.tracking.store import Store, open_store
+from rul.training.distributed import World, process_group
+from rul.training.run import train as train_plan
+from rul.workflows.ensemble import train_ensemble
+from rul.workflows.tracked import RunRole, track
+
+
+def train_tracked(config, resume: bool | str = False, jobs: int = 1, progress: bool = True,
+                  subset=None, on_run_created: Callable[[str], None] | None = None):
+    """`rul train` as `config` says: an ensemble (ensemble > 1, `jobs` members at a time),
+    else one run, split over the processes torchrun started (tracked by rank 0; the other
+    ranks train their share and track nothing: (None, None)); return (outcome, run_id).
+    `resume`: continue the newest unfinished run of the config (True) or the run it names;
+    `subset`: its files when already read; `on_run_created(run_id)` once the run exists."""
+    world = World.from_env()
+    if config.ensemble > 1:
+        if world.distributed:
+            raise ConfigError(f"ensemble={config.ensemble}: train an ensemble in one process "
+                              "(not under torchrun)")
+        if resume:
+            raise ConfigError(f"--resume: an ensemble (ensemble={config.ensemble}) is not "
+                              "resumable; run the command again to train it anew")
+        return train_ensemble(config, jobs, progress, subset)
+    if jobs > 1:
+        raise ConfigError(f"--jobs {jobs}: a single model trains in one process (--jobs runs "
+                          "an ensemble's members side by side; torchrun splits one training)")
+    with process_group(world, config.device):
+        if not world.is_main:  # trains its share; writes nothing, tracks nothing
+            train_plan(plan_run(config, world=world, subset=subset), progress=False)
+            return None, None
+        store = target = None
+        if resume:
+            store = open_store(config)
+            target = resume_target(config, store, None if resume is True else resume)
+        plan = plan_run(config, target, subset=subset)  # a bad input opens no store, no run
+        role = RunRole(register=config.register, on_run_created=on_run_created)
+        return track(plan, role, store or open_store(config), progress=progress)
+
+
+def resume_target(config, store: Store, run_id: str | None = None) -> ResumeTarget:
+    """What `--resume` continues: run `run_id`, or the newest unfinished run of `config`
+    whose checkpoint exists and no live process holds (FileNotFoundError saying why not)."""
+    checkpoints = RunCheckpoints(config.checkpoint_dir)
+    client = MlflowClient()
+    experiment_id = store.experiment_id
+    try:
+        found = checkpoints.resumable_run(client, experiment_id, config_digest(config), run_id)
+    except FileNotFoundError as error:
+        changed = _changed_keys(client, checkpoints, experiment_id, config, run_id)
+        raise FileNotFoundError(f"{error}; {changed}" if changed else str(error)) from None
+    return ResumeTarget(checkpoints.path(found), found)
+
+
+def _changed_keys(client, checkpoints: RunCheckpoints, experiment_id: str, config,
+                  run_id: str | None) -> str | None:
+    """What a config change did to `--resume`: the run it would have continued (`run_id`, or
+    the newest unfinished run with a checkpoint) and the keys it trained otherwise."""
+    if run_id is None:
+        runs = client.search_runs([experiment_id], order_by=["attributes.start_time DESC"],
+                                  filter_string="attributes.status != 'FINISHED'")
+        run = next((r for r in runs if checkpoints.has_checkpoint(r.info.run_id)), None)
+    else:
+        run = client.get_run(run_id) if checkpoints.has_checkpoint(run_id) else None
+    if run is None:
+        return None
+    now, then = config_params(config), run.data.params
+    keys = [k for k in config.identity() if k in now and k in then and now[k] != then[k]
+            and now[k] != "auto"]  # `auto` was resolved into the run's params
+    if not keys:
+        return None
+    was = " ".join(f"{k}={then[k]}" for k in keys)
+    return (f"run {run.info.run_id} has a checkpoint but trained "
+            f"{', '.join(f'{k}={then[k]} (this command: {now[k]})' for k in keys)}: resume it "
+            f"with rul train ... {was} --resume {run.info.run_id}")
