@@ -475,7 +475,7 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch
     real = study_mod.track
     calls = []
 
-    def flaky(plan, role, listener=None, **kwargs):
+    def flaky(plan, role, store, listener=None, **kwargs):
         calls.append(role.name)
         if len(calls) == 1:
             raise RuntimeError("boom")
@@ -487,7 +487,7 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch
                     raise RuntimeError("boom in epoch")
 
             listener = Failing()
-        return real(plan, role, listener, **kwargs)
+        return real(plan, role, store, listener, **kwargs)
 
     monkeypatch.setattr(study_mod, "track", flaky)
     storage, name = f"sqlite:///{tmp_path}/optuna.db", "tune-failures"
@@ -537,7 +537,7 @@ def test_no_completed_trial_leaves_nothing_to_register(tmp_path, monkeypatch, re
                                                        mlflow_store_at):
     config = make_config(tmp_path, real_data_dir)
 
-    def broken(plan, role, listener=None, **kwargs):
+    def broken(plan, role, store, listener=None, **kwargs):
         raise RuntimeError("always")
 
     monkeypatch.setattr(study_mod, "track", broken)
