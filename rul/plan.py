@@ -6,8 +6,9 @@ decides, each in exactly one place: the world (torchrun ranks), the device (and 
 settings on a CPU), the precision and the reason for it, the seeds, the prepared data (split,
 preprocessing fitted on the training units, windows), the network, and the micro-batch x K
 split (measured by the probe for `micro_batch_size: auto`). Nothing here knows MLflow:
-training executes a plan (rul.training.run), tracking wraps one (rul.tracking.tracked_run),
-and ensembles, `rul evaluate` and tuning build lists of plans (plan_ensemble, plan_seeds).
+training executes a plan (rul.training.run), a workflow wraps one in an MLflow run
+(rul.workflows.tracked), and ensembles, `rul evaluate` and tuning build lists of plans
+(plan_ensemble, plan_seeds).
 Every check that can fail runs here, so a bad input fails before any run exists.
 """
 

@@ -62,7 +62,6 @@ def test_defaults_are_the_old_fd001_values_and_types():
         assert values == OLD_FD001
         assert {k: type(v) for k, v in values.items()} == {
             k: type(v) for k, v in OLD_FD001.items()}  # 0.0 stays a float: same checkpoint id
-    assert cfg.Config is cfg.TrainConfig
 
 
 def test_make_train_is_the_defaults_with_patience_40_and_the_age_recipe_adds_the_age():

@@ -16,7 +16,7 @@ from rul.models.spec import ARCHITECTURE_DEFAULTS, KINDS, NETWORK_KINDS, Network
 from rul.serving.onnx_export import MAX_DIFFERENCE, export_onnx
 from rul.serving.spec import InferenceSpec
 from rul.serving.torch_weights import load_networks
-from rul.tracking.tracked_run import config_digest
+from rul.tracking.run_names import config_digest
 
 # Small enough for a few seconds over all kinds; each differs from its default, so that a
 # fresh build that missed an argument would not fit the stored weights. An even kernel, as the

@@ -17,7 +17,7 @@ from rul.config.training import (
     NOT_COMPARED_IN_A_STUDY,
     NOT_IN_IDENTITY,
     NOT_TUNABLE,
-    Config,
+    OMITTED_AT_DEFAULT,
     TrainConfig,
 )
 from rul.config.tuning import (
@@ -34,6 +34,6 @@ from rul.config.tuning import (
 from rul.errors import ConfigError
 
 __all__ = ["ACCURACY", "DEFAULT_OBJECTIVES", "KEY_ROLES", "NOT_COMPARED_IN_A_STUDY",
-           "NOT_IN_IDENTITY", "NOT_TUNABLE", "OBJECTIVES", "TUNING_KEYS", "Categorical", "Config",
-           "ConfigError", "Dimension", "FloatRange", "IntRange", "TrainConfig", "TuningConfig",
-           "build", "build_tuning", "load", "load_tuning"]
+           "NOT_IN_IDENTITY", "NOT_TUNABLE", "OBJECTIVES", "OMITTED_AT_DEFAULT", "TUNING_KEYS",
+           "Categorical", "ConfigError", "Dimension", "FloatRange", "IntRange", "TrainConfig",
+           "TuningConfig", "build", "build_tuning", "load", "load_tuning"]

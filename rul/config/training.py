@@ -271,8 +271,6 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         return build(self.to_dict(), changes)
 
 
-Config = TrainConfig
-
 # ------------------------------------------------------------------ what each key decides
 # Every training key changes what is trained, and so belongs to a run's identity, unless it
 # has a role here. The key lists that resuming, tuning and studies need are derived from these
