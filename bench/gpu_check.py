@@ -166,7 +166,7 @@ def check_rerun(check: Check, subset, dry: bool):
     first, _ = trained(cfg_, subset)
     second, _ = trained(cfg_, subset)
     same = weights_equal(first.model, second.model) and first.metrics == second.metrics
-    check.add("rerun", f"{first.precision.name}, deterministic, twice",
+    check.add("rerun", f"{first.plan.precision.name}, deterministic, twice",
               "bit for bit" if same else "differs", "bit for bit", same)
     if dry:
         return

@@ -123,7 +123,7 @@ def test_resume_keeps_the_precision_the_run_started_in(real_data_dir, fd001, tmp
     config = make_config(real_data_dir, tmp_path, dropout=0.2, epochs=3, precision="auto")
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: False)  # auto: fp32
     reference = run_training(config, fd001, progress=False)
-    assert reference.precision.name == "fp32"
+    assert reference.plan.precision.name == "fp32"
     checkpointer = Checkpointer(tmp_path / "ckpt" / "run.pt")
     with pytest.raises(KeyboardInterrupt):
         run_training(config, fd001, listener=InterruptAtEpoch(2), checkpointer=checkpointer,
@@ -133,7 +133,8 @@ def test_resume_keeps_the_precision_the_run_started_in(real_data_dir, fd001, tmp
 
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: True)  # auto: bf16 now
     resumed = run_training(config, fd001, ResumeTarget(checkpointer.path), progress=False)
-    assert resumed.precision.name == "fp32" and "auto would pick bf16" in resumed.precision.reason
+    precision = resumed.plan.precision
+    assert precision.name == "fp32" and "auto would pick bf16" in precision.reason
     assert resumed.metrics == reference.metrics
     assert_same_weights(weights(resumed), weights(reference))
 
