@@ -13,6 +13,7 @@ from rul import services
 from rul.console import one_line_warnings
 from rul.interrupts import Terminated, exit_code, interrupts_as_exceptions
 from rul.reporting.cli import report
+from rul.serving.columns import served
 
 
 class UserError(click.ClickException):
@@ -315,7 +316,11 @@ def _makefile_has_ui() -> bool:
         return False
 
 
-@main.command()
+@main.command(help=f"""Predict the RUL of each engine at its last cycle; writes CSV
+    `{",".join(column.name for column in served())}` (bounds: the
+    model's calibrated interval, if any; p_fail_within: the probability of failing within
+    --horizon cycles; flagged: the unit lies outside the training fleet, and why; an ensemble
+    adds rul_std, its members' spread).""")
 @click.option("--model", "model_uri", required=True,
               help="Model URI, e.g. models:/rul-fd001@champion or runs:/<id>/model")
 @click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
@@ -334,10 +339,6 @@ def _makefile_has_ui() -> bool:
               help="Cycles ahead for p_fail_within, the probability that the engine fails "
                    "within them (default 20; below the model's RUL cap).")
 def predict(model_uri, input_path, output, tracking_uri, short_history, strict, horizon):
-    """Predict the RUL of each engine at its last cycle; writes CSV
-    `unit,rul,rul_lower,rul_upper,p_fail_within,padded,flagged,flag_reason` (bounds: the
-    model's calibrated interval, if any; p_fail_within: the probability of failing within
-    --horizon cycles; flagged: the unit lies outside the training fleet, and why)."""
     from rul.inference import PredictOptions, outside_warning, predict_file, write_predictions
     from rul.services import ServiceUnavailable
 
