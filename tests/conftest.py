@@ -40,6 +40,15 @@ LONGEST_FIRST = ("test_tuning.py", "test_scale_out.py", "test_interrupts.py", "t
                  "test_ui_browser.py", "test_tracking.py", "test_reproducibility.py")
 
 
+def pytest_configure(config):
+    """Under parallel workers (`make test`), each worker and the processes it starts use its
+    share of the cores: two workers of two torch threads each on two cores would spend their
+    time waiting for each other's threads. A value set by the caller is kept."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // workers))
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order in a file
