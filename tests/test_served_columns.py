@@ -28,12 +28,12 @@ TABLE_START = ("<!-- columns: generated from rul/serving/columns.py by "
                "tests/test_served_columns.py -->")
 TABLE_END = "<!-- columns end -->"
 
-# Each kind of model: (intervals, members, envelope, failure_probability)
-KINDS = {"banded, one network": (True, 1, True, True),
-         "banded ensemble": (True, 2, True, True),
-         "absolute interval": (True, 1, True, False),
-         "no interval": (False, 1, True, False),
-         "ensemble, no envelope (an old model)": (True, 3, False, False)}
+# Each kind of model: (its interval's method, members, envelope)
+KINDS = {"banded, one network": ("banded", 1, True),
+         "banded ensemble": ("banded", 2, True),
+         "absolute interval": ("absolute", 1, True),
+         "no interval": (None, 1, True),
+         "ensemble, no envelope (an old model)": ("absolute", 3, False)}
 # What each MLflow type is in the returned frame
 DTYPE_OF = {"long": pd.api.types.is_int64_dtype, "double": pd.api.types.is_float_dtype,
             "boolean": pd.api.types.is_bool_dtype, "string": pd.api.types.is_string_dtype}
@@ -45,16 +45,17 @@ def fitted():
     return Preprocessor().fit(rows), synthetic_frame([40, 12, 50], seed=4)
 
 
-def predicted(fitted, intervals, members, envelope, failure_probability) -> pd.DataFrame:
+def predicted(fitted, method, members, envelope) -> pd.DataFrame:
     """predict_rows' frame for a model of this kind (constant networks: only the columns
-    matter here)."""
+    matter here), with a fitted interval of that method."""
     preprocessor, rows = fitted
     interval = None
-    if intervals and failure_probability:
+    if method == "banded":
         guesses = np.linspace(0, 125, 200)
         interval = fit_banded(guesses, guesses + np.sin(guesses) * 10, 0.9, (25.0, 75.0))
-    elif intervals:
+    elif method is not None:
         interval = Interval(0.9, 20.0, 100)
+    assert getattr(interval, "method", None) == method
     return predict_rows(preprocessor, lambda windows: np.full((members, len(windows)), 60.0),
                         rows, interval=interval,
                         envelope=preprocessor.envelope_ if envelope else None)

@@ -51,12 +51,12 @@ COLUMNS = (
 )
 
 
-def served(intervals: bool = True, members: int = 1, envelope: bool = True,
-           failure_probability: bool = True) -> tuple[Column, ...]:
-    """The columns of a model, in order: with an interval (`intervals`), with a banded one
-    (`failure_probability`, only with an interval), with `members` networks, with an
-    envelope."""
-    has = {"always": True, "interval": intervals, "banded": intervals and failure_probability,
+def served(interval: str | None = "banded", members: int = 1,
+           envelope: bool = True) -> tuple[Column, ...]:
+    """The columns of a model, in order: `interval` is the method of its calibrated interval
+    (rul.evaluation.conformal.Interval.method; None without one; a banded one also gives the
+    probability of failure), `members` its networks, `envelope` whether it has one."""
+    has = {"always": True, "interval": interval is not None, "banded": interval == "banded",
            "ensemble": members > 1, "envelope": envelope}
     return tuple(column for column in COLUMNS if has[column.given])
 

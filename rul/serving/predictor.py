@@ -158,17 +158,18 @@ def predict_rows(preprocessing, predict_members: Callable[[np.ndarray], np.ndarr
     # was calibrated on: it says so with the widest interval, [0, rul_cap], and an unknown
     # (NaN) probability of failure, never a narrower interval or a confident 0.
     unknown = beyond if envelope is not None else np.zeros(len(rul), bool)
-    banded = interval is not None and interval.method == "banded"
-    if interval is not None:
+    given = served(interval.method if interval is not None else None, len(member_rul),
+                   envelope is not None)
+    names = {column.name for column in given}
+    if "rul_lower" in names:
         lower, upper = interval.bounds(rul, high=preprocessing.rul_cap)
         values["rul_lower"] = np.where(unknown, 0.0, lower)
         values["rul_upper"] = np.where(unknown, float(preprocessing.rul_cap), upper)
-    if banded:
+    if "p_fail_within" in names:
         values["p_fail_within"] = np.where(
             unknown, np.nan, interval.failure_probability(rul, horizon))
     if envelope is not None:
         values["flagged"], values["flag_reason"] = flagged, reasons
-    given = served(interval is not None, len(member_rul), envelope is not None, banded)
     return pd.DataFrame({column.name: values[column.name] for column in given})
 
 

@@ -22,10 +22,10 @@ PARAMS_SCHEMA = ParamSchema([
 ])
 
 
-def signature(intervals: bool = True, members: int = 1, envelope: bool = True,
-              failure_probability: bool = True) -> ModelSignature:
+def signature(interval: str | None = "banded", members: int = 1,
+              envelope: bool = True) -> ModelSignature:
     """The signature of a model's output columns (rul.serving.columns.served: which of the
     table's columns, in its order and types) and of its request parameters."""
     outputs = Schema([ColSpec(column.type, column.name)
-                      for column in served(intervals, members, envelope, failure_probability)])
+                      for column in served(interval, members, envelope)])
     return ModelSignature(inputs=None, outputs=outputs, params=PARAMS_SCHEMA)

@@ -60,9 +60,7 @@ def _log_model(network_spec, data, networks: list, interval, workdir: Path) -> s
         info = mlflow.pyfunc.log_model(
             name="model", python_model=lean_pyfunc.__file__,
             artifacts={RUNTIME_FOLDER: str(runtime)},
-            signature=signature(intervals=interval is not None, members=members,
-                                failure_probability=getattr(interval, "method", None)
-                                == "banded"),
+            signature=signature(interval.method if interval is not None else None, members),
             input_example=example.reset_index(drop=True),
             code_paths=[str(Path(__file__).resolve().parents[1])],  # the rul package
             pip_requirements=requirements(),
