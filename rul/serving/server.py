@@ -109,7 +109,9 @@ class RequestGuard:
             if message["type"] == "http.disconnect":  # the client hears the 413
                 return
             size += len(message.get("body", b""))
-            too_large = too_large or size > self.max_body
+            if not too_large and size > self.max_body:
+                too_large = True
+                parts.clear()  # not held while the rest is drained
             if not too_large:
                 parts.append(message.get("body", b""))
             if not message.get("more_body"):
