@@ -74,9 +74,6 @@ def combine(config, members: list) -> EnsembleOutcome:
         "member_test_rmse_mean": float(np.mean([m.metrics["test_rmse"] for m in members])),
     }
     predictions = predictions.assign(predicted_std=test_std)
-    interval = None
-    if config.interval_coverage is not None:
-        interval, columns, figures = calibrate_interval(
-            validation, config, members[0].plan.seeds.split, predictions)
-        predictions, metrics = predictions.assign(**columns), {**metrics, **figures}
+    interval, predictions, metrics = calibrate_interval(
+        lambda: validation, config, members[0].plan.seeds.split, predictions, metrics)
     return EnsembleOutcome(config, members, metrics, predictions, interval)

@@ -13,6 +13,7 @@ saves the most width. The same bands hold the predictive distribution that
 `Interval.failure_probability` reads.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,23 +98,27 @@ def interval_metrics(interval: Interval, predicted, true_capped, rul_cap: float,
     return found
 
 
-def calibrate_interval(calibration: CalibrationSet, config, seed: int,
-                       predictions: pd.DataFrame) -> tuple[Interval, dict, dict]:
-    """Calibrate the interval of config.interval_coverage on `calibration` (weights drawn
-    with `seed`) and apply it to the test `predictions` (columns predicted_rul,
-    true_rul_capped); return the interval, the columns it adds to the predictions
-    (predicted_rul_lower/_upper, clipped to [0, rul_cap], and p_fail_within at
-    DEFAULT_HORIZON) and the figures it adds to the metrics. The test units are never used
-    to calibrate: their coverage, width and Brier score are reported only."""
-    interval = fit_interval(calibration, config.interval_coverage, seed, config.rul_cap)
+def calibrate_interval(calibration: Callable[[], CalibrationSet], config, seed: int,
+                       predictions: pd.DataFrame, metrics: dict
+                       ) -> tuple[Interval | None, pd.DataFrame, dict]:
+    """The interval of config.interval_coverage, calibrated on `calibration()` (weights
+    drawn with `seed`), and the test `predictions` (columns predicted_rul, true_rul_capped)
+    and `metrics` with what it adds: new ones, the arguments are left as they are. Added
+    columns: predicted_rul_lower/_upper, clipped to [0, rul_cap], and p_fail_within at
+    DEFAULT_HORIZON; added metrics: its target, engines, and the test coverage, width and
+    Brier score. The test units are never used to calibrate, only reported. With
+    interval_coverage null: (None, predictions, metrics), and `calibration` is not called."""
+    if config.interval_coverage is None:
+        return None, predictions, metrics
+    interval = fit_interval(calibration(), config.interval_coverage, seed, config.rul_cap)
     predicted = predictions["predicted_rul"].to_numpy()
     lower, upper = interval.bounds(predicted, high=config.rul_cap)
     columns = {"predicted_rul_lower": lower, "predicted_rul_upper": upper,
                "p_fail_within": interval.failure_probability(predicted, DEFAULT_HORIZON)}
     test = interval_metrics(interval, predicted, predictions["true_rul_capped"].to_numpy(),
                             config.rul_cap)
-    metrics = {"interval_coverage_target": interval.coverage,
+    figures = {"interval_coverage_target": interval.coverage,
                "interval_engines": interval.n_calibration,
                **{f"test_interval_{k}" if not k.startswith("p_fail") else f"test_{k}": v
                   for k, v in test.items()}}
-    return interval, columns, metrics
+    return interval, predictions.assign(**columns), {**metrics, **figures}

@@ -73,10 +73,8 @@ def train(plan, listener: TrainingListener | None = None,
     predicted = predict_windows(model, WindowBatches(data.test, device))
     test, predictions = score_test(predicted, data, config.rul_cap)
     metrics = {**test, "best_epoch": state.best_epoch, "best_val_rmse": state.best_val_rmse}
-    interval = None
-    if config.interval_coverage is not None:
-        validation = predict_windows(model, WindowBatches(data.val, device))
-        interval, columns, figures = calibrate_interval(
-            CalibrationSet.of(validation, data.val), config, plan.seeds.split, predictions)
-        predictions, metrics = predictions.assign(**columns), {**metrics, **figures}
+    interval, predictions, metrics = calibrate_interval(
+        lambda: CalibrationSet.of(predict_windows(model, WindowBatches(data.val, device)),
+                                  data.val),
+        config, plan.seeds.split, predictions, metrics)
     return TrainingOutcome(plan, model, state, metrics, predictions, interval)
