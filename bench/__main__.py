@@ -144,10 +144,9 @@ def bench_tracking():
         cwd = os.getcwd()
         os.chdir(scratch)
         try:
-            from rul.tracking.store import configure, ensure_experiment
+            from rul.tracking.store import open_store
 
-            configure(config.tracking_uri)
-            ensure_experiment(config.experiment_name)  # store creation: one-time, not per run
+            open_store(config)  # store creation: one-time, not per run
             start = time.perf_counter()
             outcome, _ = train_tracked(config, progress=False)
             tracked = time.perf_counter() - start

@@ -64,4 +64,3 @@ def read(metrics: dict, name: str, default=None):
         if key in metrics:
             return metrics[key]
     return default
-

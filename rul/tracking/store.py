@@ -1,10 +1,10 @@
 """Which MLflow store to use, and the experiment for a subset.
 
-A command opens its store once (`open_store`: the URI and the experiment its runs go in) and
-hands it down. A store is made ready once per process before its first use (`configure`): a tracking
-server must answer (rul.services waits for it, bounded), and a new SQLite store's tables are
-created by one process at a time (MLflow migrates an empty database on first use; two
-processes doing it at once fail), under an flock on the database's folder.
+A command opens its store once (`open_store`: the store made ready, and the experiment its
+runs go in) and hands it down. A store is made ready once per process before its first use
+(`configure`): a tracking server must answer (rul.services waits for it, bounded), and a new
+SQLite store's tables are created by one process at a time (MLflow migrates an empty database
+on first use; two processes doing it at once fail), under an flock on the database's folder.
 """
 
 import fcntl
@@ -128,14 +128,14 @@ def ensure_experiment(name: str) -> str:
 
 @dataclass(frozen=True)
 class Store:
-    """A command's store, ready, and the experiment its runs go in."""
+    """A command's store, ready (the process and its workers use it), and the experiment
+    its runs go in."""
 
-    uri: str  # as given (what messages name)
     experiment_id: str
 
 
 def open_store(config) -> Store:
     """Use the store of `config` (its tracking_uri) and its experiment (created if needed):
     once per command, before any run or worker process."""
-    uri = configure(config.tracking_uri)
-    return Store(uri, ensure_experiment(config.experiment_name))
+    configure(config.tracking_uri)
+    return Store(ensure_experiment(config.experiment_name))

@@ -43,7 +43,7 @@ class RunRole:
         return replace(self, parent_run_id=parent_run_id)
 
 
-OWN_RUN = RunRole()  # `rul train`'s run: registered (as the config says), resumable
+OWN_RUN = RunRole()  # a run of its own: registered, resumable (`rul train` sets register)
 # A seed of `rul evaluate`, an ensemble member: a child that is never registered or resumed.
 CHILD = RunRole(register=False, resumable=False)
 
