@@ -6,7 +6,7 @@ import optuna
 from pydantic import TypeAdapter
 
 from rul.config import Categorical, Dimension, IntRange, TuningConfig
-from rul.models.spec import NETWORK_KINDS
+from rul.models.spec import NETWORK_KINDS, architecture_of
 
 REFERENCE_BATCH = 512  # lr in the config is meant for this effective batch
 _SPACE = TypeAdapter(dict[str, Dimension])
@@ -46,7 +46,7 @@ def trial_overrides(tuning: TuningConfig, values: dict) -> tuple[dict, str | Non
         return values, f"{described} > max {tuning.max_effective_batch}"
     if tuning.scale_lr_with_batch:
         changes["lr"] = values.get("lr", base.lr) * b / REFERENCE_BATCH
-    kind = NETWORK_KINDS[changes.get("model", base.model)]
-    if problem := kind.problem({key: changes.get(key, getattr(base, key)) for key in kind.args}):
+    trial = base.model_copy(update=changes)  # not validated: the kind's rule says why not
+    if problem := NETWORK_KINDS[trial.model].problem(architecture_of(trial)):
         return values, ": ".join(problem)
     return changes, None
