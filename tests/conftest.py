@@ -41,9 +41,10 @@ LONGEST_FIRST = ("test_tuning.py", "test_scale_out.py", "test_interrupts.py", "t
 
 
 def pytest_configure(config):
-    """Under parallel workers (`make test`), each worker and the processes it starts use its
-    share of the cores: two workers of two torch threads each on two cores would spend their
-    time waiting for each other's threads. A value set by the caller is kept."""
+    """Under parallel workers (`make test`), torch in each worker and every process it starts
+    use the worker's share of the cores: two workers of two torch threads each on two cores
+    would spend their time waiting for each other's threads. Set before torch is imported (not
+    numpy, imported above; its thread pool does not matter here). A caller's value is kept."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // workers))
