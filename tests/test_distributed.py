@@ -72,6 +72,7 @@ def _rank_main(rank, world_size, port, sets, n_features, out_dir):
         results = {n: train_once(tiny_config(128, 2), train_set, val_set, n_features,
                                  World(rank, world_size, rank))
                    for n, (train_set, val_set) in sets.items()}
+        dist.barrier()  # as rul's process_group: no teardown while the peer still talks
     finally:
         dist.destroy_process_group()
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))

@@ -108,6 +108,7 @@ def process_group(world: World, device: str):
     dist.init_process_group("nccl" if cuda else "gloo", rank=world.rank, world_size=world.size)
     try:
         yield
+        dist.barrier()  # no rank tears its group down while a peer still talks to it
     finally:
         dist.destroy_process_group()
 
