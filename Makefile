@@ -38,7 +38,7 @@ ifdef CMAPSS_DIR
 export CMAPSS_DIR
 endif
 
-.PHONY: install train evaluate tune test test-fast ui serve server bench gpu-check lint clean \
+.PHONY: install train evaluate tune test test-e2e test-all ui serve server bench gpu-check lint clean \
 	docs report screenshots
 
 install: $(STAMP)
@@ -63,16 +63,24 @@ evaluate: $(STAMP)
 tune: $(STAMP)
 	$(BIN)/rul tune $(TUNE_CONFIG) $(ARGS)
 
-# `make test`: the whole suite in parallel worker processes (pytest-xdist), one per core up to
-# 4, each test file on one worker (its module fixtures are built once); TEST_JOBS=0 runs it in
-# this process.
+# The suite in two tiers, in parallel worker processes (pytest-xdist), one per core up to 4,
+# each test file on one worker (its module fixtures are built once), the longest files first
+# (tests/conftest.py: LONGEST_FIRST; --no-loadscope-reorder keeps that order). TEST_JOBS=0
+# runs in this process.
+# `make test`: everything but the end-to-end tier (marker `slow`: rul in other processes,
+# servers, a full disk, long trainings on the real data). `make test-e2e`: that tier alone.
+# `make test-all`: both in one session. CI runs `make test`, then `make test-e2e`.
 TEST_JOBS ?= auto
-PARALLEL := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --maxprocesses 4 --dist loadfile)
+PARALLEL := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --maxprocesses 4 --dist loadfile \
+                                            --no-loadscope-reorder)
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PARALLEL) $(ARGS)
-
-test-fast: $(STAMP)
 	$(BIN)/python -m pytest $(PARALLEL) -m "not slow" $(ARGS)
+
+test-e2e: $(STAMP)
+	$(BIN)/python -m pytest $(PARALLEL) -m slow $(ARGS)
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest $(PARALLEL) $(ARGS)
 
 # The UI of a local store (default ./mlflow.db; STORE= another, e.g. the MLFLOW_TRACKING_URI
 # a run used); `rul train` prints this command, with the store and port it used. Ctrl-C stops

@@ -228,6 +228,7 @@ def test_a_cpu_training_keeps_freed_memory(monkeypatch):
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc")
+@pytest.mark.slow
 def test_keeping_freed_memory_ends_the_page_faults_of_each_step():
     """What hardware.keep_freed_memory is for: without it the default step faults its
     activation buffers in again (hundreds to thousands of page faults per step); with it the

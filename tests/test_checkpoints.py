@@ -403,6 +403,7 @@ def test_ctrl_c_after_an_epoch_keeps_the_checkpoint_and_says_resume(synthetic, m
                                   "kept; continue it with: rul train ... --resume\n")
 
 
+@pytest.mark.slow
 def test_a_run_killed_with_sigkill_and_its_checkpoints_cut_short_must_start_over(synthetic):
     """Real processes: SIGKILL while training, both checkpoint files cut short, `--resume`."""
     store, args, config = synthetic

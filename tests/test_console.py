@@ -79,6 +79,7 @@ ALLOWED = [r"a new MLflow store: sqlite:///(mlflow|\S+/a)\.db",
            r"registered rul-fd001 v\d+ \(champion moved: (true|false)\)"]
 
 
+@pytest.mark.slow
 def test_train_and_tune_print_only_rul_s_own_lines(write_cmapss, tmp_path):
     import re
     import subprocess

@@ -41,6 +41,7 @@ def rul(args, cwd: Path) -> subprocess.CompletedProcess:
                           cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_a_full_then_read_only_disk(small_disk, write_cmapss, tmp_path):
     data = write_cmapss(train_lengths=(52, 60, 35, 47, 41, 55, 49, 58, 44, 50))
     args = [*TINY, f"data_dir={data}", f"checkpoint_dir={small_disk}/ckpt",

@@ -60,6 +60,7 @@ def train_args(tmp_path, epochs: int = 40):
     ((signal.SIGINT,), 130, "interrupted"),
     ((signal.SIGTERM, signal.SIGINT, signal.SIGTERM), 143, "terminated (SIGTERM)"),
 ])
+@pytest.mark.slow
 def test_train_ends_its_run_killed_on_a_signal(tmp_path, real_data_dir, signals, code, said):
     process = start(train_args(tmp_path), tmp_path, real_data_dir)
     wait_for_checkpoint(process, tmp_path / "ckpt")

@@ -366,6 +366,7 @@ def test_file_study_lock_is_exclusive_across_processes(tmp_path):
     assert other_process_gets_it() == "True"
 
 
+@pytest.mark.slow
 def test_a_database_server_that_refuses_is_a_bad_url_said_at_once(postgres_url, tmp_path,
                                                                    monkeypatch):
     """It answered: no waiting (rul.services retries servers that do not answer)."""

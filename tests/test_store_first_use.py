@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +27,7 @@ def run_together(commands, cwd: Path, timeout: float = 300) -> list[subprocess.C
     return done
 
 
+@pytest.mark.slow
 def test_two_trainings_started_at_once_on_a_new_store_both_finish(write_cmapss, tmp_path):
     data_dir = write_cmapss(train_lengths=(52, 60, 35, 47, 41, 55, 49, 58, 44, 50))
     work = tmp_path / "work"

@@ -195,6 +195,7 @@ def test_model_registered_and_champion_alias_set(fd001_client, trained):
     assert tags["champion_promoted"] == "true"
 
 
+@pytest.mark.slow
 def test_champion_loads_in_a_fresh_process(fd001_store, trained, real_data_dir):
     test_file = Path(real_data_dir) / "test_FD001.txt"
     output = fd001_store.root / "subprocess_predictions.csv"
