@@ -13,9 +13,11 @@
   speed     the default training step: samples/s of each path vs fp32 eager; last line
             `speed ratio: R` (bench/speed.py; no mlflow, optuna or pydantic; --compile adds
             torch.compile, --quick fewer rounds)
+  members   5 ensemble members trained at once (stacked) vs one alone: time ratio, and each
+            member's per-step difference from training it alone (bench/members.py)
 
-python -m bench [data|engine|tracking|accuracy|memory|speed|mistakes|lean ...] [--quick] [--compile]
-                [--json DIR]
+python -m bench [data|engine|tracking|accuracy|memory|speed|mistakes|lean|members ...]
+                [--quick] [--compile] [--json DIR]
 (default: data engine tracking memory speed)
 
 --json DIR writes each bench's result to DIR/<bench>-<UTC time>.json with the machine it ran
@@ -244,6 +246,12 @@ def bench_lean():
     return lean()
 
 
+def bench_members():
+    from bench.members import bench_members as run
+
+    return run(epochs=1 if QUICK else 3)
+
+
 def _summary(values: dict) -> dict:
     """A bench whose result is a few named figures: one table of what and measured."""
     return {"columns": ["what", "measured"], "rows": [[k, v] for k, v in values.items()]}
@@ -296,7 +304,7 @@ def main(argv):
     chosen = argv or ["data", "engine", "tracking", "memory", "speed"]
     benches = {"data": bench_data, "engine": bench_engine, "tracking": bench_tracking,
                "accuracy": bench_accuracy, "memory": bench_memory, "speed": bench_speed,
-               "mistakes": bench_mistakes, "lean": bench_lean}
+               "mistakes": bench_mistakes, "lean": bench_lean, "members": bench_members}
     unknown = [c for c in chosen if c not in benches]
     if unknown:
         sys.exit(f"unknown bench {unknown}; choose from {', '.join(benches)}")

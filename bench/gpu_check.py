@@ -13,6 +13,8 @@ one table; the exit code is 1 when a promise fails.
               against the same steps run eagerly: bit for bit
   train       `make train` as a user runs it (tracked, checkpointed, registered): wall time
   tune        a 3-trial `rul tune` with micro_batch_size and precision auto
+  members     5 ensemble members trained at once (stacked, fp32, dropout 0, 3 epochs) vs one
+              alone: the time ratio, and their first steps against each member trained alone
 
 Without CUDA it is a dry run on the CPU with tiny sizes (CI runs it, so that it keeps working
 where no GPU is). `--json DIR` writes the table and the machine (rul.machine) for `rul report`.
@@ -280,6 +282,21 @@ def check_train(check: Check, dry: bool):
         print("\n".join(said[-15:]), file=sys.stderr)
 
 
+def check_members(check: Check, subset, dry: bool):
+    from bench.members import FIRST_STEPS, measure_members
+
+    measured = measure_members(config({"ensemble": 5, "epochs": 3, "dropout": 0.0,
+                                       "precision": "fp32", "interval_coverage": None,
+                                       "register": False}, dry), subset)
+    ratio = measured["ratio"]
+    check.add("members", "5 stacked vs one alone (fp32)",
+              f"{measured['stacked (s)']:.1f} s vs {measured['one alone (s)']:.1f} s: "
+              f"{ratio:.2f}x", "<= 1.5x" if not dry else "", dry or ratio <= 1.5)
+    worst = measured["worst relative difference"]
+    check.add("members", f"first {FIRST_STEPS} steps vs each alone", f"{worst:.1e} relative",
+              "<= 1e-3", worst <= 1e-3)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", metavar="DIR", help="write the results there")
@@ -308,7 +325,8 @@ def main(argv=None) -> int:
                 "resume": lambda: check_resume(check, subset, dry),
                 "rerun": lambda: check_rerun(check, subset, dry),
                 "train": lambda: check_train(check, dry),
-                "tune": lambda: check_tune(check, dry)}
+                "tune": lambda: check_tune(check, dry),
+                "members": lambda: check_members(check, subset, dry)}
     for name, run in sections.items():
         if args.only and name not in args.only:
             continue

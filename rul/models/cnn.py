@@ -16,6 +16,7 @@ from torch.autograd.function import once_differentiable
 
 from rul.models.banded import banded_tanh
 from rul.models.dropout import CheapMaskDropout
+from rul.models.stacking import inside_vmap
 
 
 class TimeConv(nn.Conv2d):
@@ -106,6 +107,8 @@ class TrimmedTanh(nn.Module):
         self.trim, self.exact = 1 - kernel_size % 2, exact
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if inside_vmap(x):  # stacked members: the exact path's operators, which vmap batches
+            return torch.tanh(x[:, :, self.trim:])
         return _TrimmedTanh.apply(x, self.trim, self.exact)
 
     def extra_repr(self) -> str:
@@ -136,15 +139,17 @@ class DCNN(nn.Module):
         self.features.to(memory_format=torch.channels_last)
 
     # The banded-product path on CPUs in float32, eager (False: always the convolutions; bench
-    # speed and the tests compare the two; torch.compile traces the convolutions). Not a config
-    # key: both compute the same network.
+    # speed and the tests compare the two; torch.compile traces the convolutions, and stacked
+    # members, rul.models.stacking, take them too). Not a config key: both compute the same
+    # network.
     banded = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, window, features) -> (B,)
         weight = self.features[0].weight
         if self.banded and x.device.type == weight.device.type == "cpu" \
                 and x.dtype == weight.dtype == torch.float32 \
-                and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling():
+                and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling() \
+                and not inside_vmap(weight):
             features = self._banded_features(x)
         else:
             features = self.features(x.unsqueeze(1))

@@ -15,13 +15,16 @@ resume), costs a fraction of that:
 
 Kept elements are scaled by 1 / (1 - p), as nn.Dropout does. The masks are other draws than
 `bernoulli_`'s, so a seed trains another (equally likely) network than with nn.Dropout. Off a
-CPU, in eval mode and for p = 0 or 1, it is nn.Dropout (CUDA's fused kernel is already fast).
+CPU, in eval mode, for p = 0 or 1, and for stacked members (rul.models.stacking: vmap draws
+each member's mask), it is nn.Dropout (CUDA's fused kernel is already fast).
 """
 
 import math
 
 import torch
 from torch import nn
+
+from rul.models.stacking import inside_vmap
 
 _BITS = torch.arange(16, dtype=torch.int32)  # the bit positions of a 16-bit word
 
@@ -48,7 +51,7 @@ class CheapMaskDropout(nn.Dropout):
     """nn.Dropout with its mask drawn by `keep_mask` on CPU (same parameters: none)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p in (0, 1) or not x.is_cpu:
+        if not self.training or self.p in (0, 1) or not x.is_cpu or inside_vmap(x):
             return super().forward(x)
         mask = keep_mask(x.shape, self.p, x.dtype)
         return x.mul_(mask) if self.inplace else x * mask

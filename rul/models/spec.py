@@ -28,7 +28,8 @@ class NetworkKind:
     constructor's order (what an inference spec stores; each a key of ARCHITECTURE_DEFAULTS);
     `fixed` constant keyword arguments that tell kinds of one class apart; `rule` what its
     architecture must satisfy (architecture -> (key, problem) or None), checked where a config
-    or a tuning trial is made.
+    or a tuning trial is made; `stacks` whether torch.func.vmap batches its layers, so that
+    several members train at once (rul.training.stacked).
     """
 
     backbone: str
@@ -36,6 +37,7 @@ class NetworkKind:
     args: tuple[str, ...]
     fixed: dict = field(default_factory=dict)
     rule: Callable[[dict], tuple[str, str] | None] | None = None
+    stacks: bool = False
 
     def backbone_class(self) -> type:
         module, name = self.backbone.rsplit(".", 1)
@@ -54,7 +56,8 @@ def _heads_divide_width(architecture: dict) -> tuple[str, str] | None:
 
 NETWORK_KINDS = {
     "cnn": NetworkKind("rul.models.cnn.DCNN", ("n_features", "window"),
-                       ("filters", "kernel_size", "num_layers", "hidden_size", "dropout")),
+                       ("filters", "kernel_size", "num_layers", "hidden_size", "dropout"),
+                       stacks=True),
     "lstm": NetworkKind("rul.models.recurrent.RecurrentRegressor", ("n_features",),
                         ("hidden_size", "num_layers", "dropout"), {"cell": "lstm"}),
     "gru": NetworkKind("rul.models.recurrent.RecurrentRegressor", ("n_features",),

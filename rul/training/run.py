@@ -61,7 +61,7 @@ def train(plan, listener: TrainingListener | None = None,
           checkpointer: Checkpointer | None = None, progress: bool = True) -> TrainingOutcome:
     """Train `plan`'s network (from its checkpoint when it resumes one) and evaluate it on
     the test units."""
-    config, device, data = plan.config, plan.device, plan.data
+    config, device = plan.config, plan.device
     notes = [split_note(config.effective_batch_size, config.micro_batch_size),
              plan.precision.emulated]
     for note in notes if plan.world.is_main and plan.resume is None else []:
@@ -70,6 +70,13 @@ def train(plan, listener: TrainingListener | None = None,
     seed_everything(plan.seeds, config.deterministic)
     model = plan.network.build().to(device)
     state = fit(model, plan, listener, checkpointer, progress)
+    return outcome_of(plan, model, state)
+
+
+def outcome_of(plan, model, state: TrainState) -> TrainingOutcome:
+    """A trained `model` of `plan` (its best weights loaded), evaluated: its test metrics and
+    predictions, and the interval calibrated on its validation windows."""
+    config, device, data = plan.config, plan.device, plan.data
     predicted = predict_windows(model, WindowBatches(data.test, device))
     test, predictions = score_test(predicted, data, config.rul_cap)
     metrics = {**test, "best_epoch": state.best_epoch, "best_val_rmse": state.best_val_rmse}

@@ -1,0 +1,75 @@
+"""`python -m bench members`: an ensemble's members trained at once (rul.training.stacked)
+against one member trained alone, on the device at hand, the default recipe's network.
+
+  time       N members stacked vs one member alone, same epochs: the ratio (the GPU's target:
+             5 members <= 1.5x one; on a CPU the arithmetic, not the launches, sets the time)
+  exactness  with dropout 0 (dropout's masks are other draws when stacked), each member's
+             gradient norm over its first 10 steps against the same member trained alone: the
+             largest relative difference (later steps part further, as two roundings of any
+             one training do)
+
+Untracked (no mlflow): what is timed is the training, not its logging.
+"""
+
+import time
+
+import numpy as np
+import torch
+
+from bench.__main__ import DEFAULT, _summary
+
+FIRST_STEPS = 10
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_members(config, subset=None) -> dict:
+    """Seconds of one member alone and of config.ensemble members stacked, and the largest
+    relative per-step difference of stacked members from alone ones (needs dropout 0 to be
+    small)."""
+    from rul.plan import plan_ensemble
+    from rul.training.run import train
+    from rul.training.stacked import stacking_problem, train_members
+
+    plans = plan_ensemble(config, subset).members
+    problem = stacking_problem(plans)
+    if problem is not None:
+        raise ValueError(f"members cannot train stacked: {problem}")
+    device = plans[0].device
+    train(plans[0], progress=False)  # warm-up: first-use work of the device and allocator
+    _sync(device)
+    started = time.perf_counter()
+    alone = [train(plans[0], progress=False)]
+    _sync(device)
+    one = time.perf_counter() - started
+    started = time.perf_counter()
+    stacked = train_members(plans)
+    _sync(device)
+    together = time.perf_counter() - started
+    alone += [train(plan, progress=False) for plan in plans[1:]]  # for the exactness only
+    worst = 0.0  # over the first steps: later ones part as any two roundings of one run do
+    for a, s in zip(alone, stacked, strict=True):
+        x = np.asarray(a.state.grad_norms[:FIRST_STEPS])
+        y = np.asarray(s.state.grad_norms[:FIRST_STEPS])
+        worst = max(worst, float(np.max(np.abs(x - y) / np.abs(x))))
+    return {"members": len(plans), "one alone (s)": round(one, 2),
+            "stacked (s)": round(together, 2), "ratio": round(together / one, 2),
+            "worst relative difference": float(f"{worst:.2e}"),
+            "device": str(device), "precision": plans[0].precision.name}
+
+
+def bench_members(members: int = 5, epochs: int = 3) -> dict:
+    from rul import config as cfg
+
+    config = cfg.load(DEFAULT, {"ensemble": members, "epochs": epochs, "dropout": 0.0,
+                                "interval_coverage": None, "register": False})
+    measured = measure_members(config)
+    print(f"members: {members} stacked {measured['stacked (s)']:.1f} s vs one alone "
+          f"{measured['one alone (s)']:.1f} s -> ratio {measured['ratio']:.2f} ({epochs} epochs, "
+          f"{measured['device']} {measured['precision']}, {torch.get_num_threads()} threads; "
+          f"GPU target <= 1.5); first {FIRST_STEPS} steps' gradient norms vs alone within "
+          f"{measured['worst relative difference']:.1e} (dropout 0)")
+    return _summary(measured)
