@@ -64,3 +64,37 @@ def test_the_report_shows_a_store_relative_or_as_a_placeholder(tmp_path, monkeyp
     assert ABSOLUTE.search("sqlite:////work/x.db") and ABSOLUTE.search("in /tmp/abc")
     assert not ABSOLUTE.search("sqlite:///<folder>/mlflow.db") and not ABSOLUTE.search(
         "rul/training/step.py")
+
+
+def _layout_entries() -> dict[str, str]:
+    """The layout page's code block: each entry's first word (a path) and its whole text."""
+    page = (ROOT / "docs" / "reference" / "layout.md").read_text()
+    block = page.split("```text\n", 1)[1].split("```", 1)[0]
+    entries: dict[str, str] = {}
+    name = None
+    for line in block.splitlines():
+        if line and not line[0].isspace():
+            name = line.split()[0]
+            entries[name] = line
+        elif name is not None:
+            entries[name] += " " + line.strip()
+    return entries
+
+
+def test_the_layout_page_names_every_module_in_its_package():
+    """A newcomer finds each module on docs/reference/layout.md, under its package."""
+    entries = _layout_entries()
+    block = " ".join(entries.values())
+    missing = []
+    for path in sorted((ROOT / "rul").rglob("*.py")):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        relative = path.relative_to(ROOT).as_posix()
+        if path.parent.name == "rul":  # a module of its own: its entry, or named in another's
+            named = relative in entries or re.search(rf"\b{re.escape(path.name)}\b", block)
+        else:
+            package = relative.rsplit("/", 1)[0] + "/"
+            named = re.search(rf"\b{re.escape(path.stem)}\b", entries.get(package, ""))
+        if not named:
+            missing.append(relative)
+    assert missing == []
