@@ -1,5 +1,6 @@
 """`python -m bench members`: an ensemble's members trained at once (rul.training.stacked)
-against one member trained alone, on the device at hand, the default recipe's network.
+against one member trained alone, on the device at hand, the default recipe's network in
+fp32 (what stacks).
 
   time       N members stacked vs one member alone, same epochs: the ratio (the GPU's target:
              5 members <= 1.5x one; on a CPU the arithmetic, not the launches, sets the time)
@@ -65,7 +66,8 @@ def bench_members(members: int = 5, epochs: int = 3) -> dict:
     from rul import config as cfg
 
     config = cfg.load(DEFAULT, {"ensemble": members, "epochs": epochs, "dropout": 0.0,
-                                "interval_coverage": None, "register": False})
+                                "precision": "fp32", "interval_coverage": None,
+                                "register": False})
     measured = measure_members(config)
     print(f"members: {members} stacked {measured['stacked (s)']:.1f} s vs one alone "
           f"{measured['one alone (s)']:.1f} s -> ratio {measured['ratio']:.2f} ({epochs} epochs, "

@@ -82,8 +82,10 @@ def test_a_member_stops_early_on_its_own_best_weights(members):
 
 @pytest.mark.parametrize("changes, reason", [
     ({"model": "lstm"}, "model=lstm: vmap does not batch its layers"),
-    ({"precision": "fp16"}, "precision=fp16: its GradScaler decides each member's skipped "
-                            "steps apart"),
+    ({"precision": "fp16"}, "precision=fp16: autocast does not reach inside vmap (the "
+                            "members would train in fp32)"),
+    ({"precision": "bf16"}, "precision=bf16: autocast does not reach inside vmap (the "
+                            "members would train in fp32)"),
     ({"ensemble_split": "folds"}, "the members train on different data"),
 ])
 def test_what_cannot_stack_is_said_and_refused(members, changes, reason):
@@ -101,3 +103,22 @@ def test_members_of_other_configs_or_alone_do_not_stack(members):
                                                    "the members' configs differ in more than "
                                                    "their seed")
     assert stacking_problem(plans) is None
+
+
+def test_autocast_does_not_reach_inside_vmap():
+    """Why stacking refuses bf16 and fp16: under torch.func.vmap autocast changes nothing, and
+    the members would train in fp32. When a torch makes this fail, stacking_problem can let
+    autocast's precisions stack."""
+    from torch.func import functional_call, stack_module_state, vmap
+
+    from rul.models.network import build_network
+
+    models = [build_network("cnn", 14, 30, 125.0).eval() for _ in range(2)]
+    params, _ = stack_module_state(models)
+    buffers = dict(models[0].named_buffers())
+    x = torch.randn(2, 8, 30, 14)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        alone = models[0](x[0])
+        stacked = vmap(lambda p, x: functional_call(models[0], (p, buffers), (x,)))(params, x)
+    assert alone.dtype == torch.bfloat16
+    assert stacked.dtype == torch.float32
