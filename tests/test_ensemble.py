@@ -293,6 +293,29 @@ def test_ensemble_key_errors():
     assert "ensemble" not in cfg.load().to_dict()  # single configs keep their digest
 
 
+@pytest.mark.parametrize("split, validation", [("shared", "val RMSE"),
+                                               ("folds", "out-of-fold val RMSE")])
+def test_rul_train_sums_up_an_ensemble_in_one_line(split, validation):
+    from rul.cli import _ensemble_summary
+
+    config = cfg.load(None, {"ensemble": 3, "ensemble_split": split})
+    members = [SimpleNamespace(metrics={"test_rmse": r}) for r in (12.345, 13.0, 14.5)]
+    outcome = SimpleNamespace(members=members, metrics={
+        "test_rmse": 12.1, "member_test_rmse_mean": 13.2816, "test_mae": 9.04,
+        "test_score": 250.26, "val_rmse": 11.996})
+    assert _ensemble_summary(config, outcome) == (
+        "\nensemble of 3: test RMSE 12.10 (members 12.35  13.00  14.50; mean 13.28)  "
+        f"MAE 9.04  score 250.3  {validation} 12.00")
+
+
+def test_an_interrupted_ensemble_says_its_runs_are_killed_and_not_resumable():
+    from rul.cli import _after_interrupted_training
+    from rul.training.distributed import World
+
+    line = _after_interrupted_training(cfg.load(None, {"ensemble": 2}), ["run"], World())
+    assert line == "the ensemble's runs are marked KILLED; run the command again to train it anew"
+
+
 @pytest.mark.parametrize(("args", "said"), [
     (["ensemble=0"], "ensemble=0: must be a positive integer"),
     (["ensemble=2", "--resume"], "--resume: an ensemble (ensemble=2) is not resumable"),
