@@ -38,8 +38,8 @@ ifdef CMAPSS_DIR
 export CMAPSS_DIR
 endif
 
-.PHONY: install train evaluate tune test test-e2e test-all ui serve server bench gpu-check lint clean \
-	docs report screenshots
+.PHONY: install train evaluate tune test test-e2e test-all ui serve server bench gpu-check lint \
+	clean docs report screenshots
 
 install: $(STAMP)
 
