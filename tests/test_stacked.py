@@ -2,6 +2,8 @@
 rounding, when dropout draws nothing; reproducible; and refused, with the reason, where a
 member could not keep its own training."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -63,10 +65,13 @@ def test_stacked_members_with_dropout_are_reproducible(members):
     plans = members(dropout=0.5, epochs=2)
     first = [s.state for s in train_members(plans)]
     again = [s.state for s in train_members(plans)]
-    for a, b in zip(first, again, strict=True):
+    without = [s.state for s in train_members(members(epochs=2))]  # the same seeds, dropout 0
+    for a, b, c in zip(first, again, without, strict=True):
         assert a.grad_norms == b.grad_norms and a.history[-1]["val_rmse"] == \
             b.history[-1]["val_rmse"]
         assert np.isfinite(a.best_val_rmse)
+        assert a.grad_norms[0] != c.grad_norms[0]  # the masks drop something from step one
+    assert first[0].grad_norms != first[1].grad_norms  # each member its own masks
 
 
 def test_a_member_stops_early_on_its_own_best_weights(members):
@@ -95,14 +100,15 @@ def test_what_cannot_stack_is_said_and_refused(members, changes, reason):
         fit_members([plan.network.build() for plan in plans], plans)
 
 
-def test_members_of_other_configs_or_alone_do_not_stack(members):
+def test_members_of_other_configs_or_data_or_alone_do_not_stack(members):
     plans = members()
-    assert stacking_problem(plans[:1]) == "one member"
-    other = members(lr=1e-3)[1]
-    assert stacking_problem([plans[0], other]) in ("the members train on different data",
-                                                   "the members' configs differ in more than "
-                                                   "their seed")
     assert stacking_problem(plans) is None
+    assert stacking_problem(plans[:1]) == "one member"
+    other_rate = replace(plans[1], config=plans[1].config.replace(lr=1e-3))  # the same data
+    assert stacking_problem([plans[0], other_rate]) == \
+        "the members' configs differ in more than their seed"
+    other_data = members()[1]  # the same config, data prepared again
+    assert stacking_problem([plans[0], other_data]) == "the members train on different data"
 
 
 def test_autocast_does_not_reach_inside_vmap():

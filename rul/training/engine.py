@@ -110,7 +110,8 @@ def fit(model, plan, listener: TrainingListener | None = None, checkpointer=None
         # rank 0's validation RMSE on every rank: they all stop at the same epoch
         val_rmse = world.broadcast(validation_rmse(parts.evaluated, val))
         state.end_epoch(val_rmse, parts.evaluated)
-        metrics = epoch_metrics(results, sizes, seconds, val_rmse, step, device)
+        metrics = epoch_metrics(results, sizes, seconds, val_rmse,
+                                (step.micro_batch_size, step.accumulation_steps), device)
         state.history.append(metrics)
         if progress:
             _print_epoch(state, metrics)
@@ -174,14 +175,15 @@ class RunSteps:
 
 
 def epoch_metrics(results: list[StepResult], sizes: list[int], seconds: float, val_rmse: float,
-                  step: BackoffStep, device: torch.device) -> dict[str, float]:
-    """An epoch's metrics from its steps' results and global batch sizes (in step order)."""
+                  split: tuple[int, int], device: torch.device) -> dict[str, float]:
+    """An epoch's metrics from its steps' results and global batch sizes (in step order);
+    `split`: the (micro-batch size, accumulation steps) it ended with."""
     seen = sum(sizes)
     loss_sum = sum(r.loss * n for r, n in zip(results, sizes, strict=True))
     return {"train_loss_epoch": loss_sum / max(seen, 1), "val_rmse": val_rmse,
             "samples_per_s": seen / seconds, "peak_memory_mb": peak_memory_mb(device),
-            "micro_batch_size": step.micro_batch_size,  # smaller after an OOM back-off
-            "accumulation_steps": step.accumulation_steps}
+            "micro_batch_size": split[0],  # smaller after an OOM back-off
+            "accumulation_steps": split[1]}
 
 
 def _resumed(parts: TrainingParts, plan) -> TrainState:

@@ -37,8 +37,9 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from rul.models.spec import NETWORK_KINDS
 from rul.training.batching import WindowBatches, effective_batches
+from rul.training.distributed import global_batch_size
 from rul.training.engine import TrainState, epoch_metrics
-from rul.training.optim import make_scheduler, steps_per_epoch
+from rul.training.optim import ema_with_warmup, make_scheduler, steps_per_epoch
 from rul.training.run import TrainingOutcome, outcome_of
 from rul.training.seeding import seed_everything
 from rul.training.step import StepResult, StepSettings
@@ -108,7 +109,7 @@ class StackedMembers:
         self.optimizer = torch.optim.AdamW(list(self.params.values()), lr=config.lr,
                                            weight_decay=config.weight_decay)
         self.scheduler = make_scheduler(self.optimizer, config, total_steps)
-        self.decay = config.ema_decay
+        self.ema = ema_with_warmup(config.ema_decay) if config.ema_decay else None
         self.average: dict | None = None  # the weight average (optim.weight_average's rule)
         self.averaged = 0
 
@@ -155,16 +156,15 @@ class StackedMembers:
 
     @torch.no_grad()
     def _update_average(self) -> None:
-        """optim.ema_with_warmup over the stack: the first update copies the weights."""
-        if not self.decay:
+        """optim.ema_with_warmup over the stack; the first update copies the weights (as
+        torch's AveragedModel does)."""
+        if self.ema is None:
             return
         if self.average is None:
             self.average = {name: t.detach().clone() for name, t in self.params.items()}
         else:
-            n = self.averaged
-            d = min(self.decay, (1 + n) / (10 + n))
-            for name, t in self.params.items():
-                self.average[name].lerp_(t, 1 - d)
+            self.ema(list(self.average.values()), list(self.params.values()),
+                     torch.tensor(self.averaged))
         self.averaged += 1
 
     @property
@@ -197,12 +197,6 @@ class _MemberWeights:
         return self.stack.member_state(self.index)
 
 
-@dataclass(frozen=True)
-class _Split:
-    micro_batch_size: int
-    accumulation_steps: int
-
-
 def fit_members(models: list[nn.Module], plans: list) -> list[TrainState]:
     """Train the members `models` of `plans` at once (stacking_problem must be None), each
     with early stopping on its validation RMSE; return their states, each model holding its
@@ -217,7 +211,7 @@ def fit_members(models: list[nn.Module], plans: list) -> list[TrainState]:
     per_epoch = steps_per_epoch(len(train), batch_size)
     stack = StackedMembers(models, config, config.epochs * per_epoch)
     settings = StepSettings.of(config, plan.precision)
-    split = _Split(config.micro_batch_size, config.accumulation_steps)
+    split = (config.micro_batch_size, config.accumulation_steps)
     states = [TrainState() for _ in plans]
     for epoch in range(config.epochs):
         if all(state.bad_epochs >= config.patience for state in states):
@@ -227,7 +221,7 @@ def fit_members(models: list[nn.Module], plans: list) -> list[TrainState]:
                                     device=plan.device) for p in plans]
         steps = [stack.step(list(indices), train, settings, config.micro_batch_size)
                  for indices in zip(*orders, strict=True)]
-        sizes = [min(batch_size, len(train) - i * batch_size) for i in range(len(steps))]
+        sizes = [global_batch_size(len(train), batch_size, i) for i in range(len(steps))]
         per_step = read_steps(steps, config.max_grad_norm)  # one read per epoch
         seconds = time.perf_counter() - started
         val_rmse = stack.validation_rmse(val)
