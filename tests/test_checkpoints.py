@@ -214,6 +214,23 @@ def test_resume_says_plainly_that_a_run_without_an_intact_checkpoint_must_start_
     assert again.exit_code == 2 and "nothing to resume" in again.stderr
 
 
+@pytest.mark.parametrize("named", [False, True])
+def test_resume_with_nothing_to_continue_creates_no_store(tmp_path, module_store, named):
+    """A first `rul train --resume` in a new folder: one line, and no MLflow store (or
+    checkpoint folder) made only to find it empty."""
+    store = tmp_path / "mlflow.db"
+    args = [*TINY, f"tracking_uri=sqlite:///{store}", f"data_dir={module_store.data_dir}",
+            f"checkpoint_dir={tmp_path / 'checkpoints'}"]
+    result = resume(args, *(["0123abcd"] if named else []))
+    assert result.exit_code == 2, result.output
+    assert result.stderr == ("Error: --resume 0123abcd: no checkpoint at "
+                             f"{tmp_path / 'checkpoints' / '0123abcd.pt'}\n" if named else
+                             "Error: nothing to resume: no unfinished run of this config has a "
+                             f"checkpoint in {tmp_path / 'checkpoints'} (run without --resume "
+                             "to start a new one)\n")
+    assert files_of(tmp_path) == []
+
+
 def test_resume_of_a_run_another_process_trains_touches_nothing(synthetic):
     store, args, config = synthetic
     run_id = interrupted_run(config)

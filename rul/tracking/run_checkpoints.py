@@ -100,13 +100,25 @@ class RunCheckpoints:
             closed.append(rid)
         return closed
 
+    def check_files(self, run_id: str | None = None) -> None:
+        """FileNotFoundError when no file here could be resumed: run `run_id` has no
+        checkpoint, or (None) no run has one. Read from the folder alone, so `--resume` with
+        nothing to continue says so before any store is opened (or created)."""
+        if run_id is not None and not self.has_checkpoint(run_id):
+            raise FileNotFoundError(f"--resume {run_id}: no checkpoint at {self.path(run_id)}")
+        if run_id is None and not any(self.directory.glob("*.pt*")):
+            raise FileNotFoundError(self._nothing_to_resume())
+
+    def _nothing_to_resume(self) -> str:
+        return (f"nothing to resume: no unfinished run of this config has a checkpoint in "
+                f"{self.directory} (run without --resume to start a new one)")
+
     def resumable_run(self, client: MlflowClient, experiment_id: str, digest: str,
                       run_id: str | None = None) -> str:
         """The run `--resume` continues (see the module docstring), its checkpoint verified;
         FileNotFoundError when there is none, CannotResume when it cannot be continued."""
+        self.check_files(run_id)
         if run_id is not None:
-            if not self.has_checkpoint(run_id):
-                raise FileNotFoundError(f"--resume {run_id}: no checkpoint at {self.path(run_id)}")
             run = client.get_run(run_id)
             if run.info.status == "FINISHED":
                 raise FileNotFoundError(f"--resume {run_id}: that run already FINISHED")
@@ -127,9 +139,7 @@ class RunCheckpoints:
             rid = run.info.run_id
             if self.has_checkpoint(rid) and not self.is_held(rid):
                 return self._verified(client, run)
-        raise FileNotFoundError(
-            f"nothing to resume: no unfinished run of this config has a checkpoint in "
-            f"{self.directory} (run without --resume to start a new one)")
+        raise FileNotFoundError(self._nothing_to_resume())
 
     def _verified(self, client: MlflowClient, run) -> str:
         """`run`'s id once its newest intact checkpoint is in place (module docstring)."""

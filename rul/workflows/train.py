@@ -44,7 +44,8 @@ def train_tracked(config, resume: bool | str = False, jobs: int = 1, progress: b
             train_plan(plan_run(config, world=world, subset=subset), progress=False)
             return None, None
         store = target = None
-        if resume:
+        if resume:  # nothing to continue: said before a store is opened (or created)
+            RunCheckpoints(config.checkpoint_dir).check_files(None if resume is True else resume)
             store = open_store(config)
             target = resume_target(config, store, None if resume is True else resume)
         plan = plan_run(config, target, subset=subset)  # a bad input opens no store, no run
