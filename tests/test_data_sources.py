@@ -385,6 +385,14 @@ def test_unreachable_server_explains_how_to_supply_a_local_copy(tmp_path, closed
     assert listing(destination) == before
 
 
+def test_a_failed_first_download_leaves_no_folder_it_made(tmp_path, closed_port_url):
+    """The default cache is data/cmapss: a first `rul train` offline, in a new project
+    folder, must not leave an empty data/ behind."""
+    with pytest.raises(DataUnavailableError):
+        download_archive(tmp_path / "data" / "cmapss", Archive(urls=(closed_port_url,), md5=None))
+    assert listing(tmp_path) == []
+
+
 def test_unreachable_server_through_locate(tmp_path, closed_port_url):
     with pytest.raises(DataUnavailableError) as info:
         locate("FD001", archive=Archive(urls=(closed_port_url,), md5=None))

@@ -100,13 +100,13 @@ def download_archive(destination: str | Path, archive: Archive = OFFICIAL_ARCHIV
     renamed into place only at the end. On any failure nothing new is left in `destination`.
     """
     destination = Path(destination)
-    created = not destination.exists()
+    missing = [p for p in (destination, *destination.parents) if not p.exists()]
     destination.mkdir(parents=True, exist_ok=True)
     try:
         return _download_into(destination, archive)
     except BaseException:
-        if created:
-            shutil.rmtree(destination, ignore_errors=True)
+        if missing:  # the outermost folder this made (data/ of data/cmapss), and what's in it
+            shutil.rmtree(missing[-1], ignore_errors=True)
         raise
 
 
