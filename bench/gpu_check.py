@@ -14,7 +14,9 @@ one table; the exit code is 1 when a promise fails.
   train       `make train` as a user runs it (tracked, checkpointed, registered): wall time
   tune        a 3-trial `rul tune` with micro_batch_size and precision auto
   members     5 ensemble members trained at once (stacked, fp32, dropout 0, 3 epochs) vs one
-              alone: the time ratio, and their first steps against each member trained alone
+              alone: the time ratio; vs the 5 one after another in fp32 and at precision auto
+              (what decides ensemble_training: auto on a GPU); and their first steps against
+              each member trained alone
 
 Without CUDA it is a dry run on the CPU with tiny sizes (CI runs it, so that it keeps working
 where no GPU is). `--json DIR` writes the table and the machine (rul.machine) for `rul report`.
@@ -292,6 +294,10 @@ def check_members(check: Check, subset, dry: bool):
     check.add("members", "5 stacked vs one alone (fp32)",
               f"{measured['stacked (s)']:.1f} s vs {measured['one alone (s)']:.1f} s: "
               f"{ratio:.2f}x", "<= 1.5x" if not dry else "", dry or ratio <= 1.5)
+    check.add("members", "5 one after another: fp32, auto",
+              f"{measured['one after another (s)']:.1f} s, "
+              f"{measured['one after another at auto (s)']:.1f} s "
+              f"({measured['auto precision']})", "", True)  # what ensemble_training: auto picks
     worst = measured["worst relative difference"]
     check.add("members", f"first {FIRST_STEPS} steps vs each alone", f"{worst:.1e} relative",
               "<= 1e-3", worst <= 1e-3)

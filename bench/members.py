@@ -4,6 +4,8 @@ fp32 (what stacks).
 
   time       N members stacked vs one member alone, same epochs: the ratio (the GPU's target:
              5 members <= 1.5x one; on a CPU the arithmetic, not the launches, sets the time)
+  against    the same members one after another, in fp32 and at precision auto (what
+             `ensemble_training: auto` trains today): stacking pays where it beats the latter
   exactness  with dropout 0 (dropout's masks are other draws when stacked), each member's
              gradient norm over its first 10 steps against the same member trained alone: the
              largest relative difference (later steps part further, as two roundings of any
@@ -50,7 +52,16 @@ def measure_members(config, subset=None) -> dict:
     stacked = train_members(plans)
     _sync(device)
     together = time.perf_counter() - started
-    alone += [train(plan, progress=False) for plan in plans[1:]]  # for the exactness only
+    started = time.perf_counter()
+    alone += [train(plan, progress=False) for plan in plans[1:]]  # and the exactness
+    _sync(device)
+    sequential = one + time.perf_counter() - started
+    auto = plan_ensemble(config.replace(precision="auto"), subset).members
+    started = time.perf_counter()  # what ensemble_training: auto trains today
+    for plan in auto:
+        train(plan, progress=False)
+    _sync(device)
+    at_auto = time.perf_counter() - started
     worst = 0.0  # over the first steps: later ones part as any two roundings of one run do
     for a, s in zip(alone, stacked, strict=True):
         x = np.asarray(a.state.grad_norms[:FIRST_STEPS])
@@ -58,6 +69,9 @@ def measure_members(config, subset=None) -> dict:
         worst = max(worst, float(np.max(np.abs(x - y) / np.abs(x))))
     return {"members": len(plans), "one alone (s)": round(one, 2),
             "stacked (s)": round(together, 2), "ratio": round(together / one, 2),
+            "one after another (s)": round(sequential, 2),
+            "one after another at auto (s)": round(at_auto, 2),
+            "auto precision": auto[0].precision.name,
             "worst relative difference": float(f"{worst:.2e}"),
             "device": str(device), "precision": plans[0].precision.name}
 
@@ -72,6 +86,9 @@ def bench_members(members: int = 5, epochs: int = 3) -> dict:
     print(f"members: {members} stacked {measured['stacked (s)']:.1f} s vs one alone "
           f"{measured['one alone (s)']:.1f} s -> ratio {measured['ratio']:.2f} ({epochs} epochs, "
           f"{measured['device']} {measured['precision']}, {torch.get_num_threads()} threads; "
-          f"GPU target <= 1.5); first {FIRST_STEPS} steps' gradient norms vs alone within "
+          f"GPU target <= 1.5); one after another {measured['one after another (s)']:.1f} s "
+          f"(fp32), {measured['one after another at auto (s)']:.1f} s (auto: "
+          f"{measured['auto precision']}); first {FIRST_STEPS} steps' gradient norms vs alone "
+          f"within "
           f"{measured['worst relative difference']:.1e} (dropout 0)")
     return _summary(measured)
