@@ -27,6 +27,7 @@ from rul.training.hardware import keep_freed_memory
 from rul.training.micro_batch import SplitChoice, probe_split
 from rul.training.precision import Precision, resolve_device, resolve_precision
 from rul.training.seeding import Seeds, derive_seeds
+from rul.training.stacked import MemberTraining, member_training
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class EnsemblePlan:
 
     config: TrainConfig
     members: list[RunPlan]
+    training: MemberTraining  # stacked or one after another, and why
 
 
 def plan_run(config: TrainConfig, resume: ResumeTarget | None = None,
@@ -96,16 +98,20 @@ def plan_run(config: TrainConfig, resume: ResumeTarget | None = None,
                    resume.run_id if resume else None)
 
 
-def plan_ensemble(config: TrainConfig, subset: CMAPSSSubset | None = None) -> EnsemblePlan:
+def plan_ensemble(config: TrainConfig, subset: CMAPSSSubset | None = None, jobs: int = 1
+                  ) -> EnsemblePlan:
     """The plans of config.ensemble members: member i trains `config` with seed + i (its
     weight init, dropout and batch order), on the validation split of `seed` (shared) or on
-    fold i of seed's permutation (folds); never registered or resumed on its own."""
+    fold i of seed's permutation (folds); never registered or resumed on its own. They train
+    `jobs` at a time, or stacked (rul.training.stacked.member_training decides)."""
     data = prepare_members(config, derive_seeds(config.seed).split, subset)
     check_calibration(config, data)
     members = [plan_run(config.replace(seed=config.seed + i, ensemble=1,
-                                       ensemble_split="shared", register=False), data=d)
+                                       ensemble_split="shared", ensemble_training="auto",
+                                       register=False), data=d)
                for i, d in enumerate(data)]
-    return EnsemblePlan(config, members)
+    return EnsemblePlan(config, members,
+                        member_training(config.ensemble_training, members, jobs))
 
 
 def evaluation_seeds(config: TrainConfig, n: int) -> list[int]:

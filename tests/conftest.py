@@ -36,7 +36,7 @@ from rul.data.schema import COLUMNS, INFORMATIVE_SENSORS, SENSOR_COLUMNS, SETTIN
 # order (--no-loadscope-reorder), so the long ones start early and the workers finish together.
 LONGEST_FIRST = ("test_scale_out.py", "test_interrupts.py", "test_tuning.py", "test_distributed.py",
                  "test_memory.py", "test_lean_env.py", "test_ensemble.py", "test_full_disk.py",
-                 "test_evaluate.py", "test_checkpoints.py", "test_plan.py",
+                 "test_evaluate.py", "test_checkpoints.py", "test_plan.py", "test_stacked.py",
                  "test_reproducibility.py", "test_store_first_use.py", "test_tracking.py",
                  "test_ui_browser.py", "test_intervals.py", "test_console.py", "test_ui_stop.py",
                  "test_training_step.py", "test_report.py", "test_registry.py",

@@ -94,7 +94,7 @@ def test_no_function_on_the_run_path_takes_more_than_six_parameters():
     path = [cli.train.callback, cli.evaluate.callback, cli.tune.callback, study.run_study,
             study._worker, study.objective_for, micro_batch.probe_split, micro_batch.probe,
             train.train_tracked, train.resume_target, store.open_store,
-            tracked.track, tracked._open_run, tracked._train_in_run,
+            tracked.track, tracked.open_run, tracked._train_in_run,
             run_logging.log_plan, run_logging.log_outcome, plan_module.plan_run,
             plan_module.plan_ensemble, plan_module.plan_seeds, run.train,
             ensemble.train_ensemble, ensemble.track_ensemble, ensemble._track_member,
@@ -114,7 +114,8 @@ def test_the_key_lists_are_derived_from_the_roles():
                                         "run_name", "checkpoint_dir", "device",
                                         "interval_coverage", "strict_data"}
     assert set(cfg.NOT_TUNABLE) == set(cfg.NOT_IN_IDENTITY) | {"subset", "ensemble",
-                                                               "ensemble_split"}
+                                                               "ensemble_split",
+                                                               "ensemble_training"}
     assert set(cfg.NOT_COMPARED_IN_A_STUDY) == set(cfg.NOT_IN_IDENTITY) | {
         "precision", "deterministic", "memory_budget"}
 

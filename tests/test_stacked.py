@@ -3,16 +3,30 @@ rounding, when dropout draws nothing; reproducible; and refused, with the reason
 member could not keep its own training."""
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from click.testing import CliRunner
+from mlflow.tracking import MlflowClient
 
 from rul import config as cfg
+from rul.cli import main
 from rul.plan import plan_ensemble
+from rul.tracking.metric_names import logged
 from rul.training.run import train
 from rul.training.seeding import seed_everything
-from rul.training.stacked import build_members, fit_members, stacking_problem, train_members
+from rul.training.stacked import (
+    MemberTraining,
+    StackedMembers,
+    build_members,
+    fit_members,
+    member_training,
+    stacking_problem,
+    train_members,
+)
+from rul.workflows.ensemble import MEMBER_TAG, TRAINING_REASON_TAG, TRAINING_TAG, train_ensemble
 
 TINY = {"epochs": 2, "patience": 5, "filters": 4, "num_layers": 2, "hidden_size": 16,
         "window": 20, "micro_batch_size": 8, "accumulation_steps": 2, "dropout": 0.0,
@@ -128,3 +142,117 @@ def test_autocast_does_not_reach_inside_vmap():
         stacked = vmap(lambda p, x: functional_call(models[0], (p, buffers), (x,)))(params, x)
     assert alone.dtype == torch.bfloat16
     assert stacked.dtype == torch.float32
+
+
+# ---------------------------------------------------------------- an ensemble trained stacked
+
+
+def _tracked(client, run_id: str) -> SimpleNamespace:
+    """The parent run `run_id` and its members' runs, in member order."""
+    parent = client.get_run(run_id)
+    members = client.search_runs([parent.info.experiment_id],
+                                 f"tags.`mlflow.parentRunId` = '{run_id}'")
+    return SimpleNamespace(parent=parent, members=sorted(
+        members, key=lambda r: int(r.data.tags[MEMBER_TAG])))
+
+
+def _history(client, run, name: str) -> list[float]:
+    return [m.value for m in sorted(client.get_metric_history(run.info.run_id, logged(name)),
+                                    key=lambda m: m.step)]
+
+
+def test_a_stacked_ensemble_is_tracked_as_the_one_trained_member_by_member(write_cmapss,
+                                                                           mlflow_store):
+    """The same runs, params, curves and averaged model as `auto` (on a CPU: one member after
+    another), equal within float rounding when dropout draws nothing; and no lock left."""
+    data_dir = str(write_cmapss())
+    trained = {}
+    for training in ("auto", "stacked"):
+        config = cfg.load(None, {**TINY, "ensemble": 2, "data_dir": data_dir,
+                                 "experiment": training, "ensemble_training": training})
+        outcome, run_id = train_ensemble(config, progress=False)
+        trained[training] = (outcome, _tracked(MlflowClient(), run_id))
+    (one_by_one, sequential), (outcome, stacked) = trained["auto"], trained["stacked"]
+    client = MlflowClient()
+
+    assert sequential.parent.data.tags[TRAINING_TAG] == "sequential"
+    assert sequential.parent.data.tags[TRAINING_REASON_TAG].startswith(
+        "auto: on a CPU stacked members are slower")
+    assert stacked.parent.data.tags[TRAINING_TAG] == "stacked"
+    assert stacked.parent.data.tags[TRAINING_REASON_TAG] == "asked for"
+    assert stacked.parent.info.status == "FINISHED"
+    assert outcome.member_run_ids == [r.info.run_id for r in stacked.members]
+    for key in ("val_rmse", "test_rmse"):
+        assert outcome.metrics[key] == pytest.approx(one_by_one.metrics[key], rel=1e-5)
+    for s, q in zip(stacked.members, sequential.members, strict=True):
+        assert s.info.status == "FINISHED" and s.data.tags[TRAINING_TAG] == "stacked"
+        assert {**s.data.params, "experiment": "auto"} == q.data.params  # the same plan
+        assert set(s.data.metrics) == set(q.data.metrics)
+        for name in ("grad_norm", "train_loss", "val_rmse"):
+            here, there = _history(client, s, name), _history(client, q, name)
+            assert len(here) == len(there) >= 2
+            np.testing.assert_allclose(here, there, rtol=1e-5)
+        assert s.data.metrics[logged("test_rmse")] == pytest.approx(
+            q.data.metrics[logged("test_rmse")], rel=1e-5)
+        assert "model" in {m.name for m in client.search_logged_models(
+            [s.info.experiment_id], filter_string=f"source_run_id = '{s.info.run_id}'")}
+    assert list((mlflow_store.root / "mlruns" / "checkpoints").glob("*")) == []
+
+
+@pytest.mark.parametrize("args, said", [
+    (["model=lstm"], "ensemble_training=stacked: the members cannot train stacked: model=lstm: "
+                     "vmap does not batch its layers"),
+    (["precision=bf16"], "ensemble_training=stacked: the members cannot train stacked: "
+                         "precision=bf16: autocast does not reach inside vmap"),
+    (["--jobs", "2"], "ensemble_training=stacked: the members cannot train stacked: --jobs 2 "
+                      "trains them in separate processes"),
+    (["ensemble=1"], "ensemble_training='stacked': needs ensemble >= 2, got ensemble=1"),
+])
+def test_stacked_members_that_cannot_stack_are_one_line_and_no_run(write_cmapss, mlflow_store,
+                                                                   args, said):
+    overrides = [f"{k}={v}" for k, v in {**TINY, "ensemble": 2}.items() if v is not None]
+    result = CliRunner().invoke(main, ["train", *overrides, "interval_coverage=null",
+                                       f"data_dir={write_cmapss()}", "ensemble_training=stacked",
+                                       *args, "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert said in result.stderr and len(result.stderr.splitlines()) == 1
+    assert not (mlflow_store.root / "mlflow.db").exists()
+
+
+def test_an_interrupted_stacked_ensemble_ends_every_run_killed(write_cmapss, mlflow_store,
+                                                               monkeypatch):
+    seen = []
+
+    def interrupted(self, val, batch_size=4096):  # after the first epoch's steps
+        seen.extend(r.info.status for r in MlflowClient().search_runs(
+            [MlflowClient().get_experiment_by_name(config.experiment_name).experiment_id]))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(StackedMembers, "validation_rmse", interrupted)
+    config = cfg.load(None, {**TINY, "ensemble": 2, "data_dir": str(write_cmapss()),
+                             "ensemble_training": "stacked", "register": True})
+    with pytest.raises(KeyboardInterrupt):
+        train_ensemble(config, progress=False)
+    runs = MlflowClient().search_runs([MlflowClient().get_experiment_by_name(
+        config.experiment_name).experiment_id])
+    status = {r.data.tags.get(MEMBER_TAG, "parent"): r.info.status for r in runs}
+    assert status == {"parent": "KILLED", "0": "KILLED", "1": "KILLED"}
+    assert seen == ["RUNNING"] * 3  # while they trained: a SIGKILL leaves them for closing
+    assert MlflowClient().search_registered_models() == []
+    assert list((mlflow_store.root / "mlruns" / "checkpoints").glob("*")) == []
+
+
+def test_auto_trains_members_one_after_another_and_says_why(members):
+    """On a CPU, by measurement; elsewhere until measured (a meta device stands in for a
+    GPU), or because they cannot stack."""
+    plans = members()
+    assert member_training("auto", plans).reason.startswith(
+        "auto: on a CPU stacked members are slower than one after another (5 members: ")
+    elsewhere = [replace(p, precision=replace(p.precision, device=torch.device("meta")))
+                 for p in plans]
+    assert member_training("auto", elsewhere) == MemberTraining(
+        False, "auto: stacking is not measured on meta (ensemble_training=stacked opts in)")
+    assert member_training("auto", elsewhere, jobs=2) == MemberTraining(
+        False, "auto: cannot stack (--jobs 2 trains them in separate processes)")
+    assert member_training("stacked", plans) == MemberTraining(True, "asked for")
+    assert member_training("sequential", plans) == MemberTraining(False, "asked for")

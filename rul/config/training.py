@@ -151,6 +151,12 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     ensemble_split: _one_of("shared", "folds") = "shared"
     """How ensemble members split the training units: all on the validation split of `seed`
     (shared), or one fold each (folds: out-of-fold validation)."""
+    # how the members train: "sequential", one after another (or --jobs side by side);
+    # "stacked", all at once in one process, their weights stacked (torch.func: one step for
+    # every member; the DCNN in fp32 only); "auto" picks per device (rul.training.stacked)
+    ensemble_training: _one_of("auto", "sequential", "stacked") = "auto"
+    """How ensemble members train: one after another (sequential), all at once with their
+    weights stacked (stacked), or as fits the device (auto)."""
     deterministic: Flag = False
     """Ask torch for deterministic algorithms (slower; needed for bitwise-equal runs on CUDA)."""
     patience: PositiveInt = 20
@@ -234,6 +240,13 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
                              f"on fold i of N), got ensemble={self.ensemble}")
         return self
 
+    @model_validator(mode="after")
+    def _member_training_needs_members(self) -> "TrainConfig":
+        if self.ensemble_training != "auto" and self.ensemble < 2:
+            raise rule_error(f"ensemble_training='{self.ensemble_training}'",
+                             f"needs ensemble >= 2, got ensemble={self.ensemble}")
+        return self
+
     @property
     def n_conditions(self) -> int:
         if self.condition_scaling == "per_condition":
@@ -283,14 +296,15 @@ KEY_ROLES = {
     # how it computes: the same model up to rounding (the machines of one study may differ)
     **dict.fromkeys(("precision", "deterministic", "memory_budget"), "numerics"),
     "interval_coverage": "calibration",  # after training: the network is the same
-    **dict.fromkeys(("ensemble", "ensemble_split"), "members"),  # how many networks
+    **dict.fromkeys(("ensemble", "ensemble_split", "ensemble_training"),
+                    "members"),  # how many networks, and how they train
     "subset": "dataset",  # which engines: every trial of a study trains on the same
     "strict_data": "checks",  # refuses odd inputs or warns: what trains is the same
 }
 # Keys added after runs were first tracked, written only when they differ from their default.
 # A network kind's new architecture key goes here too (tests/test_model_kinds.py checks it).
-OMITTED_AT_DEFAULT = ("memory_budget", "ensemble", "ensemble_split", "include_cycle",
-                      "late_start_max", "strict_data")
+OMITTED_AT_DEFAULT = ("memory_budget", "ensemble", "ensemble_split", "ensemble_training",
+                      "include_cycle", "late_start_max", "strict_data")
 
 
 def keys_with(*roles: str) -> tuple[str, ...]:

@@ -46,3 +46,13 @@ def active_run(run_id: str, nested: bool = False):
             mlflow.end_run(status="FAILED")
         raise
     mlflow.end_run()
+
+
+@contextmanager
+def written_to(run_id: str, nested: bool = False):
+    """`run_id` as MLflow's active run for the block's writes, and RUNNING again after it:
+    for a run whose work goes on outside the block (members trained stacked, each logged in
+    turn: rul.workflows.stacked). MLflow's fluent API ends a run when it stops being active."""
+    with active_run(run_id, nested):
+        yield
+    MlflowClient().update_run(run_id, status="RUNNING")

@@ -32,6 +32,14 @@ class MLflowListener(TrainingListener):
         self.buffer: list[Metric] = []
         self.skipped_steps = 0
 
+    @classmethod
+    def of(cls, plan, run_id: str) -> "MLflowListener":
+        """The listener of run `run_id`, which trains `plan` (rul.plan.RunPlan)."""
+        config = plan.config
+        return cls(run_id, amp=plan.precision.use_scaler, scheduled_lr=config.scheduler != "none",
+                   micro_batch_size=config.micro_batch_size,
+                   accumulation_steps=config.accumulation_steps)
+
     def _add(self, metrics: dict, step: int) -> None:
         now = int(time.time() * 1000)
         self.buffer += [Metric(logged(k), float(v), now, step) for k, v in metrics.items()]

@@ -5,7 +5,7 @@ Trained one after the other on a GPU, each small step is bound by kernel launche
 arithmetic. Stacked (torch.func.stack_module_state), one vmapped forward and backward per
 micro-batch and one AdamW step carry every member: N members for the launches of one. On a
 CPU, where the arithmetic sets the time, stacking is slower than one member after the other
-(the DCNN's banded products do not stack; python -m bench members: 5 stacked 7.7x one alone).
+(the DCNN's banded products do not stack; python -m bench members: CPU_MEASURED).
 
 Each member keeps what makes it itself: its initial weights (built from its own seed), its
 batch order (its shuffle seed), its gradient norm and clipping, its weight average and its
@@ -34,11 +34,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
+from tqdm.auto import tqdm
 
+from rul.errors import ConfigError
 from rul.models.spec import NETWORK_KINDS
 from rul.training.batching import WindowBatches, effective_batches
 from rul.training.distributed import global_batch_size
 from rul.training.engine import TrainState, epoch_metrics
+from rul.training.listener import TrainingListener
 from rul.training.optim import ema_with_warmup, make_scheduler, steps_per_epoch
 from rul.training.run import TrainingOutcome, outcome_of
 from rul.training.seeding import seed_everything
@@ -63,6 +66,48 @@ def stacking_problem(plans: list) -> str | None:
         (any(p.world.size > 1 for p in plans), "a distributed run"),
     ]
     return next((reason for failed, reason in checks if failed), None)
+
+
+# What `python -m bench members` measured on a 2-core CPU with native bf16 (3 epochs of the
+# default recipe's DCNN, 5 members), the figure `ensemble_training: auto`'s reason quotes there.
+CPU_MEASURED = ("5 members: 49.9 s stacked, 35.0 s one after another in fp32, 24.7 s at "
+                "precision auto's bf16")
+
+
+@dataclass(frozen=True)
+class MemberTraining:
+    """How an ensemble's members train, and why (the parent run's ensemble.training tags)."""
+
+    stacked: bool
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return "stacked" if self.stacked else "sequential"
+
+
+def member_training(asked: str, plans: list, jobs: int = 1) -> MemberTraining:
+    """`ensemble_training` (`asked`) for the members `plans`, trained `jobs` at a time:
+    sequential or stacked as asked (ConfigError when they cannot stack, or --jobs splits
+    them over processes), or `auto`: sequential on every device so far. On a CPU stacking is
+    slower than one member after another (CPU_MEASURED); on a GPU `make gpu-check` measures
+    it (docs: Performance)."""
+    problem = stacking_problem(plans) or (f"--jobs {jobs} trains them in separate processes"
+                                          if jobs > 1 else None)
+    if asked == "stacked":
+        if problem:
+            raise ConfigError(f"ensemble_training=stacked: the members cannot train stacked: "
+                              f"{problem}")
+        return MemberTraining(True, "asked for")
+    if asked == "sequential":
+        return MemberTraining(False, "asked for")
+    if plans[0].device.type == "cpu":
+        return MemberTraining(False, f"auto: on a CPU stacked members are slower than one after "
+                                     f"another ({CPU_MEASURED})")
+    if problem:
+        return MemberTraining(False, f"auto: cannot stack ({problem})")
+    return MemberTraining(False, f"auto: stacking is not measured on {plans[0].device.type} "
+                                 "(ensemble_training=stacked opts in)")
 
 
 def build_members(plans: list) -> list[nn.Module]:
@@ -197,10 +242,13 @@ class _MemberWeights:
         return self.stack.member_state(self.index)
 
 
-def fit_members(models: list[nn.Module], plans: list) -> list[TrainState]:
+def fit_members(models: list[nn.Module], plans: list,
+                listeners: list[TrainingListener | None] | None = None,
+                progress: bool = False) -> list[TrainState]:
     """Train the members `models` of `plans` at once (stacking_problem must be None), each
     with early stopping on its validation RMSE; return their states, each model holding its
-    best weights."""
+    best weights. Member i's listeners[i] hears its steps and epochs, as it would alone, at
+    each epoch's end (until it stops early); `progress`: a bar and one line per epoch."""
     problem = stacking_problem(plans)
     if problem is not None:
         raise ValueError(f"members cannot train stacked: {problem}")
@@ -213,27 +261,35 @@ def fit_members(models: list[nn.Module], plans: list) -> list[TrainState]:
     settings = StepSettings.of(config, plan.precision)
     split = (config.micro_batch_size, config.accumulation_steps)
     states = [TrainState() for _ in plans]
+    listeners = [listener or TrainingListener() for listener in listeners or [None] * len(plans)]
     for epoch in range(config.epochs):
         if all(state.bad_epochs >= config.patience for state in states):
             break
         started = time.perf_counter()
         orders = [effective_batches(len(train), batch_size, p.seeds.shuffle, epoch,
                                     device=plan.device) for p in plans]
+        bar = tqdm(zip(*orders, strict=True), total=per_epoch, disable=not progress,
+                   leave=False, unit="step",
+                   desc=f"epoch {epoch + 1}/{config.epochs}, {len(plans)} members stacked")
         steps = [stack.step(list(indices), train, settings, config.micro_batch_size)
-                 for indices in zip(*orders, strict=True)]
+                 for indices in bar]
         sizes = [global_batch_size(len(train), batch_size, i) for i in range(len(steps))]
         per_step = read_steps(steps, config.max_grad_norm)  # one read per epoch
         seconds = time.perf_counter() - started
         val_rmse = stack.validation_rmse(val)
-        for index, state in enumerate(states):
+        for index, (state, listener) in enumerate(zip(states, listeners, strict=True)):
             if state.bad_epochs >= config.patience:
                 continue  # stopped: its best weights are kept
             results = [row[index] for row in per_step]
             for result in results:
                 state.record_step(result)
+                listener.on_step(state.step, result)
             state.end_epoch(val_rmse[index], _MemberWeights(stack, index))
             state.history.append(epoch_metrics(results, sizes, seconds, val_rmse[index],
                                                split, plan.device))
+            listener.on_epoch(state.epoch, state.step, state.history[-1])
+        if progress:
+            _print_epoch(epoch + 1, states, config.patience, len(train) / seconds)
     with torch.no_grad():  # the trained weights into each member's network, then its best
         for index, model in enumerate(models):
             model.load_state_dict({**{name: t[index] for name, t in stack.params.items()},
@@ -243,9 +299,19 @@ def fit_members(models: list[nn.Module], plans: list) -> list[TrainState]:
     return states
 
 
-def train_members(plans: list) -> list[TrainingOutcome]:
-    """Train the members of `plans` at once and evaluate each as run.train would."""
+def _print_epoch(epoch: int, states: list[TrainState], patience: int, rate: float) -> None:
+    training = sum(state.bad_epochs < patience for state in states)
+    best = [state.best_val_rmse for state in states]
+    tqdm.write(f"epoch {epoch:3d}  {len(states)} members stacked ({training} training)  "
+               f"best val_rmse {min(best):6.2f} to {max(best):6.2f}  "
+               f"{rate * len(states):,.0f} member-samples/s")
+
+
+def train_members(plans: list, listeners: list[TrainingListener | None] | None = None,
+                  progress: bool = False) -> list[TrainingOutcome]:
+    """Train the members of `plans` at once (listeners and progress: fit_members) and
+    evaluate each as run.train would."""
     models = build_members(plans)
-    states = fit_members(models, plans)
+    states = fit_members(models, plans, listeners, progress)
     return [outcome_of(plan, model, state)
             for plan, model, state in zip(plans, models, states, strict=True)]

@@ -1,7 +1,8 @@
 """`rul train ... ensemble=N`: N members under one parent run, logged as ONE averaged model.
 
 The members' plans come from rul.plan.plan_ensemble (member i: seed + i; the shared split of
-`seed`, or fold i). Each member is a normal child run (its own model logged, not
+`seed`, or fold i), which also decides whether they train one after another or stacked
+(rul.workflows.stacked). Each member is a normal child run (its own model logged, not
 registered). The parent holds the ensemble (rul.evaluation.ensemble): its params, the
 metrics of the averaged prediction (test metrics for reporting only), figures, the pyfunc
 model with every member's weights, and the registered version, which becomes champion only
@@ -23,10 +24,13 @@ from rul.tracking.run_logging import log_figures, log_model_and_predictions
 from rul.tracking.run_names import default_run_name
 from rul.tracking.store import Store, open_store
 from rul.workflows.parent import Children, train_under_parent
+from rul.workflows.stacked import track_stacked
 from rul.workflows.tracked import CHILD, RunRole, track
 
 MEMBER_TAG = "ensemble.member"
 FOLD_TAG = "ensemble.fold"  # ensemble_split: folds, the fold a member validates on
+TRAINING_TAG = "ensemble.training"  # how the members trained: stacked or sequential
+TRAINING_REASON_TAG = "ensemble.training.reason"  # and why
 
 
 def train_ensemble(config, jobs: int = 1, progress: bool = True, subset=None
@@ -34,7 +38,7 @@ def train_ensemble(config, jobs: int = 1, progress: bool = True, subset=None
     """`rul train ... ensemble=N`: plan the members (on `subset` when its files are already
     read) and track the ensemble as the config says (registered when config.register);
     return (outcome, the ensemble's run id)."""
-    ensemble = plan_ensemble(config, subset)  # a bad input opens no store, no run
+    ensemble = plan_ensemble(config, subset, jobs)  # a bad input opens no store, no run
     return track_ensemble(ensemble, RunRole(register=config.register), open_store(config),
                           jobs, progress)
 
@@ -43,16 +47,20 @@ def track_ensemble(ensemble, role: RunRole, store: Store, jobs: int = 1, progres
                    ) -> tuple[EnsembleOutcome, str]:
     """Train an EnsemblePlan's members (`jobs` at a time) and log the ensemble in `role`, in
     `store`; return (outcome, the ensemble's run id)."""
-    config = ensemble.config
+    config, training = ensemble.config, ensemble.training
     split = str(ensemble.members[0].seeds.split)  # the shared split's (or folds') seed
-    members = [partial(_track_member, plan, _member_role(config, index, split), store,
-                       progress and jobs == 1)
-               for index, plan in enumerate(ensemble.members)]
+    roles = [_member_role(config, index, split, training.name)
+             for index in range(len(ensemble.members))]
+    if training.stacked:  # one task: every member at once
+        tasks = [partial(_track_stacked, ensemble.members, roles, store, progress)]
+    else:
+        tasks = [partial(_track_member, plan, member_role, store, progress and jobs == 1)
+                 for plan, member_role in zip(ensemble.members, roles, strict=True)]
     name = role.name or (f"ensemble-{config.run_name or default_run_name(config)}"
                          f"-x{config.ensemble}")
     parent = RunRole(role.parent_run_id, name, {
         KIND_TAG: "ensemble", SEEDS_TAG: ",".join(str(p.config.seed) for p in ensemble.members),
-        **role.tags})
+        TRAINING_TAG: training.name, TRAINING_REASON_TAG: training.reason, **role.tags})
 
     def summarize(children: Children) -> EnsembleOutcome:
         outcome = combine(config, [child.outcome for child in children.runs])
@@ -63,19 +71,24 @@ def track_ensemble(ensemble, role: RunRole, store: Store, jobs: int = 1, progres
                                  children.parent_run_id, outcome.metrics["val_rmse"])
         return outcome
 
-    children, outcome = train_under_parent(parent, store, members, summarize, jobs)
+    children, outcome = train_under_parent(parent, store, tasks, summarize, jobs)
     return outcome, children.parent_run_id
 
 
-def _member_role(config, index: int, split: str) -> RunRole:
+def _member_role(config, index: int, split: str, training: str) -> RunRole:
     fold = {FOLD_TAG: str(index)} if config.ensemble_split == "folds" else {}
     return replace(CHILD, name=f"{config.run_name}-m{index}" if config.run_name else None,
                    tags={INDEX_TAG: str(index), MEMBER_TAG: str(index), "seed.split": split,
-                         **fold})
+                         TRAINING_TAG: training, **fold})
 
 
 def _track_member(plan, role: RunRole, store: Store, progress: bool, parent_run_id: str):
-    return track(plan, role.under(parent_run_id), store, progress=progress)
+    return [track(plan, role.under(parent_run_id), store, progress=progress)]
+
+
+def _track_stacked(plans, roles: list[RunRole], store: Store, progress: bool,
+                   parent_run_id: str):
+    return track_stacked(plans, [role.under(parent_run_id) for role in roles], store, progress)
 
 
 def _log_ensemble(outcome: EnsembleOutcome, seconds: float, split: str) -> None:

@@ -60,5 +60,5 @@ def _seed_role(config, index: int, plan) -> RunRole:
 
 def _track_seed(plan, role: RunRole, store: Store, progress: bool, parent_run_id: str):
     if isinstance(plan, EnsemblePlan):
-        return track_ensemble(plan, role.under(parent_run_id), store, progress=progress)
-    return track(plan, role.under(parent_run_id), store, progress=progress)
+        return [track_ensemble(plan, role.under(parent_run_id), store, progress=progress)]
+    return [track(plan, role.under(parent_run_id), store, progress=progress)]

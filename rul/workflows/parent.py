@@ -29,7 +29,7 @@ from rul.tracking.store import Store
 class ChildRun:
     outcome: object  # a TrainingOutcome, or an EnsembleOutcome for an evaluated ensemble
     run_id: str
-    seconds: float  # wall time of this child's training, logging included
+    seconds: float  # wall time of its training (and of those trained with it), logging included
 
     @property
     def seed(self) -> int:
@@ -43,12 +43,12 @@ class Children:
     seconds: float  # wall time of all children
 
 
-def train_under_parent(role, store: Store, children: Sequence[Callable], summarize: Callable,
+def train_under_parent(role, store: Store, tasks: Sequence[Callable], summarize: Callable,
                        jobs: int = 1):
-    """Create the parent run in `store` (`role`: its name, tags and own parent), train each
-    child (`child(parent_run_id) -> (outcome, run_id)`, a picklable callable when jobs > 1),
-    then call `summarize(children)` with the parent as the active run; return (children,
-    what summarize returned)."""
+    """Create the parent run in `store` (`role`: its name, tags and own parent), run each
+    task (`task(parent_run_id) -> [(outcome, run_id)]`: one child, or several trained
+    together; a picklable callable when jobs > 1), then call `summarize(children)` with the
+    parent as the active run; return (children, what summarize returned)."""
     tags = {**source_tags(), **role.tags}
     if role.parent_run_id:
         tags[mlflow_tags.MLFLOW_PARENT_RUN_ID] = role.parent_run_id
@@ -57,16 +57,16 @@ def train_under_parent(role, store: Store, children: Sequence[Callable], summari
     parent_id = parent.info.run_id
     started = time.perf_counter()
     with run_ends_cleanly(parent_id):
-        done = run_tasks([partial(child, parent_id) for child in children], jobs,
+        done = run_tasks([partial(task, parent_id) for task in tasks], jobs,
                          on_done=_report if jobs > 1 else None)
-        runs = [ChildRun(*result, seconds) for result, seconds in done]
+        runs = [ChildRun(*child, seconds) for children, seconds in done for child in children]
         finished = Children(parent_id, runs, time.perf_counter() - started)
         with deferred(), mlflow.start_run(run_id=parent_id):  # whole, then the signal
             summary = summarize(finished)
     return finished, summary
 
 
-def _report(index: int, result, seconds: float) -> None:
-    outcome, run_id = result
-    print(f"child {index} (seed {outcome.config.seed}) done in {seconds:.0f} s: test RMSE "
-          f"{outcome.metrics['test_rmse']:.2f}, run {run_id}", file=sys.stderr)
+def _report(index: int, children: list, seconds: float) -> None:
+    for outcome, run_id in children:
+        print(f"child {index} (seed {outcome.config.seed}) done in {seconds:.0f} s: test RMSE "
+              f"{outcome.metrics['test_rmse']:.2f}, run {run_id}", file=sys.stderr)

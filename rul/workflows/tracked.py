@@ -59,7 +59,7 @@ def track(plan, role: RunRole, store: Store, listener: TrainingListener | None =
     checkpoints = RunCheckpoints(config.checkpoint_dir)
     checkpoints.close_abandoned(MlflowClient(), store.experiment_id, plan.resume_run_id)
     with deferred():  # the run and its identity are written whole, or not at all
-        run_id = _open_run(plan, role, store.experiment_id)
+        run_id = open_run(plan, role, store.experiment_id)
         if role.on_run_created is not None:
             role.on_run_created(run_id)
     try:
@@ -79,7 +79,7 @@ def track(plan, role: RunRole, store: Store, listener: TrainingListener | None =
             checkpoints.remove(run_id)
 
 
-def _open_run(plan, role: RunRole, experiment_id: str) -> str:
+def open_run(plan, role: RunRole, experiment_id: str) -> str:
     """The run to train in: the one the plan resumes (marked RUNNING again), or a new one,
     created with its identity tags and the role's tags, so that a process killed right
     after creating it leaves no untagged run."""
@@ -103,8 +103,5 @@ def _train_in_run(plan, role: RunRole, checkpointer, listener, progress: bool):
     else:
         print(f"resuming run {plan.resume_run_id} after epoch "
               f"{plan.resume['train_state'].epoch}", file=sys.stderr)
-    tracker = MLflowListener(mlflow.active_run().info.run_id, amp=plan.precision.use_scaler,
-                             scheduled_lr=plan.config.scheduler != "none",
-                             micro_batch_size=plan.config.micro_batch_size,
-                             accumulation_steps=plan.config.accumulation_steps)
+    tracker = MLflowListener.of(plan, mlflow.active_run().info.run_id)
     return train(plan, Listeners(tracker, listener), checkpointer, progress)
