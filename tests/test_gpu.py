@@ -139,3 +139,30 @@ def test_a_model_trained_on_the_gpu_serves_on_a_cpu(mlflow_store, real_data_dir,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["100", "True"]
+
+
+def test_stacked_members_on_the_gpu_train_as_each_alone_and_are_tracked(mlflow_store,
+                                                                         real_data_dir,
+                                                                         tmp_path):
+    """ensemble_training: stacked on CUDA (fp32, dropout 0): each member's first steps are
+    those of the member trained alone, within TF32's rounding, and every run FINISHED."""
+    from mlflow.tracking import MlflowClient
+
+    from rul.plan import plan_ensemble
+    from rul.workflows.ensemble import train_ensemble
+
+    cfg_ = config(real_data_dir, tmp_path, precision="fp32", epochs=2, dropout=0.0, ensemble=3,
+                  ensemble_training="stacked", interval_coverage=None, register=False,
+                  tracking_uri=mlflow_store.uri)
+    outcome, run_id = train_ensemble(cfg_, progress=False)
+    alone = [train(plan, progress=False) for plan in plan_ensemble(cfg_).members]
+    for member, single in zip(outcome.members, alone, strict=True):
+        stacked_norms = member.state.grad_norms[:10]
+        assert stacked_norms == pytest.approx(single.state.grad_norms[:10], rel=1e-3)
+        assert next(member.model.parameters()).device.type == "cuda"
+    client = MlflowClient(mlflow_store.uri)
+    parent = client.get_run(run_id)
+    children = client.search_runs([parent.info.experiment_id],
+                                  f"tags.`mlflow.parentRunId` = '{run_id}'")
+    assert parent.data.tags["ensemble.training"] == "stacked"
+    assert [r.info.status for r in [parent, *children]] == ["FINISHED"] * 4
