@@ -102,9 +102,10 @@ def test_a_member_stops_early_on_its_own_best_weights(members):
 @pytest.mark.parametrize("changes, reason", [
     ({"model": "lstm"}, "model=lstm: vmap does not batch its layers"),
     ({"precision": "fp16"}, "precision=fp16: autocast does not reach inside vmap (the "
-                            "members would train in fp32)"),
+                            "members would train in fp32; precision=fp32 stacks)"),
     ({"precision": "bf16"}, "precision=bf16: autocast does not reach inside vmap (the "
-                            "members would train in fp32)"),
+                            "members would train in fp32; precision=fp32 stacks)"),
+    ({"precision": "bf16", "ensemble_split": "folds"}, "the members train on different data"),
     ({"ensemble_split": "folds"}, "the members train on different data"),
 ])
 def test_what_cannot_stack_is_said_and_refused(members, changes, reason):
@@ -112,6 +113,16 @@ def test_what_cannot_stack_is_said_and_refused(members, changes, reason):
     assert stacking_problem(plans) == reason
     with pytest.raises(ValueError, match=f"members cannot train stacked: {reason[:20]}"):
         fit_members([plan.network.build() for plan in plans], plans)
+
+
+def test_what_precision_auto_picked_is_named_when_it_cannot_stack(members, monkeypatch):
+    import rul.training.precision
+
+    monkeypatch.setattr(rul.training.precision, "auto_precision",
+                        lambda device, model: ("bf16", "a CPU with native bf16"))
+    assert stacking_problem(members(precision="auto")) == (
+        "precision=auto picks bf16 here: autocast does not reach inside vmap (the members "
+        "would train in fp32; precision=fp32 stacks)")
 
 
 def test_members_of_other_configs_or_data_or_alone_do_not_stack(members):
@@ -256,3 +267,37 @@ def test_auto_trains_members_one_after_another_and_says_why(members):
         False, "auto: cannot stack (--jobs 2 trains them in separate processes)")
     assert member_training("stacked", plans) == MemberTraining(True, "asked for")
     assert member_training("sequential", plans) == MemberTraining(False, "asked for")
+
+
+@pytest.mark.parametrize("training, created, ended", [
+    ("sequential", 1, {"parent": "KILLED"}),
+    ("sequential", 3, {"parent": "KILLED", "0": "FINISHED", "1": "KILLED"}),
+    ("stacked", 1, {"parent": "KILLED"}),
+    ("stacked", 3, {"parent": "KILLED", "0": "KILLED", "1": "KILLED"}),
+])
+def test_an_interruption_while_a_run_is_created_ends_it_killed(write_cmapss, mlflow_store,
+                                                                monkeypatch, training, created,
+                                                                ended):
+    """Ctrl-C while MLflow creates the parent (1st run) or the second member (3rd): held until
+    the run's ending is in place, so no run is left RUNNING, which no later command closes
+    (no process ever held its lock)."""
+    from rul import interrupts
+
+    real, calls = MlflowClient.create_run, []
+
+    def create_run(self, *args, **kwargs):
+        run = real(self, *args, **kwargs)
+        calls.append(run)
+        if len(calls) == created:  # a signal arrives while the run is written (deferred)
+            interrupts._pending.append(KeyboardInterrupt())
+        return run
+
+    monkeypatch.setattr(MlflowClient, "create_run", create_run)
+    config = cfg.load(None, {**TINY, "ensemble": 2, "data_dir": str(write_cmapss()),
+                             "ensemble_training": training})
+    with pytest.raises(KeyboardInterrupt):
+        train_ensemble(config, progress=False)
+    runs = MlflowClient().search_runs([MlflowClient().get_experiment_by_name(
+        config.experiment_name).experiment_id])
+    assert {r.data.tags.get(MEMBER_TAG, "parent"): r.info.status for r in runs} == ended
+    assert list((mlflow_store.root / "mlruns" / "checkpoints").glob("*")) == []

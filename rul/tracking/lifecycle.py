@@ -1,10 +1,13 @@
 """How an MLflow run ends: never left RUNNING, whatever stops the work inside it."""
 
 import sys
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import ExitStack, contextmanager, suppress
 
 import mlflow
 from mlflow.tracking import MlflowClient
+
+from rul.interrupts import deferred
 
 
 @contextmanager
@@ -31,6 +34,18 @@ def run_ends_cleanly(run_id: str, stop_exceptions: tuple[type[BaseException], ..
                   file=sys.stderr)
         raise
     client.set_terminated(run_id, status="FINISHED")
+
+
+@contextmanager
+def created_run(create: Callable[[], str], stop_exceptions: tuple[type[BaseException], ...] = ()):
+    """A new run (`create()` makes it and returns its id), ended as run_ends_cleanly says, with
+    no gap between: an interruption that arrives while it is created is held until its ending
+    is in place, so the run ends KILLED, never left RUNNING."""
+    with ExitStack() as ending:
+        with deferred():  # created whole, its ending in place, then the signal
+            run_id = create()
+            ending.enter_context(run_ends_cleanly(run_id, stop_exceptions))
+        yield run_id
 
 
 @contextmanager

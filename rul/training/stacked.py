@@ -5,7 +5,8 @@ Trained one after the other on a GPU, each small step is bound by kernel launche
 arithmetic. Stacked (torch.func.stack_module_state), one vmapped forward and backward per
 micro-batch and one AdamW step carry every member: N members for the launches of one. On a
 CPU, where the arithmetic sets the time, stacking is slower than one member after the other
-(the DCNN's banded products do not stack; python -m bench members: CPU_MEASURED).
+(the DCNN's banded products do not stack; python -m bench members, 5 members: 49.9 s
+stacked, 35.0 s one after another in fp32, 24.7 s in bf16).
 
 Each member keeps what makes it itself: its initial weights (built from its own seed), its
 batch order (its shuffle seed), its gradient norm and clipping, its weight average and its
@@ -52,18 +53,20 @@ def stacking_problem(plans: list) -> str | None:
     """Why the members of `plans` (RunPlans) cannot train stacked; None when they can."""
     first = plans[0]
     same = first.config.replace(seed=0)
+    precision, asked = first.precision.name, first.config.precision
     checks = [
         (len(plans) < 2, "one member"),
         (not NETWORK_KINDS[first.config.model].stacks,
          f"model={first.config.model}: vmap does not batch its layers"),
-        (first.precision.name != "fp32", f"precision={first.precision.name}: autocast does "
-                                         "not reach inside vmap (the members would train in "
-                                         "fp32)"),
         (any(p.data is not first.data for p in plans), "the members train on different data"),
         (any(p.config.replace(seed=0) != same for p in plans[1:]),
          "the members' configs differ in more than their seed"),
         (any(p.resume is not None for p in plans), "a member resumes a checkpoint"),
         (any(p.world.size > 1 for p in plans), "a distributed run"),
+        (precision != "fp32",  # last: the one a user fixes with a key
+         f"precision={asked}{f' picks {precision} here' if asked != precision else ''}: "
+         "autocast does not reach inside vmap (the members would train in fp32; "
+         "precision=fp32 stacks)"),
     ]
     return next((reason for failed, reason in checks if failed), None)
 

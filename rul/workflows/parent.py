@@ -20,7 +20,7 @@ from mlflow.utils import mlflow_tags
 
 from rul.interrupts import deferred
 from rul.parallel import run_tasks
-from rul.tracking.lifecycle import run_ends_cleanly
+from rul.tracking.lifecycle import created_run
 from rul.tracking.run_logging import source_tags
 from rul.tracking.store import Store
 
@@ -52,11 +52,12 @@ def train_under_parent(role, store: Store, tasks: Sequence[Callable], summarize:
     tags = {**source_tags(), **role.tags}
     if role.parent_run_id:
         tags[mlflow_tags.MLFLOW_PARENT_RUN_ID] = role.parent_run_id
-    with deferred():  # the parent is created whole, or not at all
-        parent = MlflowClient().create_run(store.experiment_id, tags=tags, run_name=role.name)
-    parent_id = parent.info.run_id
+    def create() -> str:  # the parent is created whole, or not at all
+        return MlflowClient().create_run(store.experiment_id, tags=tags,
+                                         run_name=role.name).info.run_id
+
     started = time.perf_counter()
-    with run_ends_cleanly(parent_id):
+    with created_run(create) as parent_id:
         done = run_tasks([partial(task, parent_id) for task in tasks], jobs,
                          on_done=_report if jobs > 1 else None)
         runs = [ChildRun(*child, seconds) for children, seconds in done for child in children]

@@ -9,11 +9,12 @@ members are children that are never resumed: no checkpoint is written.
 """
 
 from contextlib import ExitStack
+from functools import partial
 
 from mlflow.tracking import MlflowClient
 
 from rul.interrupts import deferred
-from rul.tracking.lifecycle import active_run, run_ends_cleanly, written_to
+from rul.tracking.lifecycle import active_run, created_run, written_to
 from rul.tracking.mlflow_listener import MLflowListener
 from rul.tracking.run_checkpoints import RunCheckpoints
 from rul.tracking.run_logging import log_outcome, log_plan
@@ -26,15 +27,16 @@ def track_stacked(plans: list, roles: list[RunRole], store: Store, progress: boo
                   ) -> list[tuple]:
     """Train the members `plans` stacked, member i in an MLflow run in roles[i] (children
     never registered nor resumed), in `store`; return [(outcome, run_id)] in their order."""
+    if any(role.register or role.resumable or role.on_run_created for role in roles):
+        raise ValueError("stacked members are children: never registered, resumed or reported")
     checkpoints = RunCheckpoints(plans[0].config.checkpoint_dir)
     checkpoints.close_abandoned(MlflowClient(), store.experiment_id)
     with ExitStack() as runs:
         run_ids = []
         for plan, role in zip(plans, roles, strict=True):
-            with deferred():  # the run and its identity are written whole, or not at all
-                run_id = open_run(plan, role, store.experiment_id)
+            run_id = runs.enter_context(created_run(partial(open_run, plan, role,
+                                                            store.experiment_id)))
             run_ids.append(run_id)
-            runs.enter_context(run_ends_cleanly(run_id))
             runs.enter_context(checkpoints.held(run_id))  # its lock: alive while it trains
             with deferred(), written_to(run_id, nested=role.parent_run_id is not None):
                 log_plan(plan, role.tags)  # whole, and the run RUNNING again, then the signal

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils import mlflow_tags
 
 from rul.interrupts import deferred
-from rul.tracking.lifecycle import active_run, run_ends_cleanly
+from rul.tracking.lifecycle import active_run, created_run
 from rul.tracking.mlflow_listener import MLflowListener
 from rul.tracking.registry import register_and_promote, registered_model_name
 from rul.tracking.run_checkpoints import RunCheckpoints
@@ -58,12 +58,16 @@ def track(plan, role: RunRole, store: Store, listener: TrainingListener | None =
     config = plan.config
     checkpoints = RunCheckpoints(config.checkpoint_dir)
     checkpoints.close_abandoned(MlflowClient(), store.experiment_id, plan.resume_run_id)
-    with deferred():  # the run and its identity are written whole, or not at all
-        run_id = open_run(plan, role, store.experiment_id)
+    created = []
+
+    def create() -> str:  # the run and its identity are written whole, or not at all
+        created.append(open_run(plan, role, store.experiment_id))
         if role.on_run_created is not None:
-            role.on_run_created(run_id)
+            role.on_run_created(created[0])
+        return created[0]
+
     try:
-        with run_ends_cleanly(run_id, role.stop_exceptions), \
+        with created_run(create, role.stop_exceptions) as run_id, \
                 checkpoints.held(run_id) as checkpointer, \
                 active_run(run_id, nested=role.parent_run_id is not None):
             outcome = _train_in_run(plan, role, checkpointer, listener, progress)
@@ -75,8 +79,8 @@ def track(plan, role: RunRole, store: Store, listener: TrainingListener | None =
         checkpoints.remove(run_id)  # finished: the model lives in MLflow
         return outcome, run_id
     finally:
-        if not role.resumable:
-            checkpoints.remove(run_id)
+        if created and not role.resumable:
+            checkpoints.remove(created[0])
 
 
 def open_run(plan, role: RunRole, experiment_id: str) -> str:
