@@ -105,6 +105,59 @@ def test_an_onnx_file_of_other_weights_is_refused(tmp_path):
         check_export(other, tmp_path / "a.onnx", 30, 14)
 
 
+def _exported(path, windows: np.ndarray) -> np.ndarray:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {"windows": windows})[0]
+
+
+def test_an_architecture_is_traced_once_and_each_network_exports_its_own_weights(
+        tmp_path, monkeypatch):
+    """The second network of an architecture (an ensemble's next member) is exported from the
+    kept graph with its own weights, as a fresh trace would write it; another architecture
+    (heads here: the same weight shapes) is traced anew."""
+    from rul.serving import onnx_export
+
+    traced = []
+    real = torch.onnx.export
+    monkeypatch.setattr(torch.onnx, "export", lambda *a, **k: traced.append(1) or real(*a, **k))
+    monkeypatch.setattr(onnx_export, "_GRAPHS", onnx_export.OrderedDict())
+    first, second = (tiny_network("transformer", 14, seed=s).build().eval() for s in (0, 1))
+    for name, network in (("first", first), ("second", second), ("again", first)):
+        assert export_onnx(network, tmp_path / f"{name}.onnx", 30, 14) <= 1e-3
+    assert len(traced) == 1
+    assert (tmp_path / "first.onnx").read_bytes() == (tmp_path / "again.onnx").read_bytes()
+    windows = np.random.default_rng(1).uniform(-1, 1, (8, 30, 14)).astype(np.float32)
+    with torch.no_grad():
+        expected = second(torch.from_numpy(windows)).numpy()
+    np.testing.assert_allclose(_exported(tmp_path / "second.onnx", windows), expected, atol=1e-3)
+    assert not np.allclose(_exported(tmp_path / "first.onnx", windows), expected, atol=1e-3)
+    torch.manual_seed(1)
+    other_heads = NetworkSpec("transformer", 14, 30, 125, {**TINY, "num_heads": 4}).build().eval()
+    assert export_onnx(other_heads, tmp_path / "heads.onnx", 30, 14) <= 1e-3
+    assert len(traced) == 2
+
+
+def test_a_kept_graph_that_computes_something_else_is_traced_again(tmp_path, monkeypatch):
+    from rul.serving import onnx_export
+
+    monkeypatch.setattr(onnx_export, "_GRAPHS", onnx_export.OrderedDict())
+    network = tiny_network("transformer", 14).build().eval()
+    export_onnx(network, tmp_path / "a.onnx", 30, 14)
+    (key,) = onnx_export._GRAPHS
+    torch.manual_seed(1)  # 4 heads instead of 2: the same weights, another computation
+    other = NetworkSpec("transformer", 14, 30, 125, {**TINY, "num_heads": 4}).build().eval()
+    export_onnx(other, tmp_path / "b.onnx", 30, 14)
+    onnx_export._GRAPHS[key] = onnx_export._GRAPHS.pop(next(k for k in onnx_export._GRAPHS
+                                                             if k != key))  # a wrong graph
+    assert export_onnx(network, tmp_path / "c.onnx", 30, 14) <= 1e-3
+    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "c.onnx").read_bytes()
+    window_20 = tiny_network("cnn", 14, window=20).build().eval()  # other weights' shapes
+    onnx_export._GRAPHS[onnx_export._architecture(window_20, 20, 14)] = onnx_export._GRAPHS[key]
+    assert export_onnx(window_20, tmp_path / "d.onnx", 20, 14) <= 1e-3
+
+
 @pytest.fixture(scope="module")
 def fd001_preprocessor(fd001):
     return Preprocessor(window=30, smoothing_alpha=0.1).fit(fd001.train)

@@ -1,6 +1,7 @@
 """Export a trained torch network to ONNX for the lean runtime, and prove it computes the same.
 
-torch.onnx.export (the torch.export-based exporter) with a dynamic batch axis: input
+torch.onnx.export (the torch.export-based exporter) with a dynamic batch axis, traced once per
+architecture and process (export_onnx): input
 `windows` (batch, window, features) float32, output `rul` (batch,) in cycles, clamped to
 [0, rul_cap] like the network in eval mode. The DCNN's CPU fast path (banded products) is
 traced as its convolutions: the same layers, equal up to float32 rounding. Every export is
@@ -11,6 +12,7 @@ import contextlib
 import copy
 import logging
 import warnings
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -44,19 +46,80 @@ def _quiet():
             logger.setLevel(level)
 
 
+# Unoptimized ONNX graphs of the architectures exported in this process, the newest last: an
+# ensemble's members, a parent re-exporting them, a study's repeats share one graph.
+_GRAPHS: OrderedDict[tuple, bytes] = OrderedDict()
+KEPT_GRAPHS = 8
+
+
 def export_onnx(network: torch.nn.Module, path: str | Path, window: int,
                 n_features: int) -> float:
     """Write `network` (any device; a CPU float32 copy is exported) as ONNX to `path`; return
     the largest difference in cycles from torch on a probe batch (ExportError above
-    MAX_DIFFERENCE)."""
+    MAX_DIFFERENCE).
+
+    torch.onnx's exporter traces the network (about a second) only once per architecture and
+    process: the graph is kept unoptimized, and each export puts the network's weights in it
+    (ONNXProgram.apply_weights) before torch's optimization, so a network exported from a
+    kept graph is the file a fresh export writes. A graph that does not compute what the
+    network computes is traced again."""
     network = copy.deepcopy(network).cpu().float().eval()
+    key = _architecture(network, window, n_features)
+    if key in _GRAPHS:
+        _GRAPHS.move_to_end(key)
+        try:
+            _write(network, _GRAPHS[key], path)
+            return check_export(network, path, window, n_features)
+        except ExportError:  # not the network's graph after all: traced again
+            del _GRAPHS[key]
+    _write(network, _trace(network, window, n_features), path)
+    return check_export(network, path, window, n_features)
+
+
+def _trace(network: torch.nn.Module, window: int, n_features: int) -> bytes:
+    """torch.onnx.export's graph of `network`, unoptimized (its initializers are the network's
+    parameters and buffers, by name), kept for the architecture."""
     example = torch.zeros(2, window, n_features)
     with _quiet(), torch.no_grad():
         program = torch.onnx.export(
             network, (example,), None, input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-            dynamic_shapes=({0: torch.export.Dim("batch")},), dynamo=True, verbose=False)
+            dynamic_shapes=({0: torch.export.Dim("batch")},), dynamo=True, verbose=False,
+            optimize=False)
+    graph = program.model_proto.SerializeToString()
+    _GRAPHS[_architecture(network, window, n_features)] = graph
+    while len(_GRAPHS) > KEPT_GRAPHS:
+        _GRAPHS.popitem(last=False)
+    return graph
+
+
+def _write(network: torch.nn.Module, graph: bytes, path: str | Path) -> None:
+    """`graph` with `network`'s weights, optimized as torch.onnx.export optimizes, to `path`."""
+    import onnx
+    from onnxscript import ir
+
+    program = torch.onnx.ONNXProgram(ir.from_proto(onnx.ModelProto.FromString(graph)), None)
+    weights = {**dict(network.named_parameters()), **dict(network.named_buffers())}
+    kept = {name: tuple(value.shape) for name, value in program.model.graph.initializers.items()}
+    if kept != {name: tuple(t.shape) for name, t in weights.items()}:
+        raise ExportError(f"{path}: the kept ONNX graph's weights are not the network's")
+    with _quiet(), torch.no_grad():
+        program.apply_weights({name: t.detach() for name, t in weights.items()})
+        program.optimize()
     program.save(str(path))
-    return check_export(network, path, window, n_features)
+
+
+def _architecture(network: torch.nn.Module, window: int, n_features: int) -> tuple:
+    """What a traced graph depends on besides the weights' values: the input's shape, each
+    module's type and settings (its plain attributes: kernel sizes, heads, dropout) and each
+    weight's name, shape and dtype."""
+    plain = (bool, int, float, str, tuple, type(None))
+    modules = tuple((name, type(m).__qualname__,
+                     tuple(sorted((k, v) for k, v in vars(m).items()
+                                  if not k.startswith("_") and isinstance(v, plain))))
+                    for name, m in network.named_modules())
+    tensors = tuple((name, tuple(t.shape), str(t.dtype))
+                    for name, t in [*network.named_parameters(), *network.named_buffers()])
+    return window, n_features, modules, tensors
 
 
 def check_export(network: torch.nn.Module, path: str | Path, window: int,
