@@ -52,6 +52,7 @@ def train_under_parent(role, store: Store, tasks: Sequence[Callable], summarize:
     tags = {**source_tags(), **role.tags}
     if role.parent_run_id:
         tags[mlflow_tags.MLFLOW_PARENT_RUN_ID] = role.parent_run_id
+
     def create() -> str:  # the parent is created whole, or not at all
         return MlflowClient().create_run(store.experiment_id, tags=tags,
                                          run_name=role.name).info.run_id
