@@ -13,8 +13,9 @@
   speed     the default training step: samples/s of each path vs fp32 eager; last line
             `speed ratio: R` (bench/speed.py; no mlflow, optuna or pydantic; --compile adds
             torch.compile, --quick fewer rounds)
-  members   5 ensemble members trained at once (stacked) vs one alone: time ratio, and each
-            member's per-step difference from training it alone (bench/members.py)
+  members   5 ensemble members trained at once (stacked) vs one alone and vs the 5 one after
+            another (fp32, and at precision auto): time, and each member's per-step
+            difference from training it alone (bench/members.py)
 
 python -m bench [data|engine|tracking|accuracy|memory|speed|mistakes|lean|members ...]
                 [--quick] [--compile] [--json DIR]
