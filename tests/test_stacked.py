@@ -173,7 +173,8 @@ def _history(client, run, name: str) -> list[float]:
 
 
 def test_a_stacked_ensemble_is_tracked_as_the_one_trained_member_by_member(write_cmapss,
-                                                                           mlflow_store):
+                                                                           mlflow_store,
+                                                                           capsys):
     """The same runs, params, curves and averaged model as `auto` (on a CPU: one member after
     another), equal within float rounding when dropout draws nothing; and no lock left."""
     data_dir = str(write_cmapss())
@@ -183,6 +184,8 @@ def test_a_stacked_ensemble_is_tracked_as_the_one_trained_member_by_member(write
                                  "experiment": training, "ensemble_training": training})
         outcome, run_id = train_ensemble(config, progress=False)
         trained[training] = (outcome, _tracked(MlflowClient(), run_id))
+        said = capsys.readouterr().err
+        assert ("ensemble_training=stacked on a CPU: slower" in said) == (training == "stacked")
     (one_by_one, sequential), (outcome, stacked) = trained["auto"], trained["stacked"]
     client = MlflowClient()
 
@@ -265,7 +268,9 @@ def test_auto_trains_members_one_after_another_and_says_why(members):
         False, "auto: stacking is not measured on meta (ensemble_training=stacked opts in)")
     assert member_training("auto", elsewhere, jobs=2) == MemberTraining(
         False, "auto: cannot stack (--jobs 2 trains them in separate processes)")
-    assert member_training("stacked", plans) == MemberTraining(True, "asked for")
+    assert member_training("stacked", elsewhere) == MemberTraining(True, "asked for")
+    assert member_training("stacked", plans).note.startswith(
+        "ensemble_training=stacked on a CPU: slower than one member after another (5 members: ")
     assert member_training("sequential", plans) == MemberTraining(False, "asked for")
 
 

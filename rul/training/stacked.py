@@ -83,6 +83,7 @@ class MemberTraining:
 
     stacked: bool
     reason: str
+    note: str | None = None  # one line for the user before training (stacked on a CPU)
 
     @property
     def name(self) -> str:
@@ -101,7 +102,10 @@ def member_training(asked: str, plans: list, jobs: int = 1) -> MemberTraining:
         if problem:
             raise ConfigError(f"ensemble_training=stacked: the members cannot train stacked: "
                               f"{problem}")
-        return MemberTraining(True, "asked for")
+        slower = (f"ensemble_training=stacked on a CPU: slower than one member after another "
+                  f"({CPU_MEASURED}); ensemble_training=auto trains them so here"
+                  if plans[0].device.type == "cpu" else None)
+        return MemberTraining(True, "asked for", slower)
     if asked == "sequential":
         return MemberTraining(False, "asked for")
     if plans[0].device.type == "cpu":

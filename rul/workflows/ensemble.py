@@ -9,6 +9,7 @@ model with every member's weights, and the registered version, which becomes cha
 when its val_rmse beats the champion's.
 """
 
+import sys
 from dataclasses import replace
 from functools import partial
 
@@ -52,6 +53,8 @@ def track_ensemble(ensemble, role: RunRole, store: Store, jobs: int = 1, progres
     roles = [_member_role(config, index, split, training.name)
              for index in range(len(ensemble.members))]
     if training.stacked:  # one task: every member at once
+        if training.note:
+            print(training.note, file=sys.stderr)
         tasks = [partial(_track_stacked, ensemble.members, roles, store, progress)]
     else:
         tasks = [partial(_track_member, plan, member_role, store, progress and jobs == 1)
