@@ -158,6 +158,30 @@ def test_a_kept_graph_that_computes_something_else_is_traced_again(tmp_path, mon
     assert export_onnx(window_20, tmp_path / "d.onnx", 20, 14) <= 1e-3
 
 
+class _Scaled(torch.nn.Module):
+    """A network holding a constant that is neither a parameter nor a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear, self.scale = torch.nn.Linear(14, 1), torch.tensor(2.0)
+
+    def forward(self, x):
+        return self.linear(x[:, -1]).squeeze(-1) * self.scale
+
+
+def test_a_network_with_constants_of_its_own_exports_and_a_broken_kept_graph_is_traced_again(
+        tmp_path, monkeypatch):
+    from rul.serving import onnx_export
+
+    monkeypatch.setattr(onnx_export, "_GRAPHS", onnx_export.OrderedDict())
+    for name in ("a", "b"):  # the second from the kept graph, its own weights
+        assert export_onnx(_Scaled().eval(), tmp_path / f"{name}.onnx", 30, 14) <= 1e-3
+    (key,) = onnx_export._GRAPHS
+    onnx_export._GRAPHS[key] = b"not an ONNX graph"
+    assert export_onnx(_Scaled().eval(), tmp_path / "c.onnx", 30, 14) <= 1e-3
+    assert onnx_export._GRAPHS[key] != b"not an ONNX graph"
+
+
 @pytest.fixture(scope="module")
 def fd001_preprocessor(fd001):
     return Preprocessor(window=30, smoothing_alpha=0.1).fit(fd001.train)

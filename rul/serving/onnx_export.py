@@ -60,36 +60,43 @@ def export_onnx(network: torch.nn.Module, path: str | Path, window: int,
 
     torch.onnx's exporter traces the network (about a second) only once per architecture and
     process: the graph is kept unoptimized, and each export puts the network's weights in it
-    (ONNXProgram.apply_weights) before torch's optimization, so a network exported from a
-    kept graph is the file a fresh export writes. A graph that does not compute what the
-    network computes is traced again."""
+    (ONNXProgram.apply_weights) before torch's optimization, so the file of a kept graph is
+    byte for byte the one its fresh trace writes. A kept graph that fails in any way (it does
+    not take the network's weights, or does not compute what the network computes) is traced
+    again."""
     network = copy.deepcopy(network).cpu().float().eval()
-    key = _architecture(network, window, n_features)
+    try:
+        key = _architecture(network, window, n_features)
+        hash(key)
+    except TypeError:  # a setting that cannot be compared: traced each time
+        key = None
     if key in _GRAPHS:
         _GRAPHS.move_to_end(key)
         try:
             _write(network, _GRAPHS[key], path)
             return check_export(network, path, window, n_features)
-        except ExportError:  # not the network's graph after all: traced again
+        except Exception:  # noqa: BLE001 (not the network's graph after all: traced again)
             del _GRAPHS[key]
-    _write(network, _trace(network, window, n_features), path)
-    return check_export(network, path, window, n_features)
+    graph = _trace(network, window, n_features)
+    _write(network, graph, path)
+    difference = check_export(network, path, window, n_features)  # raises: nothing kept
+    if key is not None:
+        _GRAPHS[key] = graph
+        while len(_GRAPHS) > KEPT_GRAPHS:
+            _GRAPHS.popitem(last=False)
+    return difference
 
 
 def _trace(network: torch.nn.Module, window: int, n_features: int) -> bytes:
-    """torch.onnx.export's graph of `network`, unoptimized (its initializers are the network's
-    parameters and buffers, by name), kept for the architecture."""
+    """torch.onnx.export's graph of `network`, unoptimized: its initializers are the network's
+    parameters and buffers by name (and any constant it holds otherwise)."""
     example = torch.zeros(2, window, n_features)
     with _quiet(), torch.no_grad():
         program = torch.onnx.export(
             network, (example,), None, input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
             dynamic_shapes=({0: torch.export.Dim("batch")},), dynamo=True, verbose=False,
             optimize=False)
-    graph = program.model_proto.SerializeToString()
-    _GRAPHS[_architecture(network, window, n_features)] = graph
-    while len(_GRAPHS) > KEPT_GRAPHS:
-        _GRAPHS.popitem(last=False)
-    return graph
+    return program.model_proto.SerializeToString()
 
 
 def _write(network: torch.nn.Module, graph: bytes, path: str | Path) -> None:
@@ -99,9 +106,9 @@ def _write(network: torch.nn.Module, graph: bytes, path: str | Path) -> None:
 
     program = torch.onnx.ONNXProgram(ir.from_proto(onnx.ModelProto.FromString(graph)), None)
     weights = {**dict(network.named_parameters()), **dict(network.named_buffers())}
-    kept = {name: tuple(value.shape) for name, value in program.model.graph.initializers.items()}
-    if kept != {name: tuple(t.shape) for name, t in weights.items()}:
-        raise ExportError(f"{path}: the kept ONNX graph's weights are not the network's")
+    shapes = {name: tuple(value.shape) for name, value in program.model.graph.initializers.items()}
+    if any(shapes.get(name) != tuple(t.shape) for name, t in weights.items()):
+        raise ExportError(f"{path}: the ONNX graph does not take the network's weights")
     with _quiet(), torch.no_grad():
         program.apply_weights({name: t.detach() for name, t in weights.items()})
         program.optimize()
