@@ -196,6 +196,11 @@ def test_a_stacked_ensemble_is_tracked_as_the_one_trained_member_by_member(write
     assert stacked.parent.data.tags[TRAINING_REASON_TAG] == "asked for"
     assert stacked.parent.info.status == "FINISHED"
     assert outcome.member_run_ids == [r.info.run_id for r in stacked.members]
+    # trained at once: every member's run is open until the last one's starts (one after
+    # another, a member starts when the one before it has ended)
+    assert max(r.info.start_time for r in stacked.members) < \
+        min(r.info.end_time for r in stacked.members)
+    assert sequential.members[1].info.start_time >= sequential.members[0].info.end_time
     for key in ("val_rmse", "test_rmse"):
         assert outcome.metrics[key] == pytest.approx(one_by_one.metrics[key], rel=1e-5)
     for s, q in zip(stacked.members, sequential.members, strict=True):
