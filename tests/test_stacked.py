@@ -261,6 +261,36 @@ def test_an_interrupted_stacked_ensemble_ends_every_run_killed(write_cmapss, mlf
     assert list((mlflow_store.root / "mlruns" / "checkpoints").glob("*")) == []
 
 
+@pytest.mark.parametrize("training, module", [("sequential", "rul.workflows.tracked"),
+                                              ("stacked", "rul.workflows.stacked")])
+def test_an_interruption_while_members_are_logged_keeps_a_logged_member_finished(
+        write_cmapss, mlflow_store, monkeypatch, training, module):
+    """Ctrl-C while the second member's results are logged: the first member, whose results
+    and model are logged whole, stays FINISHED, stacked as one after another."""
+    import importlib
+
+    target, calls = importlib.import_module(module), []
+    real = target.log_outcome
+
+    def log_outcome(outcome):
+        calls.append(outcome)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(outcome)
+
+    monkeypatch.setattr(target, "log_outcome", log_outcome)
+    config = cfg.load(None, {**TINY, "ensemble": 2, "data_dir": str(write_cmapss()),
+                             "ensemble_training": training})
+    with pytest.raises(KeyboardInterrupt):
+        train_ensemble(config, progress=False)
+    runs = MlflowClient().search_runs([MlflowClient().get_experiment_by_name(
+        config.experiment_name).experiment_id])
+    assert len(calls) == 2
+    assert {r.data.tags.get(MEMBER_TAG, "parent"): r.info.status for r in runs} == {
+        "parent": "KILLED", "0": "FINISHED", "1": "KILLED"}
+    assert list((mlflow_store.root / "mlruns" / "checkpoints").glob("*")) == []
+
+
 def test_auto_trains_members_one_after_another_and_says_why(members):
     """On a CPU, by measurement; elsewhere until measured (a meta device stands in for a
     GPU), or because they cannot stack."""

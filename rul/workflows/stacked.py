@@ -3,9 +3,10 @@
 What `track` does for one plan, done for several at once: every member's run is created and
 its plan logged before training starts, each run's lock held (so a process killed even with
 SIGKILL leaves runs the next command closes), each member's steps and epochs logged to its
-own run by its own listener, then each member's results and model. However the training
-ends, every run ends with it: FINISHED, KILLED on an interruption, FAILED on an error. The
-members are children that are never resumed: no checkpoint is written.
+own run by its own listener, then each member's results and model, its run ending FINISHED
+once they are logged. However the training ends, every run still open ends with it: KILLED
+on an interruption, FAILED on an error. The members are children that are never resumed: no
+checkpoint is written.
 """
 
 from contextlib import ExitStack
@@ -32,19 +33,25 @@ def track_stacked(plans: list, roles: list[RunRole], store: Store, progress: boo
     checkpoints = RunCheckpoints(plans[0].config.checkpoint_dir)
     checkpoints.close_abandoned(MlflowClient(), store.experiment_id)
     with ExitStack() as runs:
-        run_ids = []
+        run_ids, endings = [], []
         for plan, role in zip(plans, roles, strict=True):
-            run_id = runs.enter_context(created_run(partial(open_run, plan, role,
-                                                            store.experiment_id)))
+            ending = runs.enter_context(ExitStack())  # this member's: its run's end, its lock
+            run_id = ending.enter_context(created_run(partial(open_run, plan, role,
+                                                              store.experiment_id)))
+            ending.enter_context(checkpoints.held(run_id))  # its lock: alive while it trains
             run_ids.append(run_id)
-            runs.enter_context(checkpoints.held(run_id))  # its lock: alive while it trains
+            endings.append(ending)
             with deferred(), written_to(run_id, nested=role.parent_run_id is not None):
                 log_plan(plan, role.tags)  # whole, and the run RUNNING again, then the signal
         trackers = [MLflowListener.of(plan, run_id)
                     for plan, run_id in zip(plans, run_ids, strict=True)]
         outcomes = train_members(plans, trackers, progress)
-        for outcome, run_id, role in zip(outcomes, run_ids, roles, strict=True):
-            # results whole, then the signal
-            with active_run(run_id, nested=role.parent_run_id is not None), deferred():
-                log_outcome(outcome)
+        for outcome, run_id, role, ending in zip(outcomes, run_ids, roles, endings,
+                                                 strict=True):
+            # results whole and the run ended FINISHED, then the signal: an interruption
+            # while a later member is logged leaves this one FINISHED (as one after another)
+            with deferred():
+                with active_run(run_id, nested=role.parent_run_id is not None):
+                    log_outcome(outcome)
+                ending.close()
     return list(zip(outcomes, run_ids, strict=True))
