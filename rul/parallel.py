@@ -72,6 +72,9 @@ def _in_processes(tasks, jobs, on_done) -> list[tuple[object, float]]:
                 on_done(index, *results[index])
     except BaseException:  # a task failed, or this process was signalled: stop the rest
         _stop(workers)
+        # tasks no worker will take may still fill the queue's pipe: its feeder thread would
+        # block this process's exit forever (hung after Ctrl-C), so it is not waited for
+        todo.cancel_join_thread()
         raise
     for worker in workers:
         worker.join()

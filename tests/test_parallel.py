@@ -1,0 +1,39 @@
+"""rul.parallel: tasks in worker processes, and a batch that ends early still lets this
+process exit."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Tasks too big for a pipe's buffer, the first one failing: the second worker is stopped with
+# tasks still queued for it (what a Ctrl-C or a failed seed leaves in `rul evaluate --jobs 2`).
+FAILING_BATCH = textwrap.dedent("""
+    import functools
+    from rul.parallel import run_tasks
+
+    def task(payload, fail):
+        if fail:
+            raise ValueError("the first task fails")
+        import time
+        time.sleep(30)
+
+    if __name__ == "__main__":
+        tasks = [functools.partial(task, b"x" * 2**20, i == 0) for i in range(8)]
+        try:
+            run_tasks(tasks, jobs=2)
+        except ValueError as error:
+            print("raised:", error, flush=True)
+""")
+
+
+def test_a_batch_stopped_with_tasks_still_queued_lets_the_process_exit(tmp_path):
+    script = tmp_path / "batch.py"
+    script.write_text(FAILING_BATCH)
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env={"PYTHONPATH": str(ROOT),
+                                                      "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "raised: the first task fails"
