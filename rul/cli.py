@@ -1,6 +1,7 @@
 """Command line: `rul train`, `rul evaluate`, `rul predict`, `rul tune`, `rul report`."""
 
 import errno
+import math
 import os
 import sys
 from contextlib import contextmanager
@@ -362,12 +363,20 @@ def predict(model_uri, input_path, output, tracking_uri, short_history, strict, 
         click.echo(result.to_csv(index=False), nl=False)
 
 
+def _positive_seconds(ctx, param, value: float | None) -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise click.BadParameter(f"{value} is not a number of seconds > 0")
+    return value
+
+
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.argument("config_path", required=False, metavar="[CONFIG]")
 @click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
-@click.option("--n-trials", type=int, default=None, help="Trials to add (default: config).")
-@click.option("--timeout", type=float, default=None, help="Stop starting trials after S seconds.")
-@click.option("--workers", type=int, default=1, show_default=True,
+@click.option("--n-trials", type=click.IntRange(min=1), default=None,
+              help="Trials to add (default: config).")
+@click.option("--timeout", type=float, default=None, callback=_positive_seconds,
+              help="Stop starting trials after S seconds.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Parallel worker processes on this machine (journal storage).")
 @click.option("--storage", default=None,
               help="Optuna storage URL (default: sqlite, or a journal file with --workers>1).")

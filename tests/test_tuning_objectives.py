@@ -76,6 +76,23 @@ def test_cli_refuses_a_bad_objective_with_exit_code_2(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("option, value, said", [
+    ("--n-trials", "0", "Invalid value for '--n-trials': 0 is not in the range x>=1."),
+    ("--n-trials", "-3", "Invalid value for '--n-trials': -3 is not in the range x>=1."),
+    ("--workers", "0", "Invalid value for '--workers': 0 is not in the range x>=1."),
+    ("--timeout", "-1", "Invalid value for '--timeout': -1.0 is not a number of seconds > 0"),
+    ("--timeout", "nan", "Invalid value for '--timeout': nan is not a number of seconds > 0"),
+])
+def test_cli_refuses_a_study_that_could_run_no_trial(tmp_path, monkeypatch, option, value,
+                                                     said):
+    """Before, 0 trials or workers ran nothing and exited 0, leaving a store and a study."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["tune", str(TUNE_PATH), option, value])
+    assert result.exit_code == 2, result.output
+    assert said in result.output and "Traceback" not in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
 # ---------------------------------------------------------------- values and the chosen trial
 
 
