@@ -467,6 +467,26 @@ def test_pruning_study_parent_counts_states(pruning):
 # ---------------------------------------------------------------- failures
 
 
+def test_a_trial_whose_config_the_data_refuses_is_pruned_in_one_line(
+        tmp_path, real_data_dir, mlflow_store_at, capfd):
+    """A window longer than every training unit: each trial pruned before training with the
+    reason (no run, no traceback); before, each failed with Optuna's traceback."""
+    config = make_config(tmp_path, real_data_dir, register=False,
+                         search_space={"window": {"type": "int", "low": 500, "high": 600}})
+    storage, name = f"sqlite:///{tmp_path}/optuna.db", "tune-refused"
+    with mlflow_store_at(tmp_path):
+        run_study(config, n_trials=2, storage=storage, study_name=name)
+    trials = optuna.load_study(study_name=name, storage=storage).trials
+    assert [t.state for t in trials] == [TrialState.PRUNED] * 2
+    said = capfd.readouterr().err
+    assert "Traceback" not in said and "failed" not in said
+    for trial in trials:
+        reason = trial.user_attrs["prune_reason"]
+        assert reason.startswith(f"window={trial.params['window']}: ") and "FD001" in reason
+        assert f"trial {trial.number}: pruned before training: {reason}\n" in said
+        assert "mlflow_run_id" not in trial.user_attrs
+
+
 def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch, real_data_dir,
                                                            mlflow_store_at):
     """1st trial: track raises before any run; 2nd: CUDA out of memory (pruned, not

@@ -224,8 +224,7 @@ def objective_for(base: TuningConfig, parent_run_id: str, store: Store):
         values = suggest(trial, base.search_space)
         changes, reason = trial_overrides(base, values)
         if reason:
-            trial.set_user_attr("prune_reason", reason)
-            raise optuna.TrialPruned(reason)
+            _pruned_before_training(trial, reason)
         config = base.train.replace(**changes, register=False,
                                     checkpoint_dir=str(Path(base.train.checkpoint_dir) / "tune"))
         tags = {"optuna.trial": str(trial.number), "optuna.study": trial.study.study_name}
@@ -236,7 +235,11 @@ def objective_for(base: TuningConfig, parent_run_id: str, store: Store):
                        on_run_created=lambda run_id: trial.set_user_attr("mlflow_run_id", run_id))
         try:
             with immediate():  # training may stop at once; its own writes defer the signal
-                outcome, _ = track(plan_run(config), role, store, None if multi else
+                try:
+                    plan = plan_run(config)
+                except ConfigError as error:  # the data refuses it: a window over every unit
+                    _pruned_before_training(trial, str(error))
+                outcome, _ = track(plan, role, store, None if multi else
                                    PruningListener(trial), progress=False)
         except optuna.TrialPruned as pruned:
             _mark(trial, "PRUNED", str(pruned))
@@ -263,6 +266,14 @@ def _is_out_of_memory(error: BaseException) -> bool:
     import torch
 
     return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error)
+
+
+def _pruned_before_training(trial: optuna.Trial, reason: str) -> None:
+    """A trial whose drawn config cannot train (no MLflow run): pruned, its reason one line
+    on stderr and on the trial, never a traceback."""
+    trial.set_user_attr("prune_reason", reason)
+    print(f"trial {trial.number}: pruned before training: {reason}", file=sys.stderr)
+    raise optuna.TrialPruned(reason)
 
 
 def _mark(trial, state: str, reason: str) -> None:
