@@ -89,8 +89,12 @@ def _read(path, overrides) -> tuple[dict, dict, str, str]:
     if isinstance(overrides, dict):
         changes, changes_source = overrides, "overrides"
     else:
-        changes = dict(_parse_override(item) for item in overrides or [])
-        changes_source = COMMAND_LINE
+        changes, changes_source = {}, COMMAND_LINE
+        for key, value in map(_parse_override, overrides or []):
+            if key in changes and changes[key] != value:
+                raise ConfigError(f"{COMMAND_LINE}: {key} given twice ({key}={changes[key]!r}, "
+                                  f"{key}={value!r}): give it once")
+            changes[key] = value
     return values, changes, str(path) if path is not None else "config", changes_source
 
 
@@ -104,7 +108,7 @@ def _yaml_mapping(path: Path) -> dict:
     except OSError as error:
         raise ConfigError(f"{path}: cannot be read ({error.strerror})") from None
     try:
-        values = yaml.safe_load(text) or {}
+        values = yaml.load(text, Loader=_UniqueKeys) or {}
     except yaml.MarkedYAMLError as error:
         raise ConfigError(_yaml_problem(path, error)) from None
     except yaml.YAMLError as error:
@@ -112,6 +116,24 @@ def _yaml_mapping(path: Path) -> dict:
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: expected a mapping of keys to values")
     return values
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """safe_load's loader, but a key given twice in one mapping is an error (YAML requires
+    unique keys; PyYAML would keep the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if isinstance(key, str | int | float | bool) and key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} given twice (first on line {seen[key]})",
+                        key_node.start_mark)
+                if isinstance(key, str | int | float | bool):
+                    seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
 
 
 def _yaml_problem(path: Path, error: yaml.MarkedYAMLError) -> str:
