@@ -197,12 +197,12 @@ def test_ctrl_c_while_the_config_loads_exits_130_with_nothing_started(command, m
     from rul.cli import main
     from rul.config import loading
 
-    def interrupted_while_reading(text):  # SIGINT: without rul's handler, click's "Aborted!"
+    def interrupted_while_reading(text, Loader):  # SIGINT: without rul's handler, "Aborted!"
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.05)  # the handler raises here
         raise AssertionError("the signal was not raised")
 
-    monkeypatch.setattr(loading.yaml, "safe_load", interrupted_while_reading)
+    monkeypatch.setattr(loading.yaml, "load", interrupted_while_reading)
     monkeypatch.chdir(tmp_path)
     path = Path(__file__).resolve().parents[1] / "experiments" / (
         "tune_fd001.yaml" if command == "tune" else "fd001.yaml")

@@ -89,12 +89,9 @@ def _read(path, overrides) -> tuple[dict, dict, str, str]:
     if isinstance(overrides, dict):
         changes, changes_source = overrides, "overrides"
     else:
-        changes, changes_source = {}, COMMAND_LINE
-        for key, value in map(_parse_override, overrides or []):
-            if key in changes and changes[key] != value:
-                raise ConfigError(f"{COMMAND_LINE}: {key} given twice ({key}={changes[key]!r}, "
-                                  f"{key}={value!r}): give it once")
-            changes[key] = value
+        # a key given again wins, so that scripts may append to a line of overrides
+        changes = dict(_parse_override(item) for item in overrides or [])
+        changes_source = COMMAND_LINE
     return values, changes, str(path) if path is not None else "config", changes_source
 
 
