@@ -1,6 +1,9 @@
 """rul.parallel: tasks in worker processes, and a batch that ends early still lets this
 process exit."""
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -34,8 +37,14 @@ def test_a_batch_stopped_with_tasks_still_queued_lets_the_process_exit(tmp_path)
     processes import torch on a busy machine)."""
     script = tmp_path / "batch.py"
     script.write_text(FAILING_BATCH)
-    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={"PYTHONPATH": str(ROOT),
-                                                      "PATH": "/usr/bin:/bin"})
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "raised: the first task fails"
+    process = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    try:
+        out, err = process.communicate(timeout=300)
+    finally:  # hung: its workers too are stopped, none left behind
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert process.returncode == 0, err[-2000:]
+    assert out.strip() == "raised: the first task fails"
