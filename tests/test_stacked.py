@@ -172,6 +172,16 @@ def _history(client, run, name: str) -> list[float]:
                                     key=lambda m: m.step)]
 
 
+def _interrupted(config) -> dict[str, str]:
+    """Train the ensemble of `config`, which must end interrupted; each run's status, by
+    member (or "parent")."""
+    with pytest.raises(KeyboardInterrupt):
+        train_ensemble(config, progress=False)
+    runs = MlflowClient().search_runs([MlflowClient().get_experiment_by_name(
+        config.experiment_name).experiment_id])
+    return {r.data.tags.get(MEMBER_TAG, "parent"): r.info.status for r in runs}
+
+
 def test_a_stacked_ensemble_is_tracked_as_the_one_trained_member_by_member(write_cmapss,
                                                                            mlflow_store,
                                                                            capsys):
@@ -250,12 +260,7 @@ def test_an_interrupted_stacked_ensemble_ends_every_run_killed(write_cmapss, mlf
     monkeypatch.setattr(StackedMembers, "validation_rmse", interrupted)
     config = cfg.load(None, {**TINY, "ensemble": 2, "data_dir": str(write_cmapss()),
                              "ensemble_training": "stacked", "register": True})
-    with pytest.raises(KeyboardInterrupt):
-        train_ensemble(config, progress=False)
-    runs = MlflowClient().search_runs([MlflowClient().get_experiment_by_name(
-        config.experiment_name).experiment_id])
-    status = {r.data.tags.get(MEMBER_TAG, "parent"): r.info.status for r in runs}
-    assert status == {"parent": "KILLED", "0": "KILLED", "1": "KILLED"}
+    assert _interrupted(config) == {"parent": "KILLED", "0": "KILLED", "1": "KILLED"}
     assert seen == ["RUNNING"] * 3  # while they trained: a SIGKILL leaves them for closing
     assert MlflowClient().search_registered_models() == []
     assert list((mlflow_store.root / "mlruns" / "checkpoints").glob("*")) == []
@@ -281,13 +286,8 @@ def test_an_interruption_while_members_are_logged_keeps_a_logged_member_finished
     monkeypatch.setattr(target, "log_outcome", log_outcome)
     config = cfg.load(None, {**TINY, "ensemble": 2, "data_dir": str(write_cmapss()),
                              "ensemble_training": training})
-    with pytest.raises(KeyboardInterrupt):
-        train_ensemble(config, progress=False)
-    runs = MlflowClient().search_runs([MlflowClient().get_experiment_by_name(
-        config.experiment_name).experiment_id])
+    assert _interrupted(config) == {"parent": "KILLED", "0": "FINISHED", "1": "KILLED"}
     assert len(calls) == 2
-    assert {r.data.tags.get(MEMBER_TAG, "parent"): r.info.status for r in runs} == {
-        "parent": "KILLED", "0": "FINISHED", "1": "KILLED"}
     assert list((mlflow_store.root / "mlruns" / "checkpoints").glob("*")) == []
 
 
@@ -335,9 +335,5 @@ def test_an_interruption_while_a_run_is_created_ends_it_killed(write_cmapss, mlf
     monkeypatch.setattr(MlflowClient, "create_run", create_run)
     config = cfg.load(None, {**TINY, "ensemble": 2, "data_dir": str(write_cmapss()),
                              "ensemble_training": training})
-    with pytest.raises(KeyboardInterrupt):
-        train_ensemble(config, progress=False)
-    runs = MlflowClient().search_runs([MlflowClient().get_experiment_by_name(
-        config.experiment_name).experiment_id])
-    assert {r.data.tags.get(MEMBER_TAG, "parent"): r.info.status for r in runs} == ended
+    assert _interrupted(config) == ended
     assert list((mlflow_store.root / "mlruns" / "checkpoints").glob("*")) == []

@@ -124,12 +124,13 @@ class _UniqueKeys(yaml.SafeLoader):
             seen = {}
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=True)
-                if isinstance(key, str | int | float | bool) and key in seen:
+                if not isinstance(key, str | int | float | bool):
+                    continue  # an unhashable key: SafeLoader's own error says so
+                if key in seen:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"key {key!r} given twice (first on line {seen[key]})",
                         key_node.start_mark)
-                if isinstance(key, str | int | float | bool):
-                    seen[key] = key_node.start_mark.line + 1
+                seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep)
 
 
