@@ -40,7 +40,8 @@ USER_ERRORS = (("rul.config", "ConfigError"), ("rul.data.errors", "DataError"),
                ("rul.data.errors", "DataUnavailableError"),
                ("mlflow.exceptions", "MlflowException"),
                ("rul.tracking.run_checkpoints", "CannotResume"),
-               ("rul.training.checkpoint", "CheckpointDamaged"))
+               ("rul.training.checkpoint", "CheckpointDamaged"),
+               ("rul.training.checkpoint", "CheckpointRefused"))
 
 
 def _user_errors() -> tuple:

@@ -5,6 +5,8 @@ over (one line, exit 2, no damaged file left, the run not left RUNNING).
 Synthetic C-MAPSS files and a tiny model: each training takes a second or two.
 """
 
+import hashlib
+import io
 import os
 import signal
 import subprocess
@@ -88,6 +90,99 @@ def test_the_previous_checkpoint_is_kept_and_a_crash_mid_write_leaves_it(tmp_pat
     monkeypatch.undo()
     Checkpointer(path).remove()
     assert list(tmp_path.iterdir()) == []  # the newest, the previous and the partial one
+
+
+class RunsCode:
+    """What an attacker pickles: unpickling it calls os.system."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def crafted(path: Path, marker: Path, header: bytes | None) -> None:
+    """A checkpoint whose unpickling would run a command, with a valid digest under `header`
+    (today's, an earlier rul's) or none (torch.save's bare zip)."""
+    buffer = io.BytesIO()
+    torch.save({"model": {}, "train_state": RunsCode(marker)}, buffer)
+    payload = buffer.getvalue()
+    path.write_bytes(payload if header is None
+                     else header + hashlib.sha256(payload).digest() + payload)
+
+
+@pytest.mark.parametrize("header", [checkpoint.MAGIC, checkpoint.LEGACY_MAGIC, None],
+                         ids=["today", "earlier", "bare-zip"])
+def test_a_crafted_checkpoint_runs_nothing_and_is_refused_in_one_line(tmp_path, header):
+    path, marker = tmp_path / "run.pt", tmp_path / "ran"
+    crafted(path, marker, header)
+    with pytest.raises(checkpoint.CheckpointRefused) as error:
+        checkpoint.load(path)
+    assert not marker.exists()  # nothing ran
+    said = str(error.value)
+    assert said.startswith(f"checkpoint {path} is refused: it holds objects that are not "
+                           "tensors or plain data (posix.system), which rul never writes; "
+                           "nothing in it was run.")
+    assert "\n" not in said and path.exists()  # left as it is: the user decides
+
+
+def test_what_the_trainer_writes_loads_with_torchs_weights_only_unpickler_alone(synthetic):
+    """No allowance: tensors, dicts, lists, numbers and strings, the random states included."""
+    store, args, config = synthetic
+    path = RunCheckpoints(config.checkpoint_dir).path(interrupted_run(config))
+    data = path.read_bytes()
+    assert data.startswith(checkpoint.MAGIC)
+    state = torch.load(io.BytesIO(data[len(checkpoint.MAGIC) + checkpoint.DIGEST_SIZE:]),
+                       weights_only=True)
+    assert state["train_state"]["epoch"] == 2 and state["rng"]["numpy"]["key"].numel() == 624
+
+
+def test_a_checkpoint_of_the_earlier_format_is_read_safely_and_resumes(synthetic, monkeypatch):
+    """An earlier rul pickled its TrainState (as rul.training.engine.TrainState) and numpy's
+    random state: read with those two allowed and nothing else, and the run goes on."""
+    import numpy as np
+
+    from rul.training.state import TrainState
+
+    store, args, config = synthetic
+    run_id = interrupted_run(config)
+    path = RunCheckpoints(config.checkpoint_dir).path(run_id)
+    state = checkpoint.load(path)
+    numpy_state = np.random.get_state()
+    state["train_state"] = TrainState.from_dict(state["train_state"])
+    state["rng"]["numpy"] = numpy_state
+    monkeypatch.setattr(TrainState, "__module__", "rul.training.engine")  # its name then
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    monkeypatch.undo()
+    payload = buffer.getvalue()
+    assert b"rul.training.engine" in payload and b"numpy" in payload
+    path.write_bytes(checkpoint.LEGACY_MAGIC + hashlib.sha256(payload).digest() + payload)
+
+    loaded = checkpoint.load(path)
+    assert loaded["train_state"]["epoch"] == 2
+    checkpoint.restore_rng_state(loaded["rng"])
+    assert all(np.array_equal(a, b) for a, b in zip(np.random.get_state(), numpy_state,
+                                                    strict=True))
+    result = resume(args)
+    assert result.exit_code == 0, result.output
+    assert MlflowClient(store.uri).get_run(run_id).info.status == "FINISHED"
+
+
+def test_resume_from_a_crafted_checkpoint_runs_nothing_and_ends_in_one_line(synthetic):
+    store, args, config = synthetic
+    run_id = interrupted_run(config)
+    path = RunCheckpoints(config.checkpoint_dir).path(run_id)
+    marker = path.parent / "ran"
+    crafted(path, marker, checkpoint.MAGIC)
+    result = resume(args)
+    assert result.exit_code == 2, result.output
+    assert not marker.exists()
+    assert result.stderr.startswith(f"Error: checkpoint {path} is refused: ")
+    assert result.stderr.count("\n") == 1
+    assert path.exists()  # evidence kept; the run stays as it was
+    assert MlflowClient(store.uri).get_run(run_id).info.status == "KILLED"
 
 
 # ---------------------------------------------------------------- --resume

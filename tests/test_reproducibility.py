@@ -102,7 +102,7 @@ def test_kill_and_resume_matches_the_uninterrupted_run(real_data_dir, fd001, tmp
         run_training(config, fd001, listener=InterruptAtEpoch(2), checkpointer=checkpointer,
                      progress=False)
     checkpoint = checkpointer.load()
-    assert checkpoint["train_state"].epoch == 2
+    assert checkpoint["train_state"]["epoch"] == 2
     resumed = run_training(config, fd001, ResumeTarget(checkpointer.path), progress=False)
 
     assert resumed.state.epoch == 3

@@ -184,7 +184,7 @@ def test_a_checkpoint_moves_between_a_host_run_and_a_sync_free_run(windows, monk
 
     class Keep:
         def save(self, parts, state):
-            saved.update(copy.deepcopy({**parts.state_dict(), "train_state": state,
+            saved.update(copy.deepcopy({**parts.state_dict(), "train_state": state.as_dict(),
                                         "rng": {"python": None}}))
 
     monkeypatch.setattr(optim, "make_optimizer",

@@ -57,10 +57,7 @@ def main() -> None:
     result = {}
     for name, (path, extra) in CASES.items():
         config = cfg.load(path, COMMON + extra)
-        if config.ensemble > 1:
-            plans = plan_ensemble(config).members
-        else:
-            plans = [plan_run(config)]
+        plans = plan_ensemble(config).members if config.ensemble > 1 else [plan_run(config)]
         result[name] = [fingerprint_of(train(plan, progress=False)) for plan in plans]
         print(f"{name}: {[r['weights'][:12] for r in result[name]]}", file=sys.stderr)
     json.dump(result, sys.stdout, indent=1, sort_keys=True)

@@ -164,7 +164,7 @@ class RunCheckpoints:
                 "no earlier one is intact (the files were removed); start the run over: the "
                 "same command without --resume") from None
         os.replace(checkpoint.previous(path), path)
-        epoch = earlier["train_state"].epoch
+        epoch = earlier["train_state"]["epoch"]
         print(f"run {rid}: its newest checkpoint is {found}; resuming from the one before it, "
               f"after epoch {epoch}", file=sys.stderr)
         client.set_tag(rid, CHECKPOINT_TAG, f"the newest {found}: resumed from the one before "

@@ -1,29 +1,40 @@
 """Checkpoints that can be trusted: everything needed to continue a run exactly where it
-stopped, written so that a crash never leaves less than the previous good checkpoint, and
-verified when read.
+stopped, written so that a crash never leaves less than the previous good checkpoint,
+verified when read, and never able to run code.
 
 A checkpoint file is a header, MAGIC and the SHA-256 of what follows, then torch.save's
-bytes. `save` writes `<name>.part` and syncs it to disk, keeps the current file as
-`<name>.prev`, renames the new one into place and syncs the folder: a crash at any moment
-leaves the newest complete checkpoint under `<name>` or `<name>.prev`. `load` checks the
-digest before unpickling and raises CheckpointDamaged for a file cut short, changed or
-unreadable. A file without the header (torch.save's zip, written by an older rul) is read as
-it is.
+bytes of tensors and plain data only (dicts, lists, tuples, numbers, strings: `plain`
+checks it when writing). `save` writes `<name>.part` and syncs it to disk, keeps the current
+file as `<name>.prev`, renames the new one into place and syncs the folder: a crash at any
+moment leaves the newest complete checkpoint under `<name>` or `<name>.prev`. `load` checks
+the digest, then reads with torch's weights-only unpickler, which builds nothing but
+tensors and plain data: a file that holds anything else (a crafted file naming a function
+to call) is refused with CheckpointRefused before any of it runs; a file cut short, changed
+or unreadable raises CheckpointDamaged.
+
+Files of an earlier rul (the header LEGACY_MAGIC, or torch.save's bare zip without one) hold
+two objects besides: the run's TrainState and numpy's random state. They are read with the
+same unpickler, allowed those two kinds of object and nothing more (LEGACY_GLOBALS), and
+turned into the plain form.
 """
 
 import hashlib
 import io
 import os
 import random
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from rul.interrupts import deferred
+from rul.training.state import TrainState
 
-MAGIC = b"rul-checkpoint-sha256\n"
+MAGIC = b"rul-checkpoint-v2-sha256\n"  # tensors and plain data only
+LEGACY_MAGIC = b"rul-checkpoint-sha256\n"  # an earlier rul's: its TrainState, numpy's state
 DIGEST_SIZE = hashlib.sha256().digest_size
+PLAIN = (str, int, float, bool, bytes, type(None), torch.Tensor, torch.dtype, torch.Size)
 
 
 class CheckpointDamaged(Exception):
@@ -34,8 +45,23 @@ class CheckpointDamaged(Exception):
         self.path, self.reason = Path(path), reason
 
 
+class CheckpointRefused(Exception):
+    """A checkpoint that holds more than tensors and plain data: rul never writes one, so it
+    is not read (nothing in it ran) and left where it is."""
+
+    def __init__(self, path: Path, found: list[str]):
+        named = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        super().__init__(
+            f"checkpoint {path} is refused: it holds objects that are not tensors or plain "
+            f"data ({named}), which rul never writes; nothing in it was run. If you did not "
+            "make it, delete it; to continue the run, resume from a checkpoint rul wrote, or "
+            "start over: the same command without --resume")
+        self.path, self.found = Path(path), found
+
+
 def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+    """The global random streams as plain data (numpy's key array as an int64 tensor)."""
+    state = {"python": random.getstate(), "numpy": _plain_numpy_state(np.random.get_state()),
              "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -44,10 +70,35 @@ def rng_state() -> dict:
 
 def restore_rng_state(state: dict) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    saved = state["numpy"]
+    np.random.set_state((saved["bit_generator"], saved["key"].numpy().astype(np.uint32),
+                         saved["pos"], saved["has_gauss"], saved["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _plain_numpy_state(state: tuple) -> dict:
+    """np.random.get_state()'s tuple as plain data."""
+    name, key, pos, has_gauss, cached = state
+    return {"bit_generator": str(name), "key": torch.from_numpy(key.astype(np.int64)),
+            "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
+
+
+def plain(value, where: str = "state"):
+    """`value` with numpy's scalars made Python numbers; TypeError naming the place of
+    anything that is not a tensor or plain data (it would not load: a bug, said at once)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, PLAIN):
+        return value
+    if isinstance(value, dict):
+        items = [(k, plain(v, f"{where}[{k!r}]")) for k, v in value.items()]
+        return OrderedDict(items) if isinstance(value, OrderedDict) else dict(items)
+    if isinstance(value, list | tuple):
+        return type(value)(plain(v, f"{where}[{i}]") for i, v in enumerate(value))
+    raise TypeError(f"a checkpoint holds tensors and plain data only: {where} is a "
+                    f"{type(value).__qualname__}")
 
 
 def previous(path: str | Path) -> Path:
@@ -68,7 +119,7 @@ def save(path: str | Path, state: dict) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
-    torch.save(state, buffer)
+    torch.save(plain(state), buffer)
     payload = buffer.getbuffer()
     try:
         with open(partial(path), "wb") as file:
@@ -86,33 +137,80 @@ def save(path: str | Path, state: dict) -> None:
 
 
 def load(path: str | Path) -> dict:
-    """The checkpoint at `path`, verified, with every tensor on the CPU; CheckpointDamaged if
-    it cannot be trusted, FileNotFoundError if there is none.
+    """The checkpoint at `path`, verified, with every tensor on the CPU; CheckpointRefused
+    if it holds anything but tensors and plain data, CheckpointDamaged if it cannot be
+    trusted, FileNotFoundError if there is none.
 
     Read onto the CPU whatever device wrote it or will train on: the training parts'
     load_state_dict put each tensor on its parameter's device, and the random states must
     stay CPU ByteTensors (torch.set_rng_state and torch.cuda.set_rng_state take no other)."""
     path = Path(path)
-    payload = _verified_payload(path, path.read_bytes())
+    data = path.read_bytes()
+    payload, legacy = _verified_payload(path, data)
+    allowed = LEGACY_GLOBALS if legacy else []
     try:
-        return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+        with torch.serialization.safe_globals(allowed):
+            state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     except Exception as error:  # unpickling raises anything from a damaged stream
+        found = _unsafe_globals(payload, allowed)
+        if found:
+            raise CheckpointRefused(path, found) from None
         said = str(error).strip().split("\n")[0].split(". ")[0][:160]  # its first sentence
         raise CheckpointDamaged(path, f"torch.load cannot read it ({type(error).__name__}"
                                       f"{': ' + said if said else ''})") from None
+    return _from_legacy(state) if legacy else state
 
 
-def _verified_payload(path: Path, data: bytes) -> memoryview | bytes:
-    header = len(MAGIC) + DIGEST_SIZE
-    if data.startswith(MAGIC):
-        payload = memoryview(data)[header:]
-        if hashlib.sha256(payload).digest() != data[len(MAGIC):header]:
-            raise CheckpointDamaged(path, "its SHA-256 does not match: cut short or changed "
-                                          "after it was written")
-        return payload
+def _unsafe_globals(payload, allowed: list) -> list[str]:
+    """The globals a pickle names beyond torch's weights-only set and `allowed` (read from
+    its opcodes, nothing run); [] when it cannot be read that far."""
+    names = {name for _, name in (a for a in allowed if isinstance(a, tuple))}
+    try:
+        found = torch.serialization.get_unsafe_globals_in_checkpoint(io.BytesIO(payload))
+    except Exception:  # noqa: BLE001 (damaged: the caller says so)
+        return []
+    return [name for name in found if name not in names]
+
+
+def _verified_payload(path: Path, data: bytes) -> tuple[memoryview | bytes, bool]:
+    """The torch.save bytes of `data`, its digest checked, and whether an earlier rul wrote
+    it (module docstring)."""
+    for magic in (MAGIC, LEGACY_MAGIC):
+        if data.startswith(magic):
+            header = len(magic) + DIGEST_SIZE
+            payload = memoryview(data)[header:]
+            if hashlib.sha256(payload).digest() != data[len(magic):header]:
+                raise CheckpointDamaged(path, "its SHA-256 does not match: cut short or "
+                                              "changed after it was written")
+            return payload, magic is LEGACY_MAGIC
     if not data.startswith(b"PK"):  # neither ours nor an older rul's (a torch zip file)
         raise CheckpointDamaged(path, f"not a checkpoint ({len(data)} bytes, no header)")
-    return data  # an older rul's file: torch.load is its only check
+    return data, True  # an older rul's file: torch.load is its only check
+
+
+def _legacy_globals() -> list:
+    """What an earlier rul's checkpoints hold besides tensors and plain data, under the names
+    they were written with: its TrainState, and numpy's random state (an array)."""
+    reconstruct = np.ndarray.__reduce__(np.zeros(1))[0]  # numpy's array unpickling function
+    return [(TrainState, "rul.training.engine.TrainState"),
+            *((reconstruct, f"{package}.multiarray._reconstruct")  # numpy 2's name, and 1's
+              for package in ("numpy._core", "numpy.core")),
+            (np.ndarray, "numpy.ndarray"), (np.dtype, "numpy.dtype"),
+            type(np.dtype(np.uint32))]  # the key array's dtype, built from its state
+
+
+LEGACY_GLOBALS = _legacy_globals()
+
+
+def _from_legacy(state: dict) -> dict:
+    """An earlier rul's checkpoint in today's plain form."""
+    state = dict(state)
+    if isinstance(state.get("train_state"), TrainState):
+        state["train_state"] = state["train_state"].as_dict()
+    rng = state.get("rng")
+    if isinstance(rng, dict) and isinstance(rng.get("numpy"), tuple):
+        state["rng"] = {**rng, "numpy": _plain_numpy_state(rng["numpy"])}
+    return state
 
 
 def _sync_folder(folder: Path) -> None:
@@ -138,7 +236,8 @@ class Checkpointer:
 
     def save(self, parts, state) -> None:
         with deferred():  # a signal waits for the file to be complete
-            save(self.path, {**parts.state_dict(), "train_state": state, "rng": rng_state()})
+            save(self.path, {**parts.state_dict(), "train_state": state.as_dict(),
+                             "rng": rng_state()})
 
     def load(self) -> dict:
         if not self.path.is_file():

@@ -8,10 +8,7 @@ that a checkpoint restores (optim.py), what follows a step that decided on the G
 outside world hears (listener.py).
 """
 
-import copy
-import math
 import time
-from dataclasses import dataclass, field
 
 import torch
 from tqdm.auto import tqdm
@@ -24,43 +21,9 @@ from rul.training.listener import TrainingListener
 from rul.training.optim import TrainingParts, steps_per_epoch
 from rul.training.peak_memory import peak_memory_mb
 from rul.training.predict import validation_rmse
+from rul.training.state import TrainState
 from rul.training.step import StepResult, StepSettings
 from rul.training.sync_free import StepLog
-
-
-@dataclass
-class TrainState:
-    """Progress that a checkpoint must carry to continue a run exactly, early stopping's
-    included (the best validation RMSE, its epoch and weights, the epochs since)."""
-
-    epoch: int = 0  # epochs completed
-    step: int = 0  # optimizer steps attempted (skipped ones included)
-    skipped_steps: int = 0
-    best_val_rmse: float = math.inf
-    best_epoch: int = 0  # 1-based; 0 = none yet
-    bad_epochs: int = 0
-    best_weights: dict | None = None
-    history: list = field(default_factory=list)  # one dict of epoch metrics per epoch
-    grad_norms: list = field(default_factory=list)  # unscaled, one per optimizer step
-
-    def record_step(self, result: StepResult) -> None:
-        self.step += 1
-        self.skipped_steps += result.skipped
-        self.grad_norms.append(result.grad_norm)
-
-    def end_epoch(self, val_rmse: float, evaluated: torch.nn.Module) -> None:
-        """One more epoch done, with its validation RMSE: keep `evaluated`'s weights when it
-        is the best so far, else count a bad epoch."""
-        self.epoch += 1
-        if val_rmse < self.best_val_rmse:
-            self.best_val_rmse, self.best_epoch, self.bad_epochs = val_rmse, self.epoch, 0
-            self.best_weights = copy.deepcopy(evaluated.state_dict())
-        else:
-            self.bad_epochs += 1
-
-    def restore_best(self, model: torch.nn.Module) -> None:
-        if self.best_weights is not None:
-            model.load_state_dict(self.best_weights)
 
 
 def fit(model, plan, listener: TrainingListener | None = None, checkpointer=None,
@@ -193,7 +156,7 @@ def _resumed(parts: TrainingParts, plan) -> TrainState:
     parts.load_state_dict(plan.resume)
     if not plan.world.distributed:  # N ranks re-seed per epoch instead (distributed.py)
         checkpoint.restore_rng_state(plan.resume["rng"])
-    return plan.resume["train_state"]
+    return TrainState.from_dict(plan.resume["train_state"])
 
 
 def _record(state: TrainState, listener: TrainingListener, result: StepResult) -> None:

@@ -106,6 +106,6 @@ def _train_in_run(plan, role: RunRole, checkpointer, listener, progress: bool):
             log_plan(plan, role.tags)
     else:
         print(f"resuming run {plan.resume_run_id} after epoch "
-              f"{plan.resume['train_state'].epoch}", file=sys.stderr)
+              f"{plan.resume['train_state']['epoch']}", file=sys.stderr)
     tracker = MLflowListener.of(plan, mlflow.active_run().info.run_id)
     return train(plan, Listeners(tracker, listener), checkpointer, progress)
