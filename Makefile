@@ -103,8 +103,10 @@ serve: $(STAMP)
 		$(BIN)/python -m rul.serving.server "$(MODEL)" --host $(HOST) --port $(PORT) \
 		$(SERVE_ARGS)
 
+# rul.tracking.ui runs `mlflow server` with rul's driver rule for a postgresql:// backend and
+# stops it with every process it started.
 server: $(STAMP)
-	$(BIN)/mlflow server --backend-store-uri $(SERVER_BACKEND) \
+	$(BIN)/python -m rul.tracking.ui server --backend-store-uri '$(SERVER_BACKEND)' \
 		--artifacts-destination $(SERVER_ARTIFACTS) --serve-artifacts \
 		--host $(HOST) --port $(PORT) $(SERVER_ARGS)
 

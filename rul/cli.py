@@ -11,23 +11,31 @@ import click
 
 from rul import config as cfg
 from rul import services
-from rul.console import one_line_warnings
+from rul.console import masked_tracebacks, one_line_warnings
 from rul.interrupts import Terminated, exit_code, interrupts_as_exceptions
 from rul.reporting.cli import report
 from rul.serving.columns import served
+from rul.urls import scrubbed
 
 
-class UserError(click.ClickException):
+class Said(click.ClickException):
+    """A command's one-line end, its URLs' secrets masked (rul.urls), whoever wrote it."""
+
+    def __init__(self, message: str):
+        super().__init__(scrubbed(message))
+
+
+class UserError(Said):
     exit_code = 2
 
 
-class DiskFull(click.ClickException):
+class DiskFull(Said):
     """A write that found no space: exit 1, one line."""
 
     exit_code = 1
 
 
-class ServiceError(click.ClickException):
+class ServiceError(Said):
     """A server that did not answer (rul.services): exit 69, EX_UNAVAILABLE."""
 
     exit_code = services.EXIT_CODE
@@ -55,15 +63,21 @@ def _check_inputs(config, storage: str | None = None):
     the study's database URLs. Returns the loaded subset; bad input ends the command (exit 2,
     one line)."""
     from rul.data import load_subset
-    from rul.services import hidden_password, missing_driver
     from rul.tracking_uri import missing_folder, store_uri
+    from rul.urls import masked, missing_driver, remember, same_database
 
     with _ends_cleanly("nothing was started"):
         for what, url in (("tracking_uri", store_uri(config.tracking_uri)),
                           ("--storage", storage)):
+            remember(url)  # its secrets are masked in whatever the command prints
             missing = (missing_driver(url) or missing_folder(url)) if url else None
             if missing:
-                raise cfg.ConfigError(f"{what} {hidden_password(url)}: {missing}")
+                raise cfg.ConfigError(f"{what} {masked(url)}: {missing}")
+        if same_database(storage, store_uri(config.tracking_uri)):
+            raise cfg.ConfigError(f"--storage {masked(storage)}: the tracking store's database; "
+                                  "MLflow's and Optuna's tables cannot share one (both keep "
+                                  "their schema version in one table): give the study a "
+                                  "database of its own")
         return load_subset(config.subset, config.data_dir)
 
 
@@ -147,10 +161,10 @@ def _epochs_logged(config, run_id: str) -> int:
     """The epochs a run logged as finished (0 when the store cannot say)."""
     from mlflow.tracking import MlflowClient
 
-    from rul.tracking.store import absolute_uri, store_uri
+    from rul.tracking.store import for_mlflow, store_uri
 
     try:
-        metrics = MlflowClient(absolute_uri(store_uri(config.tracking_uri))).get_run(
+        metrics = MlflowClient(for_mlflow(store_uri(config.tracking_uri))).get_run(
             run_id).data.metrics
     except Exception:  # noqa: BLE001 (a message on the way out: say the general case)
         return 0
@@ -162,6 +176,7 @@ def _epochs_logged(config, run_id: str) -> int:
 def main():
     """Remaining Useful Life of turbofan engines (NASA C-MAPSS), tracked in MLflow."""
     one_line_warnings()
+    masked_tracebacks()
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -293,18 +308,21 @@ def browse_hint(tracking_uri: str, experiment_id: str) -> str:
     import shutil
 
     from rul.tracking.store import DEFAULT_URI, sqlite_path
+    from rul.urls import masked
 
     page = f"/#/experiments/{experiment_id}?workflowType=machine_learning"
     if tracking_uri.startswith(("http://", "https://")):
-        return tracking_uri.rstrip("/") + page
+        return masked(tracking_uri).rstrip("/") + page
     port = os.environ.get("RUL_UI_PORT", "5000")
     database = sqlite_path(tracking_uri)
-    store = f"sqlite:///{database.absolute()}" if database else tracking_uri
+    store = f"sqlite:///{database.absolute()}" if database else masked(tracking_uri)
+    secret = " (the password masked: give yours)" if store != tracking_uri and not database \
+        else ""
     beside = Path(sys.executable).with_name("mlflow")  # the mlflow of this environment
     mlflow_ui = "mlflow" if shutil.which("mlflow") == str(beside) or not beside.exists() \
         else str(beside)
     ui = f"{mlflow_ui} ui --backend-store-uri {shlex.quote(store)} --port {port}"
-    then = f"then http://127.0.0.1:{port}{page}"
+    then = f"then http://127.0.0.1:{port}{page}{secret}"
     if not _makefile_has_ui():
         return f"{ui}, {then}"
     chosen = "" if tracking_uri == DEFAULT_URI else f" STORE={shlex.quote(store)}"

@@ -10,14 +10,18 @@ through the same way: a real one still reaches the user, without the source line
 import io
 import logging
 import sys
+import traceback
 import warnings
 from contextlib import contextmanager, redirect_stderr
+
+from rul.urls import scrubbed
 
 _shown: set[str] = set()
 
 
 def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     text = str(message).strip().splitlines()[0] if str(message).strip() else category.__name__
+    text = scrubbed(text)
     if text in _shown:
         return
     _shown.add(text)
@@ -27,6 +31,17 @@ def show_warning(message, category, filename, lineno, file=None, line=None) -> N
 def one_line_warnings() -> None:
     """Show warnings as `show_warning` does, for the rest of the process."""
     warnings.showwarning = show_warning
+
+
+def masked_tracebacks() -> None:
+    """A traceback that ends the process (an error rul did not foresee) is printed with the
+    secrets of the URLs the command uses masked (rul.urls.scrubbed)."""
+
+    def show(kind, error, trace) -> None:
+        text = "".join(traceback.format_exception(kind, error, trace))
+        sys.stderr.write(scrubbed(text))
+
+    sys.excepthook = show
 
 
 @contextmanager

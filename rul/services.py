@@ -11,6 +11,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from rul.urls import masked, missing_driver, remember, scrubbed, with_driver
+
 EXIT_CODE = 69  # EX_UNAVAILABLE: "a service is unavailable"
 TIMEOUT_ENV = "RUL_CONNECT_TIMEOUT"
 DEFAULT_TIMEOUT = 60.0
@@ -106,42 +108,6 @@ class _Countdown:
 # ------------------------------------------------------------------ the kinds of server
 
 
-def with_driver(url: str) -> str:
-    """`postgresql://` with the driver the `postgres` extra installs (psycopg2); SQLAlchemy
-    2.1 would pick psycopg 3 otherwise. An explicit `postgresql+driver://` is kept."""
-    return "postgresql+psycopg2://" + url.removeprefix("postgresql://") \
-        if url.startswith("postgresql://") else url
-
-
-# The Python module each database URL's driver needs, and the install that brings it.
-DRIVERS = {"postgresql+psycopg2": ("psycopg2", "pip install 'rul[postgres]'"),
-           "postgresql+psycopg": ("psycopg", "pip install 'psycopg[binary]'"),
-           "mysql+pymysql": ("pymysql", "pip install pymysql"),
-           "mysql": ("MySQLdb", "pip install mysqlclient")}
-
-
-def missing_driver(url: str) -> str | None:
-    """What to install when the driver of database URL `url` is not importable (checked
-    without importing it); None when it is there or `url` names no known driver."""
-    import importlib.util
-
-    scheme = with_driver(url).split("://", 1)[0]
-    module, install = DRIVERS.get(scheme, (None, None))
-    if module is None or importlib.util.find_spec(module) is not None:
-        return None
-    return f"its driver {module} is not installed: {install}"
-
-
-def hidden_password(url: str) -> str:
-    """`url` as it may be printed: a database URL's password masked."""
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 (not a database URL: printed as given)
-        return url
-
-
 # A database server's words when it answered and refused: retrying cannot help.
 REFUSALS = ("authentication failed", "does not exist", "no password supplied",
             "access denied", "unknown database", "permission denied")
@@ -154,9 +120,10 @@ def wait_for_database(url: str, what: str) -> None:
 
     from rul.config import ConfigError
 
+    remember(url)
     missing = missing_driver(url)
     if missing:
-        raise ConfigError(f"{what} {hidden_password(url)}: {missing}")
+        raise ConfigError(f"{what} {masked(url)}: {missing}")
     engine = sqlalchemy.create_engine(with_driver(url), poolclass=sqlalchemy.pool.NullPool)
 
     def attempt() -> None:
@@ -166,13 +133,13 @@ def wait_for_database(url: str, what: str) -> None:
     def why_down(error: Exception) -> str | None:
         if not isinstance(error, sqlalchemy.exc.OperationalError):
             return None
-        said = " ".join(str(error.orig or error).split("\n")[0].split())
+        said = scrubbed(" ".join(str(error.orig or error).split("\n")[0].split()), url)
         if any(word in said.lower() for word in REFUSALS):
-            raise ConfigError(f"{what} {hidden_password(url)}: {said}") from None
+            raise ConfigError(f"{what} {masked(url)}: {said}") from None
         return said.split(": ")[-1].removesuffix(".").lower()  # "connection refused"
 
     try:
-        wait_for(f"{what} {hidden_password(url)}", attempt, why_down,
+        wait_for(f"{what} {masked(url)}", attempt, why_down,
                  "start the database server or check the URL (host, port)")
     finally:
         engine.dispose()

@@ -5,6 +5,8 @@ store in the working folder. rul.tracking.store makes it ready."""
 import os
 from pathlib import Path
 
+from rul.urls import with_driver
+
 DEFAULT_URI = "sqlite:///mlflow.db"  # MLflow 3's own default: metadata here, artifacts ./mlruns
 
 
@@ -21,13 +23,14 @@ def sqlite_path(uri: str) -> Path | None:
     return None if not path or path.startswith(":memory:") else Path(path)
 
 
-def absolute_uri(uri: str) -> str:
-    """`uri` with a relative SQLite path made absolute (from the working directory now), as
-    rul hands it to MLflow: MLflow keeps one store per URI string for the process, so a
-    relative `sqlite:///mlflow.db` would keep writing to the folder it was first used in."""
+def for_mlflow(uri: str) -> str:
+    """`uri` as rul hands it to MLflow: a PostgreSQL URL with its driver (rul.urls'
+    driver rule), a relative SQLite path made absolute (from the working directory now):
+    MLflow keeps one store per URI string for the process, so a relative
+    `sqlite:///mlflow.db` would keep writing to the folder it was first used in."""
     database = sqlite_path(uri)
     if database is None or database.is_absolute():
-        return uri
+        return with_driver(uri)
     _, question, query = uri.partition("?")
     return f"sqlite:///{database.absolute()}{question}{query}"
 

@@ -8,6 +8,8 @@ MLflow tests get a fresh store in a temporary folder: `mlflow_store` (per test),
 `mlflow_store_at` context manager (for module fixtures and blocks inside a test), or
 `fd001_store` (per module, on the real FD001 data, with the tiny training's config builder).
 `mlflow_ui` serves a store as `make ui` does and stops it as Ctrl-C does.
+`postgres_cluster` starts a throwaway PostgreSQL server (skipped without Debian's server
+binaries, a failure on CI, which installs them).
 """
 
 import contextlib
@@ -423,3 +425,74 @@ def fd001_client(fd001_store):
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=fd001_store.uri)
+
+
+# ---------------------------------------------------------------- PostgreSQL
+
+
+def unavailable(reason: str):
+    """Skip for `reason`, but fail on CI (CI=true), which installs what the test needs."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI must run this test: .ci/run installs it)")
+    pytest.skip(reason)
+
+
+def postgres_bin() -> Path | None:
+    import glob
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                   key=lambda p: int(Path(p).parts[-3]))
+    return Path(found[-1]).parent if found else None
+
+
+@contextlib.contextmanager
+def postgres_cluster(database: str = "rul_test", *more: str) -> Iterator[str]:
+    """postgresql://postgres@127.0.0.1:PORT/<database> on a throwaway cluster (initdb into a
+    temporary folder, run as the postgres user when we are root; trust authentication, so a
+    URL may carry any password), with the databases `more` beside it, stopped and removed
+    afterwards."""
+    import shutil
+    import tempfile
+
+    bindir = postgres_bin()
+    if bindir is None:
+        unavailable("PostgreSQL server binaries not found (/usr/lib/postgresql/*/bin/initdb; "
+                    "apt-get install postgresql)")
+    if importlib.util.find_spec("psycopg2") is None:
+        unavailable("the PostgreSQL driver psycopg2 is not installed (pip install '.[postgres]')")
+    root = Path(tempfile.mkdtemp(prefix="rul-pg-"))  # not under pytest's 0700 tmp folder
+    as_postgres = []
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+        shutil.chown(root, "postgres")
+        as_postgres = ["runuser", "-u", "postgres", "--"]
+    data, port = root / "data", _free_port()
+
+    def pg(*args, **kwargs):
+        return subprocess.run([*as_postgres, *map(str, args)], check=True,
+                              capture_output=True, text=True, timeout=120, **kwargs)
+
+    started = False
+    try:
+        pg(bindir / "initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8",
+           "--no-sync")
+        pg(bindir / "pg_ctl", "-D", data, "-l", root / "server.log", "-w", "start", "-o",
+           f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
+           "-c max_connections=200")
+        started = True
+        for name in (database, *more):
+            pg(bindir / "createdb", "-h", "127.0.0.1", "-p", port, "-U", "postgres", name)
+        yield f"postgresql://postgres@127.0.0.1:{port}/{database}"
+    except subprocess.CalledProcessError as error:
+        pytest.fail(f"could not start PostgreSQL: {error.cmd}: {error.stderr}")
+    finally:
+        if started:
+            pg(bindir / "pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def pg_dump(url: str) -> str:
+    """The whole database of `url` as SQL (its data included), from Debian's pg_dump."""
+    bindir = postgres_bin()
+    plain = url.replace("postgresql+psycopg2://", "postgresql://")
+    return subprocess.run([str(bindir / "pg_dump"), plain], check=True, capture_output=True,
+                          text=True, timeout=120).stdout

@@ -8,14 +8,12 @@ PostgreSQL skip without its binaries or driver, but fail on CI (CI=true), which 
 """
 
 import contextlib
-import glob
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -24,6 +22,7 @@ from types import SimpleNamespace
 import optuna
 import pandas as pd
 import pytest
+from conftest import postgres_cluster, unavailable
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
@@ -43,84 +42,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def unavailable(reason: str):
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI must run the scale-out tests: .ci/run installs it)")
-    pytest.skip(reason)
-
-
 # ---------------------------------------------------------------- PostgreSQL
-
-
-def postgres_bin() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-                   key=lambda p: int(Path(p).parts[-3]))
-    return Path(found[-1]).parent if found else None
 
 
 @pytest.fixture(scope="module")
 def postgres_url():
-    """postgresql://postgres@127.0.0.1:PORT/rul_test on a throwaway cluster."""
-    bindir = postgres_bin()
-    if bindir is None:
-        unavailable("PostgreSQL server binaries not found (/usr/lib/postgresql/*/bin/initdb; "
-                    "apt-get install postgresql)")
-    try:
-        import psycopg2  # noqa: F401
-    except ImportError:
-        unavailable("the PostgreSQL driver psycopg2 is not installed (pip install '.[postgres]')")
-    root = Path(tempfile.mkdtemp(prefix="rul-pg-"))  # not under pytest's 0700 tmp folder
-    as_postgres = []
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
-        shutil.chown(root, "postgres")
-        as_postgres = ["runuser", "-u", "postgres", "--"]
-    data, port = root / "data", free_port()
-
-    def pg(*args, **kwargs):
-        return subprocess.run([*as_postgres, *map(str, args)], check=True,
-                              capture_output=True, text=True, timeout=120, **kwargs)
-
-    started = False
-    try:
-        pg(bindir / "initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8",
-           "--no-sync")
-        pg(bindir / "pg_ctl", "-D", data, "-l", root / "server.log", "-w", "start", "-o",
-           f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
-           "-c max_connections=200")
-        started = True
-        pg(bindir / "createdb", "-h", "127.0.0.1", "-p", port, "-U", "postgres", "rul_test")
-        yield f"postgresql://postgres@127.0.0.1:{port}/rul_test"
-    except subprocess.CalledProcessError as error:
-        pytest.fail(f"could not start PostgreSQL: {error.cmd}: {error.stderr}")
-    finally:
-        if started:
-            pg(bindir / "pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
-        shutil.rmtree(root, ignore_errors=True)
+    """postgresql://postgres@127.0.0.1:PORT/rul_test on a throwaway cluster (conftest)."""
+    with postgres_cluster("rul_test", "rul_server") as url:
+        yield url
 
 
 # ---------------------------------------------------------------- MLflow tracking server
 
 
-def server_command(port: int, root: Path) -> list[str]:
+def server_command(port: int, root: Path, backend: str | None = None) -> list[str]:
     """The command `make server` runs (read from the Makefile, so the two cannot drift)."""
     venv = Path(sys.executable).parent.parent
+    backend = backend or f"sqlite:///{root}/mlflow-server.db"
     printed = subprocess.run(
         ["make", "-s", "-n", "-C", str(ROOT), "-o", f"{venv}/.installed", "server",
-         f"VENV={venv}", f"PORT={port}", f"SERVER_BACKEND=sqlite:///{root}/mlflow-server.db",
+         f"VENV={venv}", f"PORT={port}", f"SERVER_BACKEND={backend}",
          f"SERVER_ARTIFACTS={root}/mlartifacts", "SERVER_ARGS=--workers 1"],
         check=True, capture_output=True, text=True).stdout
-    return printed.replace("\\\n", " ").split()
+    return [part.strip("'") for part in printed.replace("\\\n", " ").split()]
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """An `mlflow server` on 127.0.0.1 with a SQLite backend and served artifacts."""
+@contextlib.contextmanager
+def running_server(root: Path, backend: str | None = None):
+    """`make server` on 127.0.0.1 (a SQLite backend unless `backend`), served artifacts."""
     if shutil.which("make") is None:
         unavailable("make is not installed")
-    root = tmp_path_factory.mktemp("mlflow-server")
     port = free_port()
-    command = server_command(port, root)
-    assert command[1:3] == ["server", "--backend-store-uri"] and "--serve-artifacts" in command
+    command = server_command(port, root, backend)
+    assert command[1:5] == ["-m", "rul.tracking.ui", "server", "--backend-store-uri"]
+    assert "--serve-artifacts" in command
     assert command[command.index("--host") + 1] == "127.0.0.1"  # the default binding
     log = open(root / "server.log", "w")  # noqa: SIM115 (closed in finally)
     process = subprocess.Popen(command, cwd=root, stdout=log, stderr=subprocess.STDOUT,
@@ -137,7 +92,7 @@ def mlflow_server(tmp_path_factory):
             time.sleep(0.5)
         else:
             pytest.fail("mlflow server did not answer /health within 120 s")
-        yield SimpleNamespace(url=url, root=root)
+        yield SimpleNamespace(url=url, root=root, log=root / "server.log")
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -146,6 +101,26 @@ def mlflow_server(tmp_path_factory):
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """An `mlflow server` on 127.0.0.1 with a SQLite backend and served artifacts."""
+    with running_server(tmp_path_factory.mktemp("mlflow-server")) as server:
+        yield server
+
+
+@pytest.mark.slow
+def test_make_server_takes_a_postgresql_backend_and_shows_no_password(postgres_url, tmp_path):
+    """`SERVER_BACKEND=postgresql://user:password@...`: the driver rul installs (MLflow alone
+    asks for psycopg 3), and the password nowhere in what the server prints."""
+    secret = "Srv-S3cret-91"
+    backend = postgres_url.replace("postgres@", f"postgres:{secret}@").replace("rul_test",
+                                                                              "rul_server")
+    with running_server(tmp_path, backend) as server:
+        client = MlflowClient(server.url)
+        assert client.search_experiments()[0].name == "Default"  # tables made in PostgreSQL
+    assert secret not in server.log.read_text()
 
 
 # ---------------------------------------------------------------- `rul tune` processes

@@ -50,12 +50,12 @@ def shown(value: str) -> str:
 def _client(uri: str):
     from mlflow.tracking import MlflowClient
 
-    from rul.tracking_uri import absent_store, absolute_uri
+    from rul.tracking_uri import absent_store, for_mlflow
 
     why = absent_store(uri)
     if why:
         raise ReportError(why)
-    return MlflowClient(tracking_uri=absolute_uri(uri))
+    return MlflowClient(tracking_uri=for_mlflow(uri))
 
 
 def _figures(model_uri: str, explicit: bool, data_dir, out: Path) -> list[tuple[str, str]]:

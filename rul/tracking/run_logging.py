@@ -24,16 +24,19 @@ from rul.tracking.model_logging import log_pyfunc
 from rul.tracking.run_notes import log_run_notes
 from rul.training.distributed import rank_seed
 from rul.training.micro_batch import table_rows
+from rul.urls import masked
 
 MAX_PARAM = 6000  # MLflow's limit on a param's length
 
 
 def config_params(config, **extra) -> dict[str, str]:
     """A config as run params: its written keys, less empty values and the architecture keys
-    its model does not take; `extra` adds or overrides (e.g. the global effective batch)."""
+    its model does not take; `extra` adds or overrides (e.g. the global effective batch). A
+    URL's secrets are masked (a tracking_uri's password): params are read by everyone who
+    can read the store."""
     unused = unused_architecture_keys(config.model)
     values = {k: v for k, v in config.to_dict().items() if v is not None and k not in unused}
-    return {k: str(v)[:MAX_PARAM] for k, v in {**values, **extra}.items()}
+    return {k: masked(str(v))[:MAX_PARAM] for k, v in {**values, **extra}.items()}
 
 
 TRACK_TAG = "rul.track"  # sensors | sensors+age: which published figures a run compares with

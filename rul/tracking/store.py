@@ -22,10 +22,11 @@ from rul.config import ConfigError
 from rul.console import quiet
 from rul.tracking_uri import (  # noqa: F401 (their home)
     DEFAULT_URI,
-    absolute_uri,
+    for_mlflow,
     sqlite_path,
     store_uri,
 )
+from rul.urls import remember
 
 # MLflow 3's UI opens an experiment in its GenAI (traces) view unless told otherwise; this tag,
 # MLflow's own, makes it open on the runs table and model metrics.
@@ -42,7 +43,8 @@ def configure(tracking_uri: str | None = None) -> str:
     uri = store_uri(tracking_uri)
     # MLflow draws a progress bar for every tiny artifact it reads back; ours is the epoch bar.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    mlflow.set_tracking_uri(absolute_uri(uri))
+    remember(uri)  # its secrets are masked in whatever the command prints
+    mlflow.set_tracking_uri(for_mlflow(uri))
     os.environ["MLFLOW_TRACKING_URI"] = uri  # what subprocesses inherit: the URI as given
     _make_ready(uri)
     return uri
@@ -64,7 +66,7 @@ def _make_ready(uri: str) -> None:
                 print(f"a new MLflow store: {uri}", file=sys.stderr)
             try:
                 # creates or checks the tables
-                MlflowClient(absolute_uri(uri)).search_experiments(max_results=1)
+                MlflowClient(for_mlflow(uri)).search_experiments(max_results=1)
             except Exception as error:  # noqa: BLE001 (SQLAlchemy's, often inside MLflow's)
                 said = next((s for s in DAMAGED if s in str(error)), None)
                 if said is None:

@@ -22,7 +22,7 @@ import optuna
 from mlflow.tracking import MlflowClient
 
 from rul import services
-from rul.services import with_driver
+from rul.urls import remember, with_driver
 
 DEFAULT_SQLITE = "sqlite:///optuna.db"
 DEFAULT_JOURNAL = "optuna.journal"
@@ -67,6 +67,7 @@ def open_storage(url: str | None, workers: int, heartbeat_interval: int | None =
     server URL opens an RDBStorage with Optuna's heartbeat; otherwise the URL is returned
     as is and Optuna opens it."""
     url = check_url(url, workers)
+    remember(url)  # its secrets are masked in whatever this process prints (a worker too)
     if is_journal(url):
         from optuna.storages.journal import JournalFileBackend
 
