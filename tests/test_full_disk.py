@@ -74,3 +74,26 @@ def test_a_full_then_read_only_disk(small_disk, write_cmapss, tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("rul-fd001").experiment_id])
     assert "RUNNING" not in [r.info.status for r in runs]
     assert [r.info.status for r in runs].count("FINISHED") == 2  # the first one, and this
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_while_a_new_store_is_created_leaves_nothing_half_built(
+        small_disk, write_cmapss, tmp_path):
+    """The store's tables need about 1 MB: on 400 KB the creation stops half-way. One line,
+    no store and no leftover; once there is room, the same command trains."""
+    data = write_cmapss(train_lengths=(52, 60, 35, 47, 41, 55, 49, 58, 44, 50))
+    assert _mount("-o", "remount,size=400k", str(small_disk))
+    args = [*TINY, "epochs=1", f"data_dir={data}", f"checkpoint_dir={tmp_path}/ckpt",
+            f"tracking_uri=sqlite:///{small_disk}/mlflow.db"]
+    full = rul(args, tmp_path)
+    said = full.stderr.strip().splitlines()
+    assert full.returncode == 1, full.stderr[-2000:]
+    assert said[-1] == ("Error: no space left on the device of the tracking store: free some, "
+                        "then run the command again (a run with a checkpoint continues with "
+                        "--resume)"), said[-3:]
+    assert "Traceback" not in full.stderr and len(said) <= 3, said
+    assert list(small_disk.iterdir()) == []  # no half-built store, nothing aside
+
+    assert _mount("-o", "remount,size=8m", str(small_disk))
+    again = rul(args, tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]

@@ -1,10 +1,14 @@
 """A new SQLite store used by several processes at once: MLflow creates its tables on first use,
 and processes doing that together used to fail (`duplicate column name`, alembic's "expected
-to match one row"). rul.tracking.store makes one process at a time do it."""
+to match one row"). rul.tracking.store makes one process at a time do it, builds the store
+aside so that a kill while its tables are created leaves nothing half-built, and rebuilds a
+half-built store an earlier rul left."""
 
+import contextlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -103,3 +107,97 @@ def test_a_damaged_or_read_only_store_is_one_line_and_nothing_starts(write_cmaps
     assert len(MlflowClient(f"sqlite:///{database}").search_runs(
         [MlflowClient(f"sqlite:///{database}").get_experiment_by_name("rul-fd001")
          .experiment_id])) == 1  # nothing started
+
+
+def schema_version(database: Path) -> str | None:
+    """The schema version a SQLite store records (None: no record); a new store's first."""
+    import sqlite3
+
+    if not database.exists():
+        MlflowClient(f"sqlite:///{database}").search_experiments()
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        try:
+            return db.execute("SELECT version_num FROM alembic_version").fetchone()[0]
+        except (sqlite3.Error, TypeError):
+            return None
+
+
+KILLED_WHILE_CREATING = """
+import sys
+from rul.tracking import store
+print("ready", flush=True)
+store.configure(sys.argv[1])
+"""
+
+
+@pytest.mark.slow
+def test_a_store_killed_while_it_is_created_is_never_left_half_built(write_cmapss, tmp_path):
+    """SIGKILL at moments spread over the creation of a new store's tables (dozens of
+    migrations, seconds): after each, the store is absent or complete, and the next command
+    trains on it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    work = tmp_path / "work"
+    work.mkdir()
+    complete = schema_version(tmp_path / "reference.db")
+    seen = set()
+    for delay in (0.05, 0.4, 0.8, 1.2, 1.8, 2.6):
+        process = subprocess.Popen([sys.executable, "-c", KILLED_WHILE_CREATING,
+                                    "sqlite:///mlflow.db"], cwd=work, env=env,
+                                   stdout=subprocess.PIPE, text=True)
+        assert process.stdout.readline().strip() == "ready"
+        time.sleep(delay)
+        process.kill()
+        process.wait()
+        process.stdout.close()
+        names = sorted(p.name for p in work.iterdir())
+        seen.update("building" if ".building-" in name else name for name in names)
+        if (work / "mlflow.db").exists():  # killed after the rename: complete
+            assert schema_version(work / "mlflow.db") == complete
+            (work / "mlflow.db").unlink()
+    assert "building" in seen  # some kills did land while the tables were created
+    data_dir = write_cmapss(train_lengths=(52, 60, 35, 47, 41, 55, 49, 58, 44, 50))
+    [done] = run_together([[sys.executable, "-m", "rul", "train", *TINY,
+                            f"data_dir={data_dir}", "--no-progress"]], work)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in work.iterdir() if p.name != "ckpt") == ["mlflow.db", "mlruns"]
+
+
+def test_a_half_built_store_of_an_earlier_rul_is_built_anew_and_one_with_runs_is_kept(
+        tmp_path, monkeypatch, capsys):
+    """A store whose creation an earlier rul's kill interrupted: tables there, its schema's
+    version short of MLflow's (`table ... already exists` on every later command). Holding no
+    run, it is built anew in one line; holding runs, it is never touched: one line."""
+    import sqlite3
+
+    from rul.errors import ConfigError
+    from rul.tracking import store
+
+    monkeypatch.chdir(tmp_path)
+    half = tmp_path / "half.db"
+
+    def spelled(n: int) -> str:  # the file under a name of its own: MLflow keeps a store
+        (tmp_path / f"as{n}").symlink_to(tmp_path)  # per URI for the process, checked once
+        return f"sqlite:///{tmp_path / f'as{n}' / 'half.db'}"
+
+    MlflowClient(spelled(0)).search_experiments()
+    with sqlite3.connect(half) as db:  # the migrations' record gone: they would run again
+        db.execute("UPDATE alembic_version SET version_num = '451aebb31d03'")
+    capsys.readouterr()
+    store.configure(spelled(1))
+    assert capsys.readouterr().err == (f"tracking store {tmp_path / 'as1' / 'half.db'} was left "
+                                       "half-built by an interrupted creation (it holds no run): "
+                                       "built anew\n")
+    client = MlflowClient(spelled(2))
+    run = client.create_run(client.create_experiment("e"))
+    assert [p.name for p in tmp_path.iterdir() if "building" in p.name] == []
+
+    with sqlite3.connect(half) as db:
+        db.execute("UPDATE alembic_version SET version_num = '451aebb31d03'")
+    store._ready.clear()  # a new process would check it again
+    with pytest.raises(ConfigError) as refused:
+        store.configure(spelled(3))
+    assert "\n" not in str(refused.value) and "as3/half.db" in str(refused.value)
+    with sqlite3.connect(half) as db:  # kept as it was
+        assert db.execute("SELECT run_uuid FROM runs").fetchall() == [(run.info.run_id,)]

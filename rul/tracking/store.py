@@ -5,9 +5,17 @@ runs go in) and hands it down. A store is made ready once per process before its
 (`configure`): a tracking server must answer (rul.services waits for it, bounded), and a new
 SQLite store's tables are created by one process at a time (MLflow migrates an empty database
 on first use; two processes doing it at once fail), under an flock on the database's folder.
+
+A new SQLite store is built aside (`.<name>.building` beside it) and renamed into place only
+once MLflow has created all its tables: a kill or a full disk while they are created (seconds,
+dozens of migrations) leaves no half-built store, only a file the next command removes. A
+half-built store left by an earlier rul (no runs, no registered model, its tables short of
+MLflow's) is recognised and built anew, said in one line.
 """
 
+import contextlib
 import fcntl
+import itertools
 import os
 import sys
 from contextlib import contextmanager, suppress
@@ -20,6 +28,7 @@ from mlflow.tracking import MlflowClient
 from rul import services
 from rul.config import ConfigError
 from rul.console import quiet
+from rul.files import sync_folder
 from rul.tracking_uri import (  # noqa: F401 (their home)
     DEFAULT_URI,
     for_mlflow,
@@ -62,18 +71,22 @@ def _make_ready(uri: str) -> None:
     if database is not None:
         _check_writable(database)
         with _first_use_lock(database), quiet("mlflow.store.db.utils", "alembic"):
-            if not database.exists():
+            if not database.exists() or database.stat().st_size == 0:  # 0: killed at once
                 print(f"a new MLflow store: {uri}", file=sys.stderr)
+                _build_aside(database)
             try:
-                # creates or checks the tables
-                MlflowClient(for_mlflow(uri)).search_experiments(max_results=1)
+                _open(database, uri)
             except Exception as error:  # noqa: BLE001 (SQLAlchemy's, often inside MLflow's)
-                said = next((s for s in DAMAGED if s in str(error)), None)
-                if said is None:
+                if not _schema_error(error):
                     raise
-                raise ConfigError(f"tracking store {database}: the file is damaged (SQLite: "
-                                  f"{said}); restore it from a backup, or move it away to "
-                                  "start a new store") from None
+                if not _half_built(database):
+                    raise ConfigError(f"tracking store {database}: MLflow cannot open it ("
+                                      f"{_first_sentence(error)})") from None
+                print(f"tracking store {database} was left half-built by an interrupted "
+                      "creation (it holds no run): built anew", file=sys.stderr)
+                _release(for_mlflow(uri))  # connections to the file about to be replaced
+                _build_aside(database)
+                _open(database, uri)
     _ready.add(key)
 
 
@@ -141,3 +154,93 @@ def open_store(config) -> Store:
     once per command, before any run or worker process."""
     configure(config.tracking_uri)
     return Store(ensure_experiment(config.experiment_name))
+
+
+def _open(database: Path, uri: str) -> None:
+    """Open the SQLite store at `database` (`uri`) as MLflow does (it checks the tables);
+    ConfigError for a damaged file."""
+    try:
+        MlflowClient(for_mlflow(uri)).search_experiments(max_results=1)
+    except Exception as error:  # noqa: BLE001 (SQLAlchemy's, often inside MLflow's)
+        said = next((s for s in DAMAGED if s in str(error)), None)
+        if said is None:
+            raise
+        raise ConfigError(f"tracking store {database}: the file is damaged (SQLite: "
+                          f"{said}); restore it from a backup, or move it away to "
+                          "start a new store") from None
+
+
+def building(database: Path) -> Path:
+    """Where a new store at `database` is built before it is renamed into place: a name of
+    its own per attempt (MLflow keeps a store per URI for the process), which the next
+    attempt removes if this one was killed."""
+    folder = database.absolute().parent
+    for leftover in folder.glob(f".{database.name}.building-*"):  # under the first-use lock
+        leftover.unlink(missing_ok=True)
+    return folder / f".{database.name}.building-{os.getpid()}-{next(_attempts)}"
+
+
+_attempts = itertools.count()
+
+
+def _build_aside(database: Path) -> None:
+    """A complete new store at `database`: MLflow creates the tables in `building(database)`,
+    which is synced and renamed into place; on any failure (a full disk) nothing is left but
+    what was there."""
+    aside = building(database)
+    uri = f"sqlite:///{aside}"
+    try:
+        MlflowClient(uri).search_experiments(max_results=1)  # creates every table
+        _release(uri)
+        with open(aside, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(aside, database.absolute())
+        sync_folder(database.absolute().parent)
+    except BaseException:
+        _release(uri)
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            aside.with_name(aside.name + suffix).unlink(missing_ok=True)
+        raise
+
+
+def _release(uri: str) -> None:
+    """Close MLflow's pooled connections to the store at `uri` (its engines are kept per URI
+    for the process), so that nothing holds the file built aside once it is renamed."""
+    from mlflow.store.model_registry.sqlalchemy_store import (
+        SqlAlchemyStore as RegistryStore,
+    )
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    for kind in (SqlAlchemyStore, RegistryStore):
+        engine = getattr(kind, "_engine_map", {}).pop(uri, None)
+        if engine is not None:
+            engine.dispose()
+
+
+SCHEMA_ERRORS = ("already exists", "no such table", "out-of-date database schema")
+
+
+def _schema_error(error: Exception) -> bool:
+    """A table there already, one missing, MLflow's out-of-date schema: what a store whose
+    creation was interrupted answers (and an older MLflow's store)."""
+    return any(words in str(error) for words in SCHEMA_ERRORS)
+
+
+def _first_sentence(error: Exception) -> str:
+    return str(error).strip().split("\n")[0].split(". ")[0][:200]
+
+
+def _half_built(database: Path) -> bool:
+    """Whether a store that answered a schema error holds nothing: no run and no registered
+    model (its creation was interrupted; an older MLflow's store with runs is kept)."""
+    import sqlite3
+
+    try:
+        read_only = f"{database.absolute().as_uri()}?mode=ro"
+        with contextlib.closing(sqlite3.connect(read_only, uri=True)) as db:
+            tables = {row[0] for row in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            return all(db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] == 0
+                       for table in ("runs", "registered_models") if table in tables)
+    except sqlite3.Error:
+        return False

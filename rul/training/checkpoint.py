@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rul.files import sync_folder
 from rul.interrupts import deferred
 from rul.training.state import TrainState
 
@@ -133,7 +134,7 @@ def save(path: str | Path, state: dict) -> None:
     if path.exists():
         os.replace(path, previous(path))
     os.replace(partial(path), path)
-    _sync_folder(path.parent)
+    sync_folder(path.parent)
 
 
 def load(path: str | Path) -> dict:
@@ -211,20 +212,6 @@ def _from_legacy(state: dict) -> dict:
     if isinstance(rng, dict) and isinstance(rng.get("numpy"), tuple):
         state["rng"] = {**rng, "numpy": _plain_numpy_state(rng["numpy"])}
     return state
-
-
-def _sync_folder(folder: Path) -> None:
-    """Make the renames durable (POSIX; a no-op where folders cannot be opened)."""
-    try:
-        handle = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(handle)
-    except OSError:
-        pass
-    finally:
-        os.close(handle)
 
 
 class Checkpointer:
