@@ -185,15 +185,20 @@ def main():
 @click.option("--data-dir", type=click.Path(file_okay=False), help="Local C-MAPSS folder.")
 @click.option("--resume", is_flag=False, flag_value="newest", default=None, metavar="[RUN_ID]",
               help="Continue an interrupted run of this config: the newest, or RUN_ID.")
+@click.option("--new-data", is_flag=True,
+              help="With --resume: continue although the data files changed since the run "
+                   "started (the run records both).")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Ensemble members trained side by side in worker processes, the CPU "
                    "threads split between them.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def train(config_path, overrides, data_dir, resume, jobs, no_progress):
+def train(config_path, overrides, data_dir, resume, new_data, jobs, no_progress):
     """Train a model (CONFIG is a YAML file in experiments/; KEY=VALUE overrides any key).
 
     Under `torchrun --nproc-per-node N -m rul train ...` one run trains on N processes (DDP):
     rank 0 tracks, checkpoints and registers; the other ranks only train."""
+    if new_data and not resume:
+        raise UserError("--new-data: only with --resume (a new run records its files anyway)")
     config = _load_config(config_path, overrides, data_dir)
     subset = _check_inputs(config)
     from rul.training.distributed import PeerLost, World
@@ -205,7 +210,8 @@ def train(config_path, overrides, data_dir, resume, jobs, no_progress):
         try:
             outcome, run_id = train_tracked(config, True if resume == "newest"
                                             else resume or False, jobs, not no_progress,
-                                            subset, on_run_created=run_ids.append)
+                                            subset, on_run_created=run_ids.append,
+                                            new_data=new_data)
         except PeerLost as error:
             click.echo(f"error: {error}; the run is marked FAILED" if world.is_main
                        else f"error: {error}", err=True)

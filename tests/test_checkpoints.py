@@ -21,6 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from rul import config as cfg
 from rul.cli import main
+from rul.data.sources import sha256_of
 from rul.plan import plan_run
 from rul.tracking.run_checkpoints import CannotResume, RunCheckpoints
 from rul.tracking.store import open_store
@@ -548,3 +549,37 @@ def test_a_run_killed_with_sigkill_and_its_checkpoints_cut_short_must_start_over
         "without --resume\n")
     assert files_of(folder) == []
     assert client.get_run(run_id).info.status == "KILLED"
+
+
+def test_resume_on_changed_data_is_one_line_unless_asked_for_and_then_records_both(
+        synthetic, tmp_path):
+    """The run's files are compared with what it started on: a changed file names itself,
+    exit 2, the run untouched; `--new-data` continues and the run records both digests."""
+    import shutil
+
+    store, args, config = synthetic
+    run_id = interrupted_run(config)
+    changed = tmp_path / "changed"
+    shutil.copytree(store.data_dir, changed)
+    train = changed / "train_FD001.txt"
+    train.write_text(train.read_text().replace("\n", " \n", 1))  # one byte more
+    args = [*args, f"data_dir={changed}"]
+    before = MlflowClient(store.uri).get_run(run_id).data.tags["data.sha256.train"]
+
+    result = resume(args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"Error: --resume: {train} changed since run {run_id} "
+                                    f"started (SHA-256 {before[:12]}... then, ")
+    assert result.stderr.endswith("continue on it on purpose with --new-data (the run records "
+                                  "both), or start a new run without --resume\n")
+    run = MlflowClient(store.uri).get_run(run_id)
+    assert run.info.status == "KILLED" and "data.resumed" not in run.data.tags
+    assert RunCheckpoints(config.checkpoint_dir).has_checkpoint(run_id)
+
+    result = resume(args, "--new-data")
+    assert result.exit_code == 0, result.output
+    tags = MlflowClient(store.uri).get_run(run_id).data.tags
+    assert tags["data.sha256.train"] == before
+    assert tags["data.sha256.train.resumed"] == sha256_of(train)
+    assert tags["data.resumed"] == "after epoch 2 on changed files: train_FD001.txt"
+    assert CliRunner().invoke(main, ["train", *args, "--new-data"]).exit_code == 2

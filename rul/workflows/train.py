@@ -21,12 +21,14 @@ from rul.workflows.tracked import RunRole, track
 
 
 def train_tracked(config, resume: bool | str = False, jobs: int = 1, progress: bool = True,
-                  subset=None, on_run_created: Callable[[str], None] | None = None):
+                  subset=None, on_run_created: Callable[[str], None] | None = None,
+                  new_data: bool = False):
     """`rul train` as `config` says: an ensemble (ensemble > 1, `jobs` members at a time),
     else one run, split over the processes torchrun started (tracked by rank 0; the other
     ranks train their share and track nothing: (None, None)); return (outcome, run_id).
-    `resume`: continue the newest unfinished run of the config (True) or the run it names;
-    `subset`: its files when already read; `on_run_created(run_id)` once the run exists."""
+    `resume`: continue the newest unfinished run of the config (True) or the run it names,
+    on the files it started with unless `new_data` (then the run records both); `subset`:
+    its files when already read; `on_run_created(run_id)` once the run exists."""
     world = World.from_env()
     if config.ensemble > 1:
         if world.distributed:
@@ -49,6 +51,8 @@ def train_tracked(config, resume: bool | str = False, jobs: int = 1, progress: b
             store = open_store(config)
             target = resume_target(config, store, None if resume is True else resume)
         plan = plan_run(config, target, subset=subset)  # a bad input opens no store, no run
+        if target is not None:
+            check_resumed_data(plan, new_data)
         role = RunRole(register=config.register, on_run_created=on_run_created)
         return track(plan, role, store or open_store(config), progress=progress)
 
@@ -88,3 +92,31 @@ def _changed_keys(client, checkpoints: RunCheckpoints, experiment_id: str, confi
     return (f"run {run.info.run_id} has a checkpoint but trained "
             f"{', '.join(f'{k}={then[k]} (this command: {now[k]})' for k in keys)}: resume it "
             f"with rul train ... {was} --resume {run.info.run_id}")
+
+
+def check_resumed_data(plan, new_data: bool) -> None:
+    """The files a resumed run trains on are those it started with (their SHA-256 against the
+    run's `data.sha256.<role>` tags): ConfigError naming the file that changed, unless
+    `new_data` says it is on purpose; then the run records the new digests beside the old
+    (`data.sha256.<role>.resumed`) and the epoch they start at."""
+    client = MlflowClient()
+    run_id = plan.resume_run_id
+    tags = client.get_run(run_id).data.tags
+    now = plan.data.subset.file_digests()
+    changed = {role: digest for role, digest in now.items()
+               if tags.get(f"data.sha256.{role}", digest) != digest}
+    if not changed:
+        return
+    files = plan.data.subset.files
+    if not new_data:
+        role, digest = next(iter(changed.items()))
+        raise ConfigError(
+            f"--resume: {files[role]} changed since run {run_id} started (SHA-256 "
+            f"{tags[f'data.sha256.{role}'][:12]}... then, {digest[:12]}... now); continue "
+            "on it on purpose with --new-data (the run records both), or start a new run "
+            "without --resume")
+    epoch = plan.resume["train_state"]["epoch"]
+    for role, digest in changed.items():
+        client.set_tag(run_id, f"data.sha256.{role}.resumed", digest)
+    client.set_tag(run_id, "data.resumed", f"after epoch {epoch} on changed files: "
+                                           + ", ".join(files[r].name for r in changed))
