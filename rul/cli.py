@@ -12,6 +12,7 @@ import click
 from rul import config as cfg
 from rul import services
 from rul.console import masked_tracebacks, one_line_warnings
+from rul.files import INPUT_LIMIT
 from rul.interrupts import Terminated, exit_code, interrupts_as_exceptions
 from rul.reporting.cli import report
 from rul.serving.columns import served
@@ -78,7 +79,7 @@ def _check_inputs(config, storage: str | None = None):
                                   "MLflow's and Optuna's tables cannot share one (both keep "
                                   "their schema version in one table): give the study a "
                                   "database of its own")
-        return load_subset(config.subset, config.data_dir)
+        return load_subset(config.subset, config.data_dir, limit=config.data_limit)
 
 
 def _load_config(config_path, overrides, data_dir=None, loader=cfg.load):
@@ -364,7 +365,11 @@ def _makefile_has_ui() -> bool:
 @click.option("--horizon", type=float, default=None,
               help="Cycles ahead for p_fail_within, the probability that the engine fails "
                    "within them (default 20; below the model's RUL cap).")
-def predict(model_uri, input_path, output, tracking_uri, short_history, strict, horizon):
+@click.option("--max-input-mb", type=click.FloatRange(min=0, min_open=True),
+              default=INPUT_LIMIT.megabytes, show_default=True,
+              help="A larger --input file is refused before it is read.")
+def predict(model_uri, input_path, output, tracking_uri, short_history, strict, horizon,
+            max_input_mb):
     from rul.inference import PredictOptions, outside_warning, predict_file, write_predictions
     from rul.services import ServiceUnavailable
 
@@ -372,7 +377,7 @@ def predict(model_uri, input_path, output, tracking_uri, short_history, strict, 
         if output and not Path(output).parent.is_dir():  # before the work, not after it
             raise UserError(f"{output}: folder {Path(output).parent} does not exist")
         result = predict_file(model_uri, input_path, tracking_uri,
-                              PredictOptions(short_history, strict, horizon))
+                              PredictOptions(short_history, strict, horizon, max_input_mb))
         if output:
             write_predictions(result, output)
     except ServiceUnavailable as error:

@@ -12,18 +12,19 @@ from pathlib import Path
 import pandas as pd
 
 from rul.data.errors import DataError
-from rul.data.reader import read_trajectories
+from rul.data.reader import check_readable, read_trajectories
 from rul.data.schema import COLUMNS
 from rul.data.validation import EXPECTED, NO_HEADER, lacks_header, validate_rows
+from rul.files import INPUT_LIMIT, SizeLimit
 
 
-def read_rows(path: str | Path) -> pd.DataFrame:
-    """A C-MAPSS text file or a CSV with a header, validated and typed."""
+def read_rows(path: str | Path, limit: SizeLimit = INPUT_LIMIT) -> pd.DataFrame:
+    """A C-MAPSS text file or a CSV with a header, validated and typed; a file over `limit`
+    (or not a regular file) is refused before it is read."""
     path = Path(path)
     if path.suffix.lower() != ".csv":
-        return read_trajectories(path)
-    if not path.is_file():
-        raise DataError(path, "file not found")
+        return read_trajectories(path, limit)
+    check_readable(path, limit)
     try:
         frame = pd.read_csv(path, header=None, dtype=str, skipinitialspace=True,
                             keep_default_na=False, na_values=[""])  # "n/a" is not a number
@@ -58,6 +59,7 @@ class PredictOptions:
     short_history: str = "pad"
     strict: bool = False
     horizon: float | None = None
+    max_input_mb: float = INPUT_LIMIT.megabytes  # a larger --input is refused unread
 
 
 def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
@@ -72,7 +74,7 @@ def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
     from rul.tracking.store import configure
     from rul.tracking_uri import absent_store, store_uri
 
-    rows = read_rows(input_path)
+    rows = read_rows(input_path, SizeLimit(options.max_input_mb, INPUT_LIMIT.knob))
     uri = store_uri(tracking_uri)
     absent = None if Path(model_uri).exists() else absent_store(uri)  # a folder needs none
     if absent:

@@ -124,7 +124,7 @@ def plan_seeds(config: TrainConfig, n: int) -> list[RunPlan | EnsemblePlan]:
     """`rul evaluate`: one complete training of `config` per seed (an ensemble for ensemble >
     1), each with its own validation split; nothing registered. Every seed's data is
     prepared and checked before the first run; the files are read once."""
-    subset = load_subset(config.subset, config.data_dir)
+    subset = load_subset(config.subset, config.data_dir, limit=config.data_limit)
     plans = []
     for seed in evaluation_seeds(config, n):
         seeded = config.replace(seed=seed, register=False)

@@ -22,6 +22,7 @@ from rul.config.tuning import (
 )
 from rul.config.values import _positive_int
 from rul.errors import ConfigError
+from rul.files import CONFIG_LIMIT, refusal
 
 
 def load(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> TrainConfig:
@@ -83,8 +84,11 @@ def _read(path, overrides) -> tuple[dict, dict, str, str]:
     values: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
-        if not path.is_file():
+        refused = refusal(path, CONFIG_LIMIT)
+        if refused == "file not found":
             raise ConfigError(f"{path}: config file not found")
+        if refused:
+            raise ConfigError(f"{path}: {refused}")
         values = _yaml_mapping(path)
     if isinstance(overrides, dict):
         changes, changes_source = overrides, "overrides"

@@ -21,6 +21,7 @@ from rul.config.values import (
     rule_error,
 )
 from rul.data.schema import OPERATING_CONDITIONS, SUBSETS
+from rul.files import DATA_LIMIT, SizeLimit
 from rul.models.spec import (
     ARCHITECTURE_DEFAULTS,
     DEFAULT_KIND,
@@ -44,6 +45,9 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     data_dir: OptionalText = None
     """Folder holding train_FDxxx.txt, test_FDxxx.txt and RUL_FDxxx.txt; null: CMAPSS_DIR, then
     the cache data/cmapss/, then a verified download."""
+    max_data_mb: _number("a number of megabytes > 0", gt=0) = DATA_LIMIT.megabytes
+    """The largest data file read, in MB: a larger one is refused before it is read (it would
+    cost memory several times its size)."""
     window: PositiveInt = DEFAULT_WINDOW
     """Cycles per input window: the model sees a unit's last `window` cycles."""
     rul_cap: PositiveInt = DEFAULT_RUL_CAP
@@ -256,6 +260,11 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         return OPERATING_CONDITIONS[self.subset]
 
     @property
+    def data_limit(self) -> SizeLimit:
+        """The size limit of the data files this config reads."""
+        return SizeLimit(self.max_data_mb, DATA_LIMIT.knob)
+
+    @property
     def experiment_name(self) -> str:
         return self.experiment or f"rul-{self.subset.lower()}"
 
@@ -299,12 +308,13 @@ KEY_ROLES = {
     **dict.fromkeys(("ensemble", "ensemble_split", "ensemble_training"),
                     "members"),  # how many networks, and how they train
     "subset": "dataset",  # which engines: every trial of a study trains on the same
-    "strict_data": "checks",  # refuses odd inputs or warns: what trains is the same
+    # refuses odd inputs or warns, refuses a larger file: what trains is the same
+    **dict.fromkeys(("strict_data", "max_data_mb"), "checks"),
 }
 # Keys added after runs were first tracked, written only when they differ from their default.
 # A network kind's new architecture key goes here too (tests/test_model_kinds.py checks it).
 OMITTED_AT_DEFAULT = ("memory_budget", "ensemble", "ensemble_split", "ensemble_training",
-                      "include_cycle", "late_start_max", "strict_data")
+                      "include_cycle", "late_start_max", "strict_data", "max_data_mb")
 
 
 def keys_with(*roles: str) -> tuple[str, ...]:

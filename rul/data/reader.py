@@ -16,22 +16,23 @@ import pandas as pd
 from rul.data.errors import DataError
 from rul.data.schema import COLUMNS
 from rul.data.validation import validate_rows
+from rul.files import DATA_LIMIT, SizeLimit, refusal
 
 # A plain decimal number, as the C parser reads it ("1_0" or full-width digits are not).
 NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
-def read_trajectories(path: str | Path) -> pd.DataFrame:
+def read_trajectories(path: str | Path, limit: SizeLimit = DATA_LIMIT) -> pd.DataFrame:
     """Read a train_/test_FDxxx.txt file into a frame with named, typed columns.
 
     Returns columns `unit, cycle` (int64) and `setting_1..3, s_1..s_21` (float64), rows in
-    file order. Raises DataError for an empty file, a wrong column count, a non-numeric or
-    non-finite value, non-integer or non-positive unit/cycle, rows of one unit that are not
-    contiguous, a duplicate (unit, cycle), or cycles that do not strictly increase in a unit.
+    file order. Raises DataError for a file rul does not read (missing, not a regular file,
+    over `limit`), an empty file, a wrong column count, a non-numeric or non-finite value,
+    non-integer or non-positive unit/cycle, rows of one unit that are not contiguous, a
+    duplicate (unit, cycle), or cycles that do not strictly increase in a unit.
     """
     path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "file not found")
+    check_readable(path, limit)
     try:
         frame = pd.read_csv(path, sep=r"\s+", header=None, engine="c", dtype=np.float64)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, ValueError) as error:
@@ -44,11 +45,10 @@ def read_trajectories(path: str | Path) -> pd.DataFrame:
     return validate_rows(frame, path)
 
 
-def read_rul(path: str | Path, n_units: int) -> np.ndarray:
+def read_rul(path: str | Path, n_units: int, limit: SizeLimit = DATA_LIMIT) -> np.ndarray:
     """Read RUL_FDxxx.txt: one non-negative integer per test unit, in unit order."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(path, "file not found")
+    check_readable(path, limit)
     values = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         tokens = line.split()
@@ -70,6 +70,13 @@ def read_rul(path: str | Path, n_units: int) -> np.ndarray:
     if len(values) != n_units:
         raise DataError(path, f"{len(values)} RUL values but the test file has {n_units} units")
     return np.asarray(values, dtype=np.int64)
+
+
+def check_readable(path: Path, limit: SizeLimit) -> None:
+    """DataError when rul will not read `path` (rul.files.refusal), before a byte is read."""
+    refused = refusal(path, limit)
+    if refused:
+        raise DataError(path, refused)
 
 
 def _diagnose_lines(path: Path) -> None:

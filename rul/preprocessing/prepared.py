@@ -73,7 +73,7 @@ def prepare_data(config, split_seed: int, subset: CMAPSSSubset | None = None
     """Load, split by unit (`split_seed`'s permutation: the run's Seeds.split), fit
     the preprocessing on training units only, cut windows. ConfigError when the window leaves
     a split without a single window."""
-    subset = subset or load_subset(config.subset, config.data_dir)
+    subset = subset or load_subset(config.subset, config.data_dir, limit=config.data_limit)
     train_units, val_units = split_units(subset.train["unit"], config.val_fraction, split_seed)
     train_rows = training_rows(config, subset, train_units, split_seed)
     preprocessor = preprocessor_for(config).fit(train_rows)
@@ -102,7 +102,7 @@ def prepare_folds(config, split_seed: int, subset: CMAPSSSubset | None = None
     (the ensemble's training data; the test units never) and shared, so the members read the
     same scaled rows and the same test windows, and the model stores one preprocessor.
     Raises ConfigError like prepare_data."""
-    subset = subset or load_subset(config.subset, config.data_dir)
+    subset = subset or load_subset(config.subset, config.data_dir, limit=config.data_limit)
     units = np.unique(subset.train["unit"])
     try:
         folds = fold_units(units, config.ensemble, split_seed)
