@@ -235,6 +235,18 @@ def interrupted_run(config, at_epoch: int = 2) -> str:
     return created[0]
 
 
+def left_running(client, run_id: str) -> None:
+    """Run `run_id` as a process killed with SIGKILL leaves it: RUNNING, its owner gone."""
+    import socket
+
+    from rul.tracking.run_owner import OWNER_TAG
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    client.set_tag(run_id, OWNER_TAG, f"{socket.gethostname()} {gone.pid} 1.00")
+    client.update_run(run_id, status="RUNNING")
+
+
 def resume(args, *more):
     return CliRunner().invoke(main, ["train", *args, "--no-progress", "--resume", *more])
 
@@ -429,6 +441,7 @@ def test_a_full_disk_is_one_line_leaves_no_part_file_and_the_run_is_closed(synth
         [client.get_experiment_by_name(config.experiment_name).experiment_id],
         filter_string=f"params.seed = '{config.seed}'")
     assert run.info.status == "RUNNING"  # the store could not take it
+    left_running(client, run.info.run_id)  # and its process ended
     other = [a for a in args if not a.startswith("seed=")] + [f"seed={config.seed + 7}"]
     again = CliRunner().invoke(main, ["train", *other, "--no-progress"])
     assert again.exit_code == 0, again.output
@@ -444,7 +457,7 @@ def test_the_next_command_closes_a_run_its_killed_process_left_running(synthetic
     store, args, config = synthetic
     killed = interrupted_run(config)
     client = MlflowClient(store.uri)
-    client.update_run(killed, status="RUNNING")  # what SIGKILL leaves: no clean-up ran
+    left_running(client, killed)  # what SIGKILL leaves: no clean-up ran
     experiment = client.get_run(killed).info.experiment_id
     pending = client.create_logged_model(experiment, name="model", source_run_id=killed)
     assert pending.status == LoggedModelStatus.PENDING
@@ -475,7 +488,7 @@ def test_a_run_killed_after_registering_keeps_one_version_and_takes_the_champion
     model = client.get_model_version("rul-fd001", champion).source
     register_and_promote(model, "rul-fd001", killed, 1e-3)  # it registered, then SIGKILL
     client.set_registered_model_alias("rul-fd001", "champion", champion)  # before the alias
-    client.update_run(killed, status="RUNNING")
+    left_running(client, killed)
     later = [a for a in registering if not a.startswith("seed=")] + [f"seed={config.seed + 4}"]
     assert CliRunner().invoke(main, ["train", *later, "--no-progress"]).exit_code == 0
     killed_version = next(v.version for v in client.search_model_versions("name='rul-fd001'")
@@ -583,3 +596,27 @@ def test_resume_on_changed_data_is_one_line_unless_asked_for_and_then_records_bo
     assert tags["data.sha256.train.resumed"] == sha256_of(train)
     assert tags["data.resumed"] == "after epoch 2 on changed files: train_FD001.txt"
     assert CliRunner().invoke(main, ["train", *args, "--new-data"]).exit_code == 2
+
+
+def test_a_run_whose_process_is_gone_is_closed_by_the_next_command_lock_or_none(synthetic):
+    """A run killed before its first checkpoint, or whose checkpoint folder was deleted, has
+    no lock to tell; its owner tag says which process trained it. `--resume` with nothing to
+    continue still closes it; a run of a live process, or of another machine, is left."""
+    from rul.tracking.run_owner import OWNER_TAG, owner_tags
+
+    store, args, config = synthetic
+    open_store(config)
+    client = MlflowClient(store.uri)
+    experiment = client.get_experiment_by_name(config.experiment_name).experiment_id
+    tags = {"ghost": {}, "alive": owner_tags(), "elsewhere": {OWNER_TAG: "another-machine 1 1"}}
+    runs = {name: client.create_run(experiment, tags=t).info.run_id for name, t in tags.items()}
+    left_running(client, runs["ghost"])
+
+    result = resume(args)  # nothing to resume: it says so, and the store is tidied first
+    assert result.exit_code == 2 and "nothing to resume" in result.stderr, result.output
+    assert (f"run {runs['ghost']} was left RUNNING by a process that is gone: marked KILLED\n"
+            in result.stderr)
+    assert {name: client.get_run(run).info.status for name, run in runs.items()} == {
+        "ghost": "KILLED", "alive": "RUNNING", "elsewhere": "RUNNING"}
+    for run in runs.values():
+        client.set_terminated(run)

@@ -4,8 +4,9 @@ Two runs of one config never share a file. `--resume` continues the newest unfin
 the config whose checkpoint exists and that no live process holds (the lock is an flock, so a
 process killed even with SIGKILL releases it), or the run it is given.
 
-A run left RUNNING by a process that is gone (killed, its lock free) is marked KILLED by the
-next command that tracks to the experiment (`close_abandoned`), before it starts anything.
+A run left RUNNING by a process that is gone (killed, its lock free, or its owner on this
+machine no longer there: rul.tracking.run_owner) is marked KILLED by the next command that
+tracks to the experiment (`close_abandoned`), before it starts anything.
 
 The checkpoint is verified before the run is reopened: a damaged newest file gives way to the
 one before it (rul.training.checkpoint keeps it), said in one line; with none intact the run
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from rul.tracking.run_owner import owner_alive
 from rul.training import checkpoint
 from rul.training.checkpoint import CheckpointDamaged, Checkpointer
 
@@ -75,16 +77,20 @@ class RunCheckpoints:
                         resuming: str | None = None) -> list[str]:
         """Runs of the experiment left RUNNING by a process that is gone: their lock file is
         here and nobody holds it (the process was killed, SIGKILL too, since the flock went
-        with it). Each is marked KILLED, its logged models still PENDING are marked FAILED,
-        and one line says so; returns their ids. A run another process trains holds its
-        lock and is left alone, and so is the run this command `resuming`."""
+        with it), or their owner ran on this machine and is gone (a run with no lock: one
+        killed before its first checkpoint, whose folder was deleted, a parent run). Each is
+        marked KILLED, its logged models still PENDING are marked FAILED, and one line says
+        so; returns their ids. A run another process trains holds its lock (or its owner is
+        alive) and is left alone, and so is the run this command `resuming`."""
         from mlflow.entities import LoggedModelStatus
 
         closed = []
         for run in client.search_runs([experiment_id],
                                       filter_string="attributes.status = 'RUNNING'"):
             rid = run.info.run_id
-            if rid == resuming or not self._lock_path(rid).exists() or self.is_held(rid):
+            alive = owner_alive(run.data.tags)
+            if rid == resuming or alive or self.is_held(rid) or (
+                    alive is None and not self._lock_path(rid).exists()):
                 continue
             client.set_terminated(rid, status="KILLED")
             for model in client.search_logged_models(

@@ -22,6 +22,7 @@ from rul.preprocessing.features import track
 from rul.tracking.metric_names import logged_metrics
 from rul.tracking.model_logging import log_pyfunc
 from rul.tracking.run_notes import log_run_notes
+from rul.tracking.run_owner import owner_tags
 from rul.training.distributed import rank_seed
 from rul.training.micro_batch import table_rows
 from rul.urls import masked
@@ -136,9 +137,10 @@ def _log_inputs(data) -> None:
 
 
 def source_tags() -> dict:
-    """MLflow's standard source, user and git tags, so the runs table shows them."""
+    """MLflow's standard source, user and git tags, so the runs table shows them, and the
+    process that trains the run (rul.tracking.run_owner)."""
     tags = {mlflow_tags.MLFLOW_SOURCE_NAME: "rul", mlflow_tags.MLFLOW_SOURCE_TYPE: "LOCAL",
-            mlflow_tags.MLFLOW_USER: getpass.getuser()}
+            mlflow_tags.MLFLOW_USER: getpass.getuser(), **owner_tags()}
     commit = _git("rev-parse", "HEAD")
     if commit:
         tags[mlflow_tags.MLFLOW_GIT_COMMIT] = commit

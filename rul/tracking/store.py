@@ -149,11 +149,19 @@ class Store:
     experiment_id: str
 
 
-def open_store(config) -> Store:
+def open_store(config, close_abandoned: bool = True) -> Store:
     """Use the store of `config` (its tracking_uri) and its experiment (created if needed):
-    once per command, before any run or worker process."""
+    once per command, before any run or worker process. Runs of the experiment left RUNNING
+    by a process that is gone are marked KILLED first (run_checkpoints.close_abandoned),
+    unless `close_abandoned` is False (`--resume` closes them once it knows its run)."""
+    from rul.tracking.run_checkpoints import RunCheckpoints
+
     configure(config.tracking_uri)
-    return Store(ensure_experiment(config.experiment_name))
+    store = Store(ensure_experiment(config.experiment_name))
+    if close_abandoned:
+        RunCheckpoints(config.checkpoint_dir).close_abandoned(MlflowClient(),
+                                                              store.experiment_id)
+    return store
 
 
 def _open(database: Path, uri: str) -> None:

@@ -31,6 +31,7 @@ from rul.tracking.registry import (
     register_and_promote,
     registered_model_name,
 )
+from rul.tracking.run_owner import owner_tags, reopen
 from rul.tracking.store import Store, open_store
 from rul.training.listener import TrainingListener
 from rul.tuning import objectives as objs
@@ -406,14 +407,15 @@ def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float 
         parent_run_id = study.user_attrs.get("mlflow_parent_run_id")
         if parent_run_id is None:
             parent_run_id = client.create_run(store.experiment_id, run_name=study_name,
-                                              tags={"optuna.study": study_name}).info.run_id
+                                              tags={"optuna.study": study_name,
+                                                    **owner_tags()}).info.run_id
             study.set_user_attr("mlflow_parent_run_id", parent_run_id)
             space = config.to_dict()["search_space"]
             client.log_param(parent_run_id, "search_space", str(space)[:6000])
             if objs.is_multi(config.objectives):
                 client.log_param(parent_run_id, "objectives", ", ".join(config.objectives))
         else:
-            client.update_run(parent_run_id, status="RUNNING")
+            reopen(client, parent_run_id)
         if not heartbeat:  # with a heartbeat, Optuna fails dead workers' trials itself
             _close_interrupted_trials(study, client)
         grace = config.heartbeat_grace_period or 2 * config.heartbeat_interval

@@ -22,6 +22,7 @@ from rul.tracking.registry import register_and_promote, registered_model_name
 from rul.tracking.run_checkpoints import RunCheckpoints
 from rul.tracking.run_logging import log_outcome, log_plan, source_tags
 from rul.tracking.run_names import CONFIG_DIGEST_TAG, config_digest, default_run_name
+from rul.tracking.run_owner import reopen
 from rul.tracking.store import Store
 from rul.training.listener import Listeners, TrainingListener
 from rul.training.run import train
@@ -89,7 +90,7 @@ def open_run(plan, role: RunRole, experiment_id: str) -> str:
     after creating it leaves no untagged run."""
     client = MlflowClient()
     if plan.resume_run_id is not None:
-        client.update_run(plan.resume_run_id, status="RUNNING")
+        reopen(client, plan.resume_run_id)
         return plan.resume_run_id
     tags = {**source_tags(), **role.tags, CONFIG_DIGEST_TAG: config_digest(plan.written)}
     if role.parent_run_id:

@@ -14,6 +14,7 @@ from rul.tracking.run_checkpoints import RunCheckpoints
 from rul.tracking.run_logging import config_params
 from rul.tracking.run_names import config_digest
 from rul.tracking.store import Store, open_store
+from rul.tracking_uri import absent_store, store_uri
 from rul.training.distributed import World, process_group
 from rul.training.run import train as train_plan
 from rul.workflows.ensemble import train_ensemble
@@ -47,14 +48,31 @@ def train_tracked(config, resume: bool | str = False, jobs: int = 1, progress: b
             return None, None
         store = target = None
         if resume:  # nothing to continue: said before a store is opened (or created)
-            RunCheckpoints(config.checkpoint_dir).check_files(None if resume is True else resume)
-            store = open_store(config)
-            target = resume_target(config, store, None if resume is True else resume)
+            nothing_to_resume(config, None if resume is True else resume)
+            store = open_store(config, close_abandoned=False)  # track() closes them, all
+            try:  # but the run it resumes
+                target = resume_target(config, store, None if resume is True else resume)
+            except BaseException:  # nothing resumed: close every run a killed process left
+                RunCheckpoints(config.checkpoint_dir).close_abandoned(MlflowClient(),
+                                                                      store.experiment_id)
+                raise
         plan = plan_run(config, target, subset=subset)  # a bad input opens no store, no run
         if target is not None:
             check_resumed_data(plan, new_data)
         role = RunRole(register=config.register, on_run_created=on_run_created)
         return track(plan, role, store or open_store(config), progress=progress)
+
+
+def nothing_to_resume(config, run_id: str | None) -> None:
+    """FileNotFoundError when no checkpoint here could be resumed (RunCheckpoints.check_files),
+    said without creating a store; an existing one is opened first, which closes the runs a
+    killed process left RUNNING (one killed before its first checkpoint has none)."""
+    try:
+        RunCheckpoints(config.checkpoint_dir).check_files(run_id)
+    except FileNotFoundError:
+        if absent_store(store_uri(config.tracking_uri)) is None:
+            open_store(config)
+        raise
 
 
 def resume_target(config, store: Store, run_id: str | None = None) -> ResumeTarget:
