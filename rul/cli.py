@@ -30,8 +30,8 @@ class UserError(Said):
     exit_code = 2
 
 
-class DiskFull(Said):
-    """A write that found no space: exit 1, one line."""
+class WriteFailed(Said):
+    """A write that found no space or a read-only place: exit 1, one line."""
 
     exit_code = 1
 
@@ -109,11 +109,10 @@ def _ends_cleanly(after_interrupt, on_first_signal=None):
     except ServiceUnavailable as error:
         raise ServiceError(str(error)) from None
     except Exception as error:
-        full = _full_disk(error)
-        if full:
-            raise DiskFull(f"no space left on the device of {full}: free some, then run the "
-                           "command again (a run with a checkpoint continues with --resume)"
-                           ) from None
+        failed = _failed_write(error)
+        if failed:
+            raise WriteFailed(f"{failed}, then run the command again (a run with a checkpoint "
+                              "continues with --resume)") from None
         if isinstance(error, _user_errors()):
             raise UserError(str(error)) from None
         raise
@@ -123,13 +122,21 @@ def _ends_cleanly(after_interrupt, on_first_signal=None):
         sys.exit(exit_code(interruption))
 
 
-def _full_disk(error: Exception) -> str | None:
-    """What a write found full: a file (ENOSPC), or the tracking store (SQLite's words,
-    whether SQLAlchemy or MLflow raised them); None for any other error."""
-    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-        return str(error.filename or "a file rul wrote")
-    if "database or disk is full" in str(error):
-        return "the tracking store"
+def _failed_write(error: Exception) -> str | None:
+    """What a write found and what to do: no space (ENOSPC on a file, SQLite's words for the
+    tracking store, whether SQLAlchemy or MLflow raised them) or a read-only place (EROFS,
+    SQLite's readonly database); None for any other error."""
+    said = str(error)
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EROFS):
+        where = error.filename or "a file rul wrote"
+        return (f"no space left on the device of {where}: free some"
+                if error.errno == errno.ENOSPC else f"{where} is on a read-only filesystem: "
+                                                   "make it writable")
+    if "database or disk is full" in said:
+        return "no space left on the device of the tracking store: free some"
+    if "readonly database" in said:
+        return "the tracking store cannot be written (SQLite: a readonly database): make it " \
+               "writable"
     return None
 
 

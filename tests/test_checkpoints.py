@@ -620,3 +620,48 @@ def test_a_run_whose_process_is_gone_is_closed_by_the_next_command_lock_or_none(
         "ghost": "KILLED", "alive": "RUNNING", "elsewhere": "RUNNING"}
     for run in runs.values():
         client.set_terminated(run)
+
+
+def test_a_store_that_turns_read_only_mid_run_is_one_line_and_resume_logs_every_epoch(
+        synthetic, monkeypatch):
+    """The store refuses writes from epoch 2's metrics on (remounted read-only): one line,
+    exit 1; the run cannot be marked, so the next command closes it; `--resume` continues
+    from epoch 2's checkpoint and logs epoch 2's metrics, which the store missed."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient as Client
+
+    store, args, config = synthetic
+    real_batch = Client.log_batch
+    refusal = "(sqlite3.OperationalError) attempt to write a readonly database\n[SQL: INSERT]"
+
+    def read_only_from_epoch_2(self, run_id, metrics=(), *rest, **kwargs):
+        if any(m.key == "epoch" and m.value >= 2 for m in metrics):
+            monkeypatch.setattr(Client, "set_terminated", refuse)
+            monkeypatch.setattr(Client, "set_tag", refuse)
+            raise MlflowException(refusal)
+        return real_batch(self, run_id, metrics, *rest, **kwargs)
+
+    def refuse(*args, **kwargs):
+        raise MlflowException(refusal)
+
+    monkeypatch.setattr(Client, "log_batch", read_only_from_epoch_2)
+    result = CliRunner().invoke(main, ["train", *args, "--no-progress"])
+    monkeypatch.undo()
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1] == ("Error: the tracking store cannot be written (SQLite: a readonly "
+                         "database): make it writable, then run the command again (a run with a "
+                         "checkpoint continues with --resume)")
+    assert len(lines) <= 3 and "Traceback" not in result.output, lines
+    client = MlflowClient(store.uri)
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name(config.experiment_name).experiment_id],
+        filter_string=f"params.seed = '{config.seed}'")
+    assert run.info.status == "RUNNING"  # the store could not take it
+    left_running(client, run.info.run_id)  # and its process ended
+
+    again = resume(args)
+    assert again.exit_code == 0, again.output
+    epochs = [m.value for m in client.get_metric_history(run.info.run_id, "epoch")]
+    assert sorted(epochs) == [1.0, 2.0, 3.0, 4.0]
+    assert len(client.get_metric_history(run.info.run_id, "val/rmse")) == 4

@@ -61,6 +61,17 @@ class MLflowListener(TrainingListener):
                    "epoch": epoch}, step)
         self.flush()
 
+    def catch_up(self, state: dict) -> None:
+        """A resumed run's epochs that its store missed (a write failed after the epoch's
+        checkpoint was saved: a read-only or full store), logged from the checkpoint's
+        history (`state`, its train_state) at their steps; their per-step curves are lost."""
+        logged_epochs = {int(m.value) for m in self.client.get_metric_history(self.run_id,
+                                                                              "epoch")}
+        per_epoch = state["step"] // max(state["epoch"], 1)
+        for epoch, metrics in enumerate(state["history"], start=1):
+            if epoch not in logged_epochs:
+                self.on_epoch(epoch, epoch * per_epoch, metrics)
+
     def flush(self) -> None:
         with deferred():  # a signal must not cut a database write in half
             for i in range(0, len(self.buffer), MAX_METRICS_PER_CALL):

@@ -109,4 +109,6 @@ def _train_in_run(plan, role: RunRole, checkpointer, listener, progress: bool):
         print(f"resuming run {plan.resume_run_id} after epoch "
               f"{plan.resume['train_state']['epoch']}", file=sys.stderr)
     tracker = MLflowListener.of(plan, mlflow.active_run().info.run_id)
+    if plan.resume is not None:
+        tracker.catch_up(plan.resume["train_state"])
     return train(plan, Listeners(tracker, listener), checkpointer, progress)
