@@ -11,7 +11,7 @@ import click
 
 from rul import config as cfg
 from rul import services
-from rul.console import masked_tracebacks, one_line_warnings
+from rul.console import masked_tracebacks, no_logged_tracebacks, one_line_warnings
 from rul.files import INPUT_LIMIT
 from rul.interrupts import Terminated, exit_code, interrupts_as_exceptions
 from rul.reporting.cli import report
@@ -185,6 +185,7 @@ def main():
     """Remaining Useful Life of turbofan engines (NASA C-MAPSS), tracked in MLflow."""
     one_line_warnings()
     masked_tracebacks()
+    no_logged_tracebacks()
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

@@ -33,6 +33,17 @@ def one_line_warnings() -> None:
     warnings.showwarning = show_warning
 
 
+# Loggers whose errors are raised to rul too, which says them in one line: MLflow logs every
+# failed store operation with its traceback before raising it (a full disk: hundreds of lines).
+RAISED_AGAIN = ("mlflow.store.db.utils",)
+
+
+def no_logged_tracebacks() -> None:
+    """Silence RAISED_AGAIN for the rest of the process (their errors still raise)."""
+    for name in RAISED_AGAIN:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
 def masked_tracebacks() -> None:
     """A traceback that ends the process (an error rul did not foresee) is printed with the
     secrets of the URLs the command uses masked (rul.urls.scrubbed)."""

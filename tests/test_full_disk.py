@@ -97,3 +97,34 @@ def test_a_disk_that_fills_while_a_new_store_is_created_leaves_nothing_half_buil
     assert _mount("-o", "remount,size=8m", str(small_disk))
     again = rul(args, tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_while_the_model_is_logged_is_a_few_lines(small_disk, write_cmapss):
+    """Training fits, the model's artifacts do not (the store and ./mlruns on the small disk):
+    a few lines, no traceback nor MLflow's logged ones, and the next command closes the run
+    (its model FAILED) and trains."""
+    from mlflow.entities import LoggedModelStatus
+
+    data = write_cmapss(train_lengths=(52, 60, 35, 47, 41, 55, 49, 58, 44, 50))
+    args = [*TINY, "epochs=1", f"data_dir={data}", f"checkpoint_dir={small_disk.parent}/ckpt"]
+    assert rul(args, small_disk).returncode == 0  # the store exists
+    free = shutil.disk_usage(small_disk).free
+    (small_disk / "filler").write_bytes(b"\0" * (free - 400 * 1024))  # 400 KiB left
+    full = rul(args, small_disk)
+    said = full.stderr.strip().splitlines()
+    assert full.returncode == 1, full.stderr[-2000:]
+    assert said[-1].startswith("Error: no space left on the device of "), said[-3:]
+    assert "Traceback" not in full.stderr and "ERROR mlflow" not in full.stderr
+    assert len(said) <= 3, said
+    (small_disk / "filler").unlink()
+
+    again = rul(args, small_disk)
+    assert again.returncode == 0, again.stderr[-2000:]
+    client = MlflowClient(f"sqlite:///{small_disk}/mlflow.db")
+    experiment = client.get_experiment_by_name("rul-fd001").experiment_id
+    runs = client.search_runs([experiment])
+    assert sorted(r.info.status for r in runs) == ["FAILED", "FINISHED", "FINISHED"] or \
+        sorted(r.info.status for r in runs) == ["FINISHED", "FINISHED", "KILLED"]
+    models = client.search_logged_models([experiment])
+    assert LoggedModelStatus.PENDING not in [m.status for m in models]

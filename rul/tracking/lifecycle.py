@@ -24,16 +24,30 @@ def run_ends_cleanly(run_id: str, stop_exceptions: tuple[type[BaseException], ..
         raise
     except BaseException as error:
         status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
+        _end(client, run_id, status, f"{type(error).__name__}: {error}")
+        raise
+    client.set_terminated(run_id, status="FINISHED")
+
+
+def _end(client: MlflowClient, run_id: str, status: str, error: str) -> None:
+    """End the run `status`, then record `error` (tag `error`). A store that cannot take the
+    end (a full disk) is one line, unless the run ended anyway (MLflow's own end of the
+    active run may have got through); the tag is best effort."""
+    try:
+        client.set_terminated(run_id, status=status)
+    except Exception as store_error:  # noqa: BLE001 (the store cannot take it: a full disk)
         try:
-            client.set_tag(run_id, "error", f"{type(error).__name__}: {error}"[:5000])
-            client.set_terminated(run_id, status=status)
-        except Exception as store_error:  # noqa: BLE001 (the store cannot take it: a full disk)
-            said = str(store_error).strip().splitlines()[0][:200] if str(store_error) else ""
+            ended = client.get_run(run_id).info.status != "RUNNING"
+        except Exception:  # noqa: BLE001 (cannot even read it)
+            ended = False
+        if not ended:
+            said = next((line for line in str(store_error).strip().splitlines()
+                         if not line.startswith("(raised as a result")), "")[:200]
             print(f"run {run_id} could not be marked {status} ({type(store_error).__name__}: "
                   f"{said}); the next rul command in this experiment closes it",
                   file=sys.stderr)
-        raise
-    client.set_terminated(run_id, status="FINISHED")
+    with suppress(Exception):
+        client.set_tag(run_id, "error", error[:5000])
 
 
 @contextmanager
