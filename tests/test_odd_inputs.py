@@ -79,11 +79,35 @@ def test_the_real_training_file_has_no_odd_input(fd001):
     with warnings.catch_warnings():
         warnings.simplefilter("error", OddInputWarning)
         assert prepare_data(config, 0, fd001).odd == {}
+    with warnings.catch_warnings():  # all 21: its constant sensors are constant in test too
+        warnings.simplefilter("ignore", OddInputWarning)
+        assert "varying_in_test" not in prepare_data(config.replace(features="all"), 0,
+                                                     fd001).odd
+
+
+def test_a_read_sensor_that_varies_only_in_the_test_file_is_named_in_training(write_cmapss,
+                                                                              rewrite):
+    """features=all reads s_1, constant in the training rows: varying in the test file, it
+    is scaled far out of range there (test RMSE 23.98 -> 28.27 on FD001, unsaid before)."""
+    folder = write_cmapss()
+    rewrite(folder / "test_FD001.txt", 3, lambda t: t.__setitem__(5, f"{float(t[5]) + 40:.4f}"))
+    config = cfg.load(None, {**TINY, "data_dir": str(folder), "features": "all"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data = prepare_data(config, 0, load_subset("FD001", folder))
+    said = [str(w.message) for w in caught if issubclass(w.category, OddInputWarning)]
+    assert said == ["test data: s_1 vary, but not in the training rows: the model learned "
+                    "nothing from them and their test values are scaled far out of range (drop "
+                    "them from features, or drop_constant: true)"]
+    assert data.odd == {"varying_in_test": ["s_1"]}
+    assert data_tags(data)["data.odd.varying_in_test"] == "s_1"
+    assert prepare_data(config.replace(features="informative"), 0,
+                        load_subset("FD001", folder)).odd == {}  # s_1 is not read
 
 
 def test_every_kind_says_what_training_and_serving_do():
     assert [k.key for k in POLICY] == ["gaps", "repeated_cycles", "late_start", "far_values",
-                                       "varying_unread"]
+                                       "varying_unread", "varying_in_test"]
     assert all(k.found and k.training and k.serving for k in POLICY)
     assert np.unique([k.key for k in POLICY]).size == len(POLICY)
 

@@ -51,8 +51,30 @@ POLICY = (
             "flags the engine when a sensor it does not read lies beyond the fleet's range by "
             f"more than 4 x (its training sd or {VARYING:.1%} of its value, the larger): a "
             "broken feed; the answer is unchanged; `strict` refuses"),
+    OddKind("varying_in_test", "a sensor the model reads is constant in the training rows "
+            f"(relative spread under {VARYING:g}) but varies in the test file",
+            "warns once, naming the sensors (the model learned nothing from them, and their "
+            "test values are scaled far out of range); tag `data.odd.varying_in_test`",
+            "flags the engine when the value lies beyond the fleet's range, as any sensor "
+            "it reads; `strict` refuses"),
 )
 KINDS = {kind.key: kind for kind in POLICY}
+
+
+def relative_spread(values: np.ndarray, labels: np.ndarray) -> float:
+    """A column's largest standard deviation within an operating condition, relative to its
+    mean (at least 1): what "varies" means for a sensor."""
+    return max(float(np.std(values[labels == k])) / max(1.0, abs(float(np.mean(
+        values[labels == k])))) for k in np.unique(labels))
+
+
+def varying_in_test(train: pd.DataFrame, train_labels: np.ndarray, test: pd.DataFrame,
+                    test_labels: np.ndarray, read: list[str]) -> list[str]:
+    """The sensors the model reads that are constant in the training rows but vary in the
+    test rows."""
+    return [c for c in read if c in SENSOR_COLUMNS
+            and relative_spread(train[c].to_numpy(np.float64), train_labels) <= VARYING
+            < relative_spread(test[c].to_numpy(np.float64), test_labels)]
 
 
 def find_odd(rows: pd.DataFrame, labels: np.ndarray, read: list[str]) -> dict[str, list]:
@@ -82,10 +104,7 @@ def find_odd(rows: pd.DataFrame, labels: np.ndarray, read: list[str]) -> dict[st
     unread = [c for c in SENSOR_COLUMNS if c not in read]
     varying = []
     for column in unread:
-        values = rows[column].to_numpy(np.float64)
-        spread = max(float(np.std(values[labels == k])) / max(1.0, abs(float(np.mean(
-            values[labels == k])))) for k in np.unique(labels))
-        if spread > VARYING:
+        if relative_spread(rows[column].to_numpy(np.float64), labels) > VARYING:
             varying.append(column)
     found["varying_unread"] = varying
     return {key: value for key, value in found.items() if value}
@@ -102,4 +121,8 @@ def describe(key: str, items: list) -> str:
     if key == "varying_unread":
         return (f"training data: {named(items)} vary, but the model does not read them "
                 "(features: the fixed list of informative sensors)")
+    if key == "varying_in_test":
+        return (f"test data: {named(items)} vary, but not in the training rows: the model "
+                "learned nothing from them and their test values are scaled far out of "
+                "range (drop them from features, or drop_constant: true)")
     return f"training data: {KINDS[key].found} in units {named(items)}"

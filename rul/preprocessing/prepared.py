@@ -16,7 +16,7 @@ from rul.data.records import late_starts, start_late
 from rul.data.schema import SETTING_COLUMNS
 from rul.data.split import fold_units, rows_of, split_units
 from rul.errors import ConfigError
-from rul.preprocessing.odd_inputs import describe, find_odd
+from rul.preprocessing.odd_inputs import describe, find_odd, varying_in_test
 from rul.preprocessing.pipeline import Preprocessor
 from rul.preprocessing.target import cap_rul
 from rul.preprocessing.windows import WindowSet, short_units, warn_padded
@@ -43,10 +43,15 @@ def check_odd_inputs(config, subset: CMAPSSSubset, preprocessor: Preprocessor) -
     """The odd inputs of the training file's engines, judged against each other (they are the
     fleet): one warning per kind, naming the units, or with `strict_data` one DataError naming
     the file (sensors the model does not read only warn)."""
-    rows = subset.train
-    found = find_odd(rows, preprocessor.conditions(rows[SETTING_COLUMNS].to_numpy()),
-                     list(preprocessor.feature_columns_))
-    refused = [key for key in found if key != "varying_unread"]
+    rows, test = subset.train, subset.test
+    labels = preprocessor.conditions(rows[SETTING_COLUMNS].to_numpy())
+    read = list(preprocessor.feature_columns_)
+    found = find_odd(rows, labels, read)
+    in_test = varying_in_test(rows, labels, test,
+                              preprocessor.conditions(test[SETTING_COLUMNS].to_numpy()), read)
+    if in_test:
+        found["varying_in_test"] = in_test
+    refused = [key for key in found if key not in ("varying_unread", "varying_in_test")]
     if config.strict_data and refused:
         said = "; ".join(describe(key, found[key]).removeprefix("training data: ")
                          for key in refused)
