@@ -201,26 +201,27 @@ def main():
               help="Ensemble members trained side by side in worker processes, the CPU "
                    "threads split between them.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def train(config_path, overrides, data_dir, resume, new_data, jobs, no_progress):
+def train(config_path, overrides, data_dir, resume, **options):
     """Train a model (CONFIG is a YAML file in experiments/; KEY=VALUE overrides any key).
 
     Under `torchrun --nproc-per-node N -m rul train ...` one run trains on N processes (DDP):
     rank 0 tracks, checkpoints and registers; the other ranks only train."""
-    if new_data and not resume:
+    if options["new_data"] and not resume:
         raise UserError("--new-data: only with --resume (a new run records its files anyway)")
     config = _load_config(config_path, overrides, data_dir)
     subset = _check_inputs(config)
     from rul.training.distributed import PeerLost, World
-    from rul.workflows.train import train_tracked
+    from rul.workflows.train import Resume, train_tracked
 
     world = World.from_env()
     run_ids = []
     with _ends_cleanly(lambda: _after_interrupted_training(config, run_ids, world)):
         try:
-            outcome, run_id = train_tracked(config, True if resume == "newest"
-                                            else resume or False, jobs, not no_progress,
-                                            subset, on_run_created=run_ids.append,
-                                            new_data=new_data)
+            asked = resume and Resume(None if resume == "newest" else resume,
+                                      options["new_data"])
+            outcome, run_id = train_tracked(config, asked, options["jobs"],
+                                            not options["no_progress"], subset,
+                                            on_run_created=run_ids.append)
         except PeerLost as error:
             click.echo(f"error: {error}; the run is marked FAILED" if world.is_main
                        else f"error: {error}", err=True)

@@ -12,7 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS = [
-    ("errors", "console", "interrupts", "tracking_uri"),  # no rul import
+    ("errors", "files", "urls"),  # no rul import
+    ("console", "interrupts", "tracking_uri"),  # those only
     ("data",),
     ("preprocessing",),
     ("models",),

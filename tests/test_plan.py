@@ -112,7 +112,7 @@ def test_the_key_lists_are_derived_from_the_roles():
     assert set(cfg.KEY_ROLES) <= set(cfg.TrainConfig.model_fields)
     assert set(cfg.NOT_IN_IDENTITY) == {"data_dir", "tracking_uri", "experiment", "register",
                                         "run_name", "checkpoint_dir", "device",
-                                        "interval_coverage", "strict_data"}
+                                        "interval_coverage", "strict_data", "max_data_mb"}
     assert set(cfg.NOT_TUNABLE) == set(cfg.NOT_IN_IDENTITY) | {"subset", "ensemble",
                                                                "ensemble_split",
                                                                "ensemble_training"}

@@ -5,6 +5,7 @@ The command's store is opened once (rul.tracking.store.open_store) and handed do
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from mlflow.tracking import MlflowClient
 
@@ -21,15 +22,33 @@ from rul.workflows.ensemble import train_ensemble
 from rul.workflows.tracked import RunRole, track
 
 
-def train_tracked(config, resume: bool | str = False, jobs: int = 1, progress: bool = True,
-                  subset=None, on_run_created: Callable[[str], None] | None = None,
-                  new_data: bool = False):
+@dataclass(frozen=True)
+class Resume:
+    """What `--resume` asks for: the run (None: the newest unfinished run of the config), and
+    whether it may go on with data files other than those it started with."""
+
+    run_id: str | None = None
+    new_data: bool = False
+
+    @classmethod
+    def of(cls, value: "bool | str | Resume") -> "Resume | None":
+        """True: the newest; a run id; a Resume as it is; False or None: no resume."""
+        if isinstance(value, Resume) or not value:
+            return value or None
+        return cls(None if value is True else value)
+
+
+def train_tracked(config, resume: bool | str | Resume = False, jobs: int = 1,
+                  progress: bool = True, subset=None,
+                  on_run_created: Callable[[str], None] | None = None):
     """`rul train` as `config` says: an ensemble (ensemble > 1, `jobs` members at a time),
     else one run, split over the processes torchrun started (tracked by rank 0; the other
     ranks train their share and track nothing: (None, None)); return (outcome, run_id).
-    `resume`: continue the newest unfinished run of the config (True) or the run it names,
-    on the files it started with unless `new_data` (then the run records both); `subset`:
-    its files when already read; `on_run_created(run_id)` once the run exists."""
+    `resume` (Resume.of): continue the newest unfinished run of the config (True) or the run
+    it names, on the files it started with unless it says new_data (then the run records
+    both); `subset`: its files when already read; `on_run_created(run_id)` once the run
+    exists."""
+    resume = Resume.of(resume)
     world = World.from_env()
     if config.ensemble > 1:
         if world.distributed:
@@ -48,17 +67,17 @@ def train_tracked(config, resume: bool | str = False, jobs: int = 1, progress: b
             return None, None
         store = target = None
         if resume:  # nothing to continue: said before a store is opened (or created)
-            nothing_to_resume(config, None if resume is True else resume)
+            nothing_to_resume(config, resume.run_id)
             store = open_store(config, close_abandoned=False)  # track() closes them, all
             try:  # but the run it resumes
-                target = resume_target(config, store, None if resume is True else resume)
+                target = resume_target(config, store, resume.run_id)
             except BaseException:  # nothing resumed: close every run a killed process left
                 RunCheckpoints(config.checkpoint_dir).close_abandoned(MlflowClient(),
                                                                       store.experiment_id)
                 raise
         plan = plan_run(config, target, subset=subset)  # a bad input opens no store, no run
         if target is not None:
-            check_resumed_data(plan, new_data)
+            check_resumed_data(plan, resume.new_data)
         role = RunRole(register=config.register, on_run_created=on_run_created)
         return track(plan, role, store or open_store(config), progress=progress)
 
