@@ -182,3 +182,22 @@ def test_mlflow_answers_its_routes_and_the_rest_is_a_404_of_rul_s():
         assert message(body) == "path: not found; POST rows to /invocations"
     docs = Guard(mlflow_app, Lanes(), Limits(), docs=True)
     assert call(docs, [], method="GET", path="/openapi.json")[2] == b"mlflow"
+
+
+def test_a_share_of_the_budget_is_kept_for_small_requests():
+    """Large bodies may take the budget but its SMALL_SHARE: while they hold all they may, a
+    one-engine request is still admitted."""
+    large = int(1.2 * 2**20)  # above IN_PROCESS_BYTES: the worker's
+    lanes = Lanes(seconds=0.5)
+    app = guard(lanes, memory_mb=32, max_body_mb=10)
+    assert admission.expected_peak("json", large) <= 32 * 2**20 * (1 - admission.SMALL_SHARE)
+
+    async def together():
+        first = asyncio.create_task(_call(app, [b"x" * large], [JSON], "POST", "/invocations"))
+        await asyncio.sleep(0.1)
+        second = await _call(app, [b"x" * large], [JSON], "POST", "/invocations")
+        small = await _call(app, [b"x" * 30_000], [JSON], "POST", "/invocations")
+        return await first, second, small
+
+    first, second, small = asyncio.run(together())
+    assert (first[0], second[0], small[0]) == (200, 503, 200)

@@ -25,7 +25,7 @@ import time
 
 from rul.serving.admission import RETRY_AFTER_S, Budget, expected_peak
 from rul.serving.bodies import DATA_KEYS, PARQUET, BodyError, decoded_size, media_of
-from rul.serving.lanes import Lanes, trim_memory
+from rul.serving.lanes import IN_PROCESS_BYTES, Lanes, trim_memory
 from rul.serving.limits import Limits
 from rul.serving.scoring import Answer, logger, timed_out
 
@@ -102,9 +102,10 @@ class Guard:
         if size > self.max_body and not decoded:
             return self._too_large()
         peak = expected_peak(media, size)
-        if peak > self.budget.total:
+        small = size <= IN_PROCESS_BYTES
+        if peak > self.budget.limit(small):
             return self._too_large(peak)
-        if not reservation.grow(peak):
+        if not reservation.grow(peak, small):
             logger.warning("refused: a request that does not fit the memory budget (503)")
             return Answer.refusal(503, "server: busy with other requests' memory; retry "
                                        f"after {RETRY_AFTER_S} s", "TEMPORARILY_UNAVAILABLE",
@@ -112,14 +113,13 @@ class Guard:
         return None
 
     def _too_large(self, peak: int | None = None) -> Answer:
-        mb = self.max_body / 2**20
         if peak is None:
-            line = (f"body: larger than this server's limit of {mb:g} MB; send fewer engines "
-                    "per request (or raise --max-body-mb)")
+            line = (f"body: larger than this server's limit of {_mb(self.max_body)} MB; send "
+                    "fewer engines per request (or raise --max-body-mb)")
         else:
-            line = (f"body: would take about {peak / 2**20:,.0f} MB to predict, more than this "
-                    f"server's memory budget of {self.budget.total / 2**20:g} MB; send fewer "
-                    "engines per request")
+            line = (f"body: would take about {_mb(peak)} MB to predict, more than this "
+                    f"server's memory budget of {_mb(self.budget.total)} MB allows; send "
+                    "fewer engines per request")
         return Answer.refusal(413, line, "REQUEST_LIMIT_EXCEEDED")
 
     async def _read(self, receive, reservation, media: str, counted: bool):
@@ -158,6 +158,10 @@ class Guard:
         """Read the rest of the body (dropped) so that the client hears `answer`."""
         await _drain(receive)
         await _send(send, answer)
+
+
+def _mb(size: int) -> str:
+    return f"{size / 2**20:,.1f}".removesuffix(".0")
 
 
 async def _drain(receive) -> None:

@@ -28,7 +28,7 @@ from rul.serving.admission import RETRY_AFTER_S
 from rul.serving.scoring import Answer, answer
 
 IN_PROCESS_BYTES = 2**20
-WORKER_NICE = 10
+WORKER_NICE = 5
 _model = None  # the worker process's model
 
 
@@ -71,14 +71,15 @@ class Lanes:
     """A worker process that loads the model from `path` (a local model folder), started at
     once; the model of this process (`model`, the same one loaded here) is set by the caller.
 
-    The worker is forked from a fork server that imported rul before anything else: loading
-    a model puts its code/ folder first on sys.path, and a process started from scratch
-    after that would import the model's copy of rul, not this process's."""
+    The worker is forked from a fork server that imported the rul package first thing:
+    loading a model puts its code/ folder first on sys.path, and a process started from
+    scratch after that would import the model's copy of rul, not this process's (a package
+    once imported finds its modules in its own folder)."""
 
     def __init__(self, path: str):
         self.path, self.model = str(path), None
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload([__name__])
+        context.set_forkserver_preload(["rul"])  # the package, found where this one is
         self.context = context
         self.pool = self._start()
         self.started = self.pool.submit(_ready)

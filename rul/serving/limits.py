@@ -23,11 +23,12 @@ class Limit:
 LIMITS = (
     Limit("memory_mb", "RUL_SERVE_MEMORY_MB", 1024, "MB",
           "the memory requests in flight may take together: a request is admitted only if its "
-          "body's expected peak fits what is left, else 503 with Retry-After (the loaded server, "
-          "about 450 MB in two processes, comes on top: the default fits a 2 GB container)"),
+          "body's expected peak fits what is left, else 503 with Retry-After; an eighth is kept "
+          "for requests of 1 MiB or less (the loaded server, about 450 MB in its processes, "
+          "comes on top: the default fits a 2 GB container)"),
     Limit("max_body_mb", "RUL_SERVE_MAX_BODY_MB", None, "MB",
           "a larger body is answered 413 before it is parsed; by default the largest body whose "
-          "expected peak fits the memory budget alone"),
+          "expected peak fits what large requests may take of the memory budget"),
     Limit("timeout", "MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT", 60, "s",
           "a request still predicting after this long gets 504 and its work stops at its next "
           "step or batch of windows"),
@@ -36,7 +37,8 @@ LIMITS = (
           "and closed; it is also the body's grace before the minimum rate applies"),
     Limit("min_rate_kb", "RUL_SERVE_MIN_RATE_KB", 64, "KB/s",
           "a body arriving slower than this on average (after the grace) is answered 408 and "
-          "closed, and so is an answer the client stops reading for as long as the grace"),
+          "closed; a client that reads nothing of its answer for as long as the grace is "
+          "dropped"),
     Limit("keep_alive", "RUL_SERVE_KEEP_ALIVE", 5, "s",
           "an idle keep-alive connection is closed after this long"),
     Limit("max_connections", "RUL_SERVE_MAX_CONNECTIONS", 2048, "connections",

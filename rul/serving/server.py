@@ -79,7 +79,7 @@ def open_files(limits: Limits) -> Limits:
 
 
 def describe(limits: Limits) -> str:
-    return (f"bodies up to {limits.max_body / 2**20:g} MB, a memory budget of "
+    return (f"bodies up to {limits.max_body / 2**20:.1f} MB, a memory budget of "
             f"{limits.memory_mb:g} MB, {limits.timeout:g} s per request, headers within "
             f"{limits.header_timeout:g} s, bodies at {limits.min_rate_kb:g} KB/s or faster, "
             f"idle connections closed after {limits.keep_alive:g} s, at most "
