@@ -5,10 +5,12 @@ holds it for a second at a stretch): in the server's own process they would stop
 loop, and every other request with it, however many threads there are. So:
 - a body up to IN_PROCESS_BYTES (about 25 engines of 200 cycles as JSON) is answered in a
   thread of the server's own process (a few milliseconds, no copy);
-- a larger one is answered by a worker process that loaded the same model at startup and runs
-  at a lower CPU priority (nice WORKER_NICE), so that the server's own process, its event loop
-  and its small requests, gets the cores first. The worker takes one request at a time; the
-  memory budget (rul.serving.admission) bounds how many wait for it.
+- a larger one is answered by a worker process that loaded the same model at startup: its
+  GIL is its own, and the server's event loop and small requests go on beside it. The worker
+  takes one request at a time; the memory budget (rul.serving.admission) bounds how many wait
+  for it. (At a lower CPU priority it was starved: on 2 cores with one-engine requests sent
+  back to back, a maximal body ran past its 60 s at nice 5, and the small requests' p99 was
+  no better than at the same priority.)
 
 A request's deadline travels with it (the monotonic clock is the machine's, the same in both
 processes): its work stops at the deadline's next check (rul.serving.deadline). A worker that
@@ -28,7 +30,6 @@ from rul.serving.admission import RETRY_AFTER_S
 from rul.serving.scoring import Answer, answer
 
 IN_PROCESS_BYTES = 2**20
-WORKER_NICE = 5
 _model = None  # the worker process's model
 
 
@@ -40,8 +41,6 @@ def trim_memory() -> None:
 
 def _load(path: str) -> None:
     global _model
-    with contextlib.suppress(OSError):
-        os.nice(WORKER_NICE)
     import mlflow.pyfunc
 
     _model = mlflow.pyfunc.load_model(path)
