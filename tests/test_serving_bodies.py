@@ -246,3 +246,20 @@ def test_features_made_a_block_of_units_at_a_time_are_the_same(model, monkeypatc
     whole = model.predict(rows)
     monkeypatch.setattr(predictor, "ROWS_AT_ONCE", 60)
     pd.testing.assert_frame_equal(model.predict(rows), whole, check_exact=True)
+
+
+def test_many_rows_validated_before_the_model_answer_the_same(model, monkeypatch):
+    """Past TYPED_FIRST rows the parsed frame is validated first, so that it can go before the
+    model runs: the same answers, and for rows that are wrong twice (a bad parameter and a
+    bad value), the model's own order still (the parameter first)."""
+    from rul.serving import scoring
+
+    bad_value = ROWS.astype({"s_3": object})
+    bad_value.iloc[1, bad_value.columns.get_loc("s_3")] = "hot"
+    bodies = [encode(ROWS, JSON), encode(ROWS, CSV), split_body(ROWS, horizon=40),
+              split_body(bad_value, short_history="cut"), encode(bad_value, JSON)]
+    media = [JSON, CSV, JSON, JSON, JSON]
+    default = [answer(model, body, m) for body, m in zip(bodies, media)]
+    monkeypatch.setattr(scoring, "TYPED_FIRST", 0)
+    assert [answer(model, body, m) for body, m in zip(bodies, media)] == default
+    assert strict(default[3].payload)["message"] == "short_history must be one of pad, reject"
