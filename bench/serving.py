@@ -132,6 +132,16 @@ class Server:
             with contextlib.suppress(OSError):
                 Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM back to VmRSS
 
+    def cpu_seconds(self) -> dict[int, float]:
+        """Each process's CPU time so far (user and system), by process id."""
+        tick = os.sysconf("SC_CLK_TCK")
+        seconds = {}
+        for pid in self.pids():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                seconds[pid] = (int(fields[11]) + int(fields[12])) / tick
+        return seconds
+
     def peak(self) -> int:
         return sum(_status(pid, "VmHWM") for pid in self.pids())
 
@@ -483,11 +493,25 @@ def hostile(server: Server, test, slow: int, seconds: float, bodies: int,
     measuring.join()
     peak = server.peak() - idle
     listed = the_list(server, test)
+    lanes = cpu_where(server, worst_body(2 * MB))
     alive = post(server.base, small)[0] == 200 and server.process.poll() is None
     return {"alone": alone, "with_slow": with_slow, "slow": slow_statuses,
             "with_bodies": loaded, "bodies": sent, "body_mb": len(biggest) / MB,
             "peak_mb": peak / MB, "budget_mb": limits["memory_mb"], "list": listed,
-            "alive": alive, "stderr": server.stderr_lines()}
+            "alive": alive, "stderr": server.stderr_lines(), "lanes": lanes}
+
+
+def cpu_where(server: Server, body: bytes) -> dict:
+    """Where a body above 1 MiB was worked on: the CPU seconds it cost the server's own
+    process and the others (its worker), the server otherwise idle."""
+    time.sleep(0.5)
+    before = server.cpu_seconds()
+    status = post(server.base, body)[0]
+    after = server.cpu_seconds()
+    main = server.process.pid
+    spent = {pid: after[pid] - before.get(pid, 0.0) for pid in after}
+    return {"status": status, "server_s": spent.get(main, 0.0),
+            "others_s": sum(v for pid, v in spent.items() if pid != main)}
 
 
 def _limits_of(server: Server) -> dict:
@@ -575,6 +599,8 @@ def hostile_rows(found: dict) -> list[list]:
          f"p99 {percentile(loaded, 0.99):.0f} ms ({len(loaded)} requests)", "", ""],
         *[[f"hostile: {what}", f"{status}: {line}", "", ""]
           for what, status, line in found["list"]],
+        ["hostile: a 2 MB body, alone: CPU in the server's process and in its worker",
+         f"{found['lanes']['server_s']:.2f} s and {found['lanes']['others_s']:.2f} s", "", ""],
         ["hostile: afterwards", f"server up: {'yes' if found['alive'] else 'NO'}, stderr "
          f"{len(found['stderr'])} lines", "", ""],
     ]
