@@ -183,16 +183,15 @@ def encode(rows: pd.DataFrame, media: str) -> bytes:
     return rows.to_csv(index=False).encode() if media == CSV else rows.to_parquet()
 
 
-@pytest.mark.parametrize("media", [JSON, CSV, PARQUET])
-@pytest.mark.parametrize("unit", [2**63, 2**64 - 1, 2**70, 0, -1])
+@pytest.mark.parametrize(("media", "unit"), [
+    *((media, unit) for media in (JSON, CSV) for unit in (2**63, 2**64 - 1, 2**70, 0, -1)),
+    *((PARQUET, unit) for unit in (2**63, 2**64 - 1, 0, -1))])  # Parquet ends at 2**64 - 1
 def test_a_unit_id_int64_cannot_hold_is_refused_in_every_format(model, media, unit):
     """2**63 and up once wrapped to negative ids that merged engines (a 200 with one
     prediction for two); a Parquet file holds up to 2**64 - 1 as uint64."""
     rows = ROWS.astype({"unit": object})
     rows.loc[rows["unit"] == 2, "unit"] = unit
     if media == PARQUET:
-        if unit >= 2**64:
-            pytest.skip("Parquet's integers end at 2**64 - 1")
         rows = rows.astype({"unit": np.uint64 if unit >= 2**63 else np.int64})
     result = answer(model, encode(rows, media), media)
     assert result.status == 400, result.payload
