@@ -91,10 +91,10 @@ ui: $(STAMP)
 	$(BIN)/python -m rul.tracking.ui --backend-store-uri '$(STORE)' \
 		--default-artifact-root ./mlruns --host 127.0.0.1 --port $(UI_PORT)
 
-# `make serve`: a registered model behind MLflow's scoring server with rul's guard in front
-# (rul/serving/server.py: a body limit, one-line 400s, work stopped at the timeout), from this
-# project's environment (docs: Predict and serve), e.g. make serve MODEL=models:/rul-fd001/3
-# PORT=5001 SERVE_ARGS="--max-body-mb 16 --timeout 30".
+# `make serve`: a registered model behind rul's guarded server (rul/serving/server.py: MLflow's
+# routes and formats, strict JSON, a memory budget, deadlines, a connection cap, one-line
+# refusals), from this project's environment (docs: Predict and serve), e.g. make serve
+# MODEL=models:/rul-fd001/3 PORT=5001 SERVE_ARGS="--memory-mb 512 --timeout 30".
 SERVE_ARGS ?=
 # The local store unless MLFLOW_TRACKING_URI says otherwise.
 MODEL   ?= models:/rul-fd001@champion

@@ -16,8 +16,13 @@
   members   5 ensemble members trained at once (stacked) vs one alone and vs the 5 one after
             another (fp32, and at precision auto): time, and each member's per-step
             difference from training it alone (bench/members.py)
+  serving   the served model (default network, 1 epoch): peak memory per body format, the
+            worst body and FD001's rows; one-engine latency alone and with a maximal body in
+            flight; hostile clients (1,000 slow connections, 4 maximal bodies at once, each
+            thing clients do wrong) (bench/serving.py; --quick: smaller; ~5 min)
 
-python -m bench [data|engine|tracking|accuracy|memory|speed|mistakes|lean|members ...]
+python -m bench [data|engine|tracking|accuracy|memory|speed|mistakes|lean|members|serving
+                 ...]
                 [--quick] [--compile] [--json DIR]
 (default: data engine tracking memory speed)
 
@@ -247,6 +252,12 @@ def bench_lean():
     return lean()
 
 
+def bench_serving():
+    from bench.serving import bench_serving as run
+
+    return run(quick=QUICK)
+
+
 def bench_members():
     from bench.members import bench_members as run
 
@@ -305,7 +316,8 @@ def main(argv):
     chosen = argv or ["data", "engine", "tracking", "memory", "speed"]
     benches = {"data": bench_data, "engine": bench_engine, "tracking": bench_tracking,
                "accuracy": bench_accuracy, "memory": bench_memory, "speed": bench_speed,
-               "mistakes": bench_mistakes, "lean": bench_lean, "members": bench_members}
+               "mistakes": bench_mistakes, "lean": bench_lean, "members": bench_members,
+               "serving": bench_serving}
     unknown = [c for c in chosen if c not in benches]
     if unknown:
         sys.exit(f"unknown bench {unknown}; choose from {', '.join(benches)}")

@@ -155,15 +155,17 @@ def test_missing_file(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("name", "token", "shown"),
-    [("cycle", "0", "cycle 0"), ("unit", "1.5", "unit 1.5"), ("cycle", "-3", "cycle -3")],
+    ("name", "token"),
+    [("cycle", "0"), ("unit", "1.5"), ("cycle", "-3"), ("unit", str(2**63)),
+     ("unit", str(2**70)), ("cycle", "1e300")],
 )
-def test_unit_and_cycle_must_be_positive_whole_numbers(train_path, rewrite, name, token, shown):
+def test_unit_and_cycle_must_be_positive_whole_numbers(train_path, rewrite, name, token):
+    """Past int64 (2**63 and up) an id would wrap around and merge engines: refused too."""
     def edit(tokens):
         tokens[column(name)] = token
 
     rewrite(train_path, 10, edit)
-    assert_data_error(train_path, f"row 10: {shown} is not a positive whole number")
+    assert_data_error(train_path, f"row 10: {name} is not a positive whole number below 2**63")
 
 
 # --- trajectory files: ordering errors ---------------------------------------------------------

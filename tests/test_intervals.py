@@ -630,7 +630,7 @@ def test_a_horizon_outside_the_models_range_is_one_line_exit_2(synthetic_run, ho
                                         store.uri, "--horizon", horizon])
     assert printed.exit_code == 2, printed.output
     assert ("horizon must be a number of cycles between 0 and the model's RUL cap (125), "
-            f"exclusive; got {float(horizon)!r}") in printed.output
+            "exclusive") in printed.output
     assert "Traceback" not in printed.output
     model = mlflow.pyfunc.load_model(outcome.model_uri)
     with pytest.raises(mlflow.exceptions.MlflowException, match="horizon must be a number"):

@@ -211,6 +211,16 @@ def test_champion_runs_in_a_lean_virtualenv(tmp_path, real_data_dir):
             headers={"Content-Type": "text/csv"})
         with urllib.request.urlopen(request, timeout=120) as response:
             served = pd.DataFrame(json.loads(response.read())["predictions"])
+        # no pyarrow in the lean environment: a Parquet body is refused saying so
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations", data=rows.head(40).to_parquet(),
+            headers={"Content-Type": "application/vnd.apache.parquet"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=120)
+        assert refused.value.code == 415
+        assert json.loads(refused.value.read())["message"] == (
+            "body: Parquet needs pyarrow, which this server's environment lacks; send JSON or "
+            "CSV")
     finally:
         os.killpg(serving.pid, 15)
         serving.wait(timeout=30)

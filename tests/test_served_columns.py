@@ -125,9 +125,27 @@ def test_every_column_says_which_models_give_it_in_the_guides_words(monkeypatch)
 
 
 def docs_table() -> str:
-    lines = ["| column | type | given by | meaning |", "| --- | --- | --- | --- |"]
-    lines += [f"| `{c.name}` | {c.type} | {GIVEN[c.given]} | {c.meaning} |" for c in COLUMNS]
+    lines = ["| column | type | given by | meaning | null when |",
+             "| --- | --- | --- | --- | --- |"]
+    lines += [f"| `{c.name}` | {c.type} | {GIVEN[c.given]} | {c.meaning} | {c.null or 'never'} |"
+              for c in COLUMNS]
     return "\n".join(lines)
+
+
+def test_only_the_columns_the_table_says_can_be_null(fitted):
+    """A unit beyond the fleet's range: NaN where the table says a column can be null, a
+    number or a value everywhere else (the served answer writes NaN as null)."""
+    preprocessor, rows = fitted
+    rows = rows.copy()
+    read = preprocessor.envelope_.columns[0]
+    rows.loc[rows.index[rows["unit"] == rows["unit"].iloc[-1]][-1], read] = 1e9
+    guesses = np.linspace(0, 125, 200)
+    interval = fit_banded(guesses, guesses + np.sin(guesses) * 10, 0.9, (25.0, 75.0))
+    frame = predict_rows(preprocessor, lambda windows: np.full((2, len(windows)), 60.0), rows,
+                         interval=interval, envelope=preprocessor.envelope_)
+    assert frame["flagged"].iloc[-1]
+    nulls = {name for name in frame if frame[name].isna().any()}
+    assert nulls == {c.name for c in COLUMNS if c.null} == {"p_fail_within"}
 
 
 def test_the_serve_guide_shows_the_table():

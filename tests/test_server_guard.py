@@ -1,110 +1,203 @@
-"""rul's guard in front of MLflow's scoring app (rul.serving.server.RequestGuard), driven
-through ASGI directly: the body limit (declared or streamed), the deadline that reaches the
-prediction's worker thread and stops it, MLflow's multi-line 400s made one line.
-The served model end to end is in test_serving.py."""
+"""rul's guard in front of MLflow's scoring app (rul.serving.guard.Guard), driven through ASGI
+directly with a stand-in for the lanes that predict: the method, the Content-Type, the body
+limit (declared or streamed), the memory budget (declared, streamed, shared by requests in
+flight), the deadline that reaches the prediction's thread and stops it, the routes served.
+The served model end to end is in test_serving.py, the hostile clients in
+test_hostile_clients.py."""
 
 import asyncio
 import json
 import time
 
-from rul.serving import deadline
-from rul.serving.server import RequestGuard, rewrite_400
+import pytest
+
+from rul.serving import admission, deadline
+from rul.serving.guard import Guard
+from rul.serving.limits import Limits
+from rul.serving.scoring import Answer
+
+JSON = ("content-type", "application/json")
 
 
-def call(guard, chunks: list[bytes], headers=()) -> tuple[int, dict]:
-    """POST /invocations with the body in `chunks`; (status, JSON answer)."""
+class Lanes:
+    """Answers 200 with the body's length, after `seconds` in a thread that checks its
+    deadline as the prediction does; records what it was given."""
+
+    def __init__(self, seconds: float = 0.0):
+        self.seconds, self.seen, self.stopped_after = seconds, [], []
+
+    async def run(self, body, media, deadline_at, size=None):
+        self.seen.append((body, media, size))
+        return await asyncio.to_thread(self._work, len(body), deadline_at)
+
+    def _work(self, size, deadline_at):
+        token = deadline.DEADLINE.set(deadline_at)
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < self.seconds:
+                time.sleep(0.01)
+                deadline.check()
+        except deadline.RequestTimedOut:
+            self.stopped_after.append(time.monotonic() - started)
+            raise
+        finally:
+            deadline.DEADLINE.reset(token)
+        return Answer(200, json.dumps({"size": size}).encode())
+
+
+async def mlflow_app(scope, receive, send):
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"mlflow"})
+
+
+def guard(lanes=None, **limits) -> Guard:
+    return Guard(mlflow_app, lanes or Lanes(), Limits(**{"max_body_mb": 1000 / 2**20,
+                                                         **limits}))
+
+
+def call(app, chunks: list[bytes], headers=(JSON,), method="POST",
+         path="/invocations") -> tuple[int, dict, bytes]:
+    """One request with the body in `chunks`: (status, headers, body)."""
+    return asyncio.run(_call(app, chunks, headers, method, path))
+
+
+async def _call(app, chunks, headers, method, path):
     messages = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1}
                 for i, c in enumerate(chunks)] or [{"type": "http.request", "body": b""}]
     sent = []
 
     async def receive():
-        return messages.pop(0) if messages else {"type": "http.disconnect"}
+        if messages:
+            return messages.pop(0)
+        await asyncio.sleep(3600)  # uvicorn waits for more: a guard reading past the end hangs
 
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "path": "/invocations", "method": "POST",
+    scope = {"type": "http", "path": path, "method": method,
              "headers": [(k.encode(), v.encode()) for k, v in headers]}
-    asyncio.run(guard(scope, receive, send))
-    return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    await asyncio.wait_for(app(scope, receive, send), 10)
+    assert not messages or method != "POST", "the body was not read to its end"
+    return (sent[0]["status"], {k.decode(): v.decode() for k, v in sent[0]["headers"]},
+            b"".join(m.get("body", b"") for m in sent[1:]))
 
 
-def echo_app(status=200, body=b'{"predictions": []}'):
-    seen = {}
-
-    async def app(scope, receive, send):
-        seen["body"] = (await receive())["body"]
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": body})
-    return app, seen
+def message(body: bytes) -> str:
+    return json.loads(body)["message"]
 
 
-def test_a_body_over_the_limit_is_413_before_the_app_sees_it():
-    app, seen = echo_app()
-    guard = RequestGuard(app, max_body=1000, timeout=60)
-    status, answer = call(guard, [b"x" * 1001], headers=[("content-length", "1001")])
-    assert status == 413 and "limit of" in answer["message"] and "body" not in seen
-    status, _ = call(guard, [b"x" * 600, b"x" * 600])  # streamed, no length declared
-    assert status == 413 and "body" not in seen
-    status, _ = call(guard, [b"x" * 500, b"y" * 500])
-    assert status == 200 and seen["body"] == b"x" * 500 + b"y" * 500
+def test_a_body_over_the_limit_is_413_before_the_lanes_see_it():
+    lanes = Lanes()
+    app = guard(lanes)
+    status, _, body = call(app, [b"x" * 1001], headers=[JSON, ("content-length", "1001")])
+    assert status == 413 and "limit of" in message(body) and not lanes.seen
+    status, _, _ = call(app, [b"x" * 600, b"x" * 600])  # streamed, no length declared
+    assert status == 413 and not lanes.seen
+    status, _, body = call(app, [b"x" * 500, b"y" * 500])
+    assert status == 200 and lanes.seen[0][:2] == (b"x" * 500 + b"y" * 500, "json")
 
 
 def test_an_empty_body_is_one_line():
-    guard = RequestGuard(echo_app()[0], max_body=1000, timeout=60)
-    status, answer = call(guard, [])
-    assert status == 400 and answer["message"].startswith("body: empty")
+    status, _, body = call(guard(), [])
+    assert status == 400 and message(body).startswith("body: empty")
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"])
+def test_another_method_on_invocations_is_405(method):
+    status, headers, body = call(guard(), [], method=method)
+    assert status == 405 and headers["allow"] == "POST"
+    assert message(body) == "method: /invocations takes POST"
+
+
+def test_no_content_type_is_400_and_another_is_415_without_repeating_it():
+    status, _, body = call(guard(), [b"{}"], headers=[])
+    assert status == 400 and message(body) == (
+        "headers: Content-Type is missing; send application/json, text/csv or "
+        "application/vnd.apache.parquet")
+    hostile = "text/<script>alert(1)</script>" + "x" * 700
+    for content_type in (hostile, "application/json; charset=latin-1",
+                         f"application/json; {'y' * 700}=1"):
+        status, _, body = call(guard(), [b"{}"], headers=[("content-type", content_type)])
+        assert status == 415, content_type
+        assert b"script" not in body and b"yyy" not in body and b"latin" not in body
+        assert len(body) < 300 and "application/json, text/csv" in message(body)
+    status, _, _ = call(guard(), [b"{}"], headers=[("content-type", "Text/CSV; charset=UTF-8")])
+    assert status == 200
+
+
+def test_the_memory_budget_admits_what_fits_and_refuses_the_rest_with_retry_after():
+    """A budget of 1 MB: a declared body whose expected peak is more than what is left is a
+    503 with Retry-After (its body read and dropped); one more than the whole budget a 413;
+    a body without a length is counted as it comes."""
+    ratio = admission.PEAK_PER_BYTE["json"]
+    fits, too_big = int(0.5 * 2**20 / ratio), int(1.5 * 2**20 / ratio)
+    app = guard(memory_mb=1, max_body_mb=10)
+    status, _, _ = call(app, [b"x" * fits], headers=[JSON, ("content-length", str(fits))])
+    assert status == 200
+    status, headers, body = call(app, [b"x" * too_big],
+                                 headers=[JSON, ("content-length", str(too_big))])
+    assert status == 413 and "memory budget of 1 MB" in message(body)
+    status, _, _ = call(app, [b"x" * 1000] * (too_big // 1000))
+    assert status == 413
+    assert app.budget.used == 0  # every reservation went back
+
+
+def test_requests_in_flight_share_the_budget():
+    ratio = admission.PEAK_PER_BYTE["json"]
+    size = int(0.6 * 2**20 / ratio)  # 60 % of the budget each: one at a time
+    lanes = Lanes(seconds=0.5)
+    app = guard(lanes, memory_mb=1, max_body_mb=10)
+
+    async def both():
+        first = asyncio.create_task(_call(app, [b"x" * size], [JSON], "POST", "/invocations"))
+        await asyncio.sleep(0.1)
+        second = await _call(app, [b"x" * size], [JSON, ("content-length", str(size))], "POST",
+                             "/invocations")
+        return await first, second
+
+    first, second = asyncio.run(both())
+    assert first[0] == 200
+    assert second[0] == 503 and second[1]["retry-after"] == str(admission.RETRY_AFTER_S)
+    assert message(second[2]).startswith("server: busy with other requests' memory; retry")
+    assert app.budget.used == 0
+    assert call(app, [b"x" * size], headers=[JSON, ("content-length", str(size))])[0] == 200
 
 
 def test_the_deadline_reaches_the_worker_thread_and_stops_the_work():
-    stopped_after = []
-
-    def predict():  # a prediction checking its deadline between batches
-        for _ in range(200):
-            time.sleep(0.01)
-            try:
-                deadline.check()
-            except deadline.RequestTimedOut:
-                stopped_after.append(time.monotonic() - sent)
-                raise
-
-    async def app(scope, receive, send):
-        await receive()
-        try:
-            await asyncio.to_thread(predict)  # as MLflow's scoring server runs predict
-            status = 200
-        except deadline.RequestTimedOut:
-            status = 504
-        await send({"type": "http.response.start", "status": status, "headers": []})
-        await send({"type": "http.response.body", "body": b"{}"})
-
-    sent = time.monotonic()  # the deadline counts from the request, not from predict's start
-    status, _ = call(RequestGuard(app, max_body=1000, timeout=0.2), [b"{}"])
-    assert status == 504 and 0.2 <= stopped_after[0] < 1.0
+    lanes = Lanes(seconds=2.0)
+    status, _, body = call(guard(lanes, timeout=0.2), [b"{}"])
+    assert status == 504 and message(body).startswith("request: ran past this server's "
+                                                      "timeout of 0.2 s")
+    time.sleep(0.3)
+    assert lanes.stopped_after and 0.2 <= lanes.stopped_after[0] < 1.0
     assert deadline.DEADLINE.get() is None  # nothing left set outside the request
 
 
-def test_mlflow_s_400s_become_one_line_that_quotes_no_data():
-    rows = "[[1, 1, -0.0007, 518.67, 641.82]]"
-    bodies = {
-        "Invalid input. The input must be a JSON dictionary with exactly one of the input "
-        "fields {'dataframe_split', ...}. Received dictionary with input fields: []. "
-        "IMPORTANT: The MLflow Model scoring protocol has changed ...":
-            "body: a JSON object needs exactly one of dataframe_split or dataframe_records",
-        f"Ensure that input is a valid JSON formatted string. Error: 'x'\nInput: \n{rows}\n":
-            "body: not valid JSON",
-        f"Failed to predict data '{rows}'. \nError: Failed to enforce schema of params "
-        "`{'horizon': 'abc'}` with signature `['horizon': double (default: 20.0)]`. "
-        "Error: Failed to convert value `abc` from type `str` to `DataType.double` for param "
-        "'horizon'": "params: horizon must be a number of cycles",
-        f"Failed to predict data '{rows}'. \nError: something\nelse": "something",
-    }
-    for message, line in bodies.items():
-        answer = json.loads(rewrite_400(json.dumps({"error_code": "BAD_REQUEST",
-                                                    "message": message}).encode()))
-        assert answer["message"].startswith(line), (message, answer)
-        assert "518.67" not in answer["message"] and "\n" not in answer["message"]
-    own = json.dumps({"error_code": "INVALID_PARAMETER_VALUE",
-                      "message": "input: row 2, column s_3: 'hot' is not a number"}).encode()
-    assert rewrite_400(own) == own
+def test_mlflow_answers_its_routes_and_the_rest_is_a_404_of_rul_s():
+    for path in ("/ping", "/health", "/version"):
+        assert call(guard(), [], method="GET", path=path)[2] == b"mlflow"
+    for path in ("/docs", "/redoc", "/openapi.json", "/invocations/", "/anything"):
+        status, headers, body = call(guard(), [], method="GET", path=path)
+        assert status == 404 and "location" not in headers, path
+        assert message(body) == "path: not found; POST rows to /invocations"
+    docs = Guard(mlflow_app, Lanes(), Limits(), docs=True)
+    assert call(docs, [], method="GET", path="/openapi.json")[2] == b"mlflow"
+
+
+def test_a_share_of_the_budget_is_kept_for_small_requests():
+    """Large bodies may take the budget but its SMALL_SHARE: while they hold all they may, a
+    one-engine request is still admitted."""
+    large = int(1.2 * 2**20)  # above IN_PROCESS_BYTES: the worker's
+    lanes = Lanes(seconds=0.5)
+    app = guard(lanes, memory_mb=32, max_body_mb=10)
+    assert admission.expected_peak("json", large) <= 32 * 2**20 * (1 - admission.SMALL_SHARE)
+
+    async def together():
+        first = asyncio.create_task(_call(app, [b"x" * large], [JSON], "POST", "/invocations"))
+        await asyncio.sleep(0.1)
+        second = await _call(app, [b"x" * large], [JSON], "POST", "/invocations")
+        small = await _call(app, [b"x" * 30_000], [JSON], "POST", "/invocations")
+        return await first, second, small
+
+    first, second, small = asyncio.run(together())
+    assert (first[0], second[0], small[0]) == (200, 503, 200)

@@ -15,6 +15,7 @@ from rul.data.errors import DataError
 from rul.data.schema import COLUMNS
 
 ID_COLUMNS = COLUMNS[:2]  # unit, cycle: positive whole numbers, int64 in the result
+ID_MAX = np.iinfo(np.int64).max  # the largest id: 2**63 - 1 (a larger one would wrap around)
 VALUE_COLUMNS = COLUMNS[2:]  # settings and sensors: finite numbers, float64 in the result
 EXPECTED = "unit, cycle, setting_1..setting_3, s_1..s_21"  # COLUMNS, said briefly
 NAMED = 3  # a message lists this many column names, then counts the rest
@@ -51,19 +52,17 @@ def _missing(missing: list) -> str:
             ) + f" {len(COLUMNS)} columns"
 
 
-def _value(value, limit: int = 30) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def validate_rows(frame: pd.DataFrame, source: str | Path = "input") -> pd.DataFrame:
     """Check and type raw C-MAPSS rows; return a new frame with exactly COLUMNS.
 
     Accepted: integer or float columns (or strings holding numbers); unit and cycle may be
     floats if they are whole. Extra columns are ignored. Raises DataError for a missing
-    column (naming the unexpected ones, e.g. a renamed column), no rows, a non-numeric or non-finite value (row and column named), a unit or
-    cycle that is not a positive whole number, rows of one unit that are not contiguous, a
-    duplicate (unit, cycle), or cycles that do not strictly increase within a unit.
+    column (naming the unexpected ones, e.g. a renamed column), no rows, a non-numeric or
+    non-finite value (row and column named), a unit or cycle that is not a positive whole
+    number below 2**63 (int64's range: a larger one would wrap around and merge engines), rows
+    of one unit that are not contiguous, a duplicate (unit, cycle), or cycles that do not
+    strictly increase within a unit. A message never quotes a value of the input, only where
+    it is (a request's content is not echoed back).
     """
     if not isinstance(frame, pd.DataFrame):
         raise DataError(source, f"expected a table of rows, got {type(frame).__name__}")
@@ -76,18 +75,20 @@ def validate_rows(frame: pd.DataFrame, source: str | Path = "input") -> pd.DataF
         raise DataError(source, f"{_missing(missing)}{found}; expected {EXPECTED}")
     if frame.empty:
         raise DataError(source, "no rows")
-    values = np.empty((len(frame), len(VALUE_COLUMNS)), dtype=np.float64)
-    for j, name in enumerate(VALUE_COLUMNS):
-        values[:, j] = _numeric(source, frame[name])
-    typed = pd.DataFrame(values, columns=VALUE_COLUMNS)
-    for position, name in enumerate(ID_COLUMNS):
-        typed.insert(position, name, _positive_whole(source, name, _numeric(source, frame[name])))
+    values = {name: _numeric(source, frame[name]).astype(np.float64, copy=False)
+              for name in VALUE_COLUMNS}
+    ids = {name: _positive_whole(source, name, _numeric(source, frame[name], exact=True))
+           for name in ID_COLUMNS}
+    # a column already typed is shared, not copied: typed rows validated again cost no memory
+    typed = pd.DataFrame({**ids, **values}, copy=False)
     check_ordering(source, typed)
     return typed
 
 
-def _numeric(source, values: pd.Series) -> np.ndarray:
-    """The column as a numeric array; a non-number or non-finite value is a DataError."""
+def _numeric(source, values: pd.Series, exact: bool = False) -> np.ndarray:
+    """The column as a numeric array; a non-number or non-finite value is a DataError.
+    `exact`: strings holding whole numbers stay integers (int64, or uint64 past its range), so
+    that an id is never rounded to a float's 53 bits."""
     name = values.name
     if values.dtype.kind in "iu":
         return values.to_numpy()
@@ -96,29 +97,36 @@ def _numeric(source, values: pd.Series) -> np.ndarray:
     elif values.dtype.kind == "b":
         raise DataError(source, f"column {name}: boolean values, expected numbers")
     else:
-        array = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
+        parsed = pd.to_numeric(values, errors="coerce")
+        if exact and parsed.dtype.kind in "iu":
+            return parsed.to_numpy()
+        array = parsed.to_numpy(dtype=np.float64)
         bad = np.isnan(array) & values.notna().to_numpy()
         if bad.any():
             row = int(np.argmax(bad))
-            raise DataError(
-                source, f"row {row + 1}, column {name}: {_value(values.iloc[row])} is not a number"
-            )
+            raise DataError(source, f"row {row + 1}, column {name}: is not a number")
     finite = np.isfinite(array)
     if not finite.all():
         row = int(np.argmax(~finite))
-        problem = "is missing" if np.isnan(array[row]) else f"value {array[row]} is not finite"
+        problem = "is missing" if np.isnan(array[row]) else "is not finite"
         raise DataError(source, f"row {row + 1}, column {name}: {problem}")
     return array
 
 
 def _positive_whole(source, name: str, values: np.ndarray) -> np.ndarray:
-    bad = (values != np.round(values)) | (values < 1)
+    """int64 ids from 1 to ID_MAX; anything else (a fraction, 0, a negative, or a number
+    int64 cannot hold, which a cast would silently wrap) is a DataError naming the row."""
+    if values.dtype.kind == "u":
+        bad = (values < 1) | (values > np.uint64(ID_MAX))
+    elif values.dtype.kind == "i":
+        bad = values < 1
+    else:  # finite floats; 2.0**63 is the first float past ID_MAX
+        bad = (values != np.round(values)) | (values < 1) | (values >= 2.0**63)
     if bad.any():
         row = int(np.argmax(bad))
-        raise DataError(
-            source, f"row {row + 1}: {name} {values[row]:g} is not a positive whole number"
-        )
-    return values.astype(np.int64)
+        raise DataError(source, f"row {row + 1}: {name} is not a positive whole number below "
+                                "2**63")
+    return values.astype(np.int64, copy=False)
 
 
 def check_ordering(source, frame: pd.DataFrame) -> None:

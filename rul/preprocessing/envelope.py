@@ -36,6 +36,7 @@ _RELATIVE_FLOOR = 1e-6  # a constant column's spread: this fraction of its magni
 # constant in training; a little noise on them is no reason to flag an engine, a broken feed is.
 # The odd-input policy's threshold for a varying unread sensor: one decision, made there.
 UNREAD_FLOOR = VARYING
+ROWS_AT_ONCE = 32_768  # rows checked at once: a request's memory stays a few MB over its rows
 
 
 def _spread_floor(spread: np.ndarray, low: np.ndarray, high: np.ndarray,
@@ -52,6 +53,21 @@ def _excess(values: np.ndarray, low: np.ndarray, high: np.ndarray, spread: np.nd
     with np.errstate(invalid="ignore"):
         return np.where(np.isnan(beyond), np.inf,
                         beyond / _spread_floor(spread, low, high, relative))
+
+
+def _worst(rows: pd.DataFrame, columns: list, labels: np.ndarray, low: np.ndarray,
+           high: np.ndarray, spread: np.ndarray, relative: float = _RELATIVE_FLOOR):
+    """Each row's largest excess over `columns` (_excess) and the column it is in (argmax:
+    the first of equal ones), computed ROWS_AT_ONCE rows at a time."""
+    worst = np.empty(len(rows))
+    column = np.empty(len(rows), np.int64)
+    for start in range(0, len(rows), ROWS_AT_ONCE):
+        part = slice(start, start + ROWS_AT_ONCE)
+        at = labels[part]
+        excess = _excess(rows.iloc[part][columns].to_numpy(np.float64), low[at], high[at],
+                         spread[at], relative)
+        worst[part], column[part] = excess.max(axis=1), excess.argmax(axis=1)
+    return worst, column
 
 
 def _stats(values: np.ndarray, labels: np.ndarray, n_conditions: int):
@@ -114,22 +130,22 @@ class Envelope:
         from_end = np.repeat(starts + lengths, lengths) - np.arange(len(rows))  # 1 = last row
         read = np.ones(len(rows), bool) if whole_history else from_end <= window
         cycles = rows["cycle"].to_numpy()
-        sensor = _excess(rows[self.columns].to_numpy(np.float64), self.low[labels],
-                         self.high[labels], self.spread[labels])
-        settings = _excess(rows[SETTING_COLUMNS].to_numpy(np.float64),
-                           self.settings_low[labels], self.settings_high[labels],
-                           self.settings_spread[labels]).max(axis=1)
+        # each row's worst excess and its column, ROWS_AT_ONCE rows at a time (the excess of
+        # every value at once would take a kilobyte a row)
+        sensor, sensor_column = _worst(rows, self.columns, labels, self.low, self.high,
+                                       self.spread)
+        settings, _ = _worst(rows, SETTING_COLUMNS, labels, self.settings_low,
+                             self.settings_high, self.settings_spread)
         steps = np.r_[0, np.diff(cycles)]
         steps[starts] = 0  # a unit's first row follows no cycle of its own
         missing = np.where(read & (steps > self.max_cycle_step), steps - 1, 0)
-        worst_sensor = np.where(read, sensor.max(axis=1), 0.0)
+        worst_sensor = np.where(read, sensor, 0.0)
         worst_settings = np.where(read, settings, 0.0)
-        unread = np.zeros((len(rows), 1))
+        unread, unread_column = np.zeros(len(rows)), np.zeros(len(rows), np.int64)
         if self.unread:
-            unread = _excess(rows[list(self.unread)].to_numpy(np.float64),
-                             self.unread_low[labels], self.unread_high[labels],
-                             self.unread_spread[labels], UNREAD_FLOOR)
-        worst_unread = np.where(read, unread.max(axis=1), 0.0)
+            unread, unread_column = _worst(rows, list(self.unread), labels, self.unread_low,
+                                           self.unread_high, self.unread_spread, UNREAD_FLOOR)
+        worst_unread = np.where(read, unread, 0.0)
 
         reasons, beyond = [], []
         for start, length in zip(starts, lengths):
@@ -146,13 +162,13 @@ class Envelope:
                 found.append(f"settings unlike the training conditions (cycle {cycles[row]})")
             if worst_sensor[part].max() > self.sd_limit:
                 row = start + int(worst_sensor[part].argmax())
-                column = self.columns[int(sensor[row].argmax())]
-                found.append(f"{column} {_sd(sensor[row].max())} sd beyond the training range "
+                column = self.columns[int(sensor_column[row])]
+                found.append(f"{column} {_sd(sensor[row])} sd beyond the training range "
                              f"(cycle {cycles[row]})")
             if worst_unread[part].max() > self.sd_limit:
                 row = start + int(worst_unread[part].argmax())
-                column = self.unread[int(unread[row].argmax())]
-                found.append(f"{column} (not read) {_sd(unread[row].max())} sd beyond the "
+                column = self.unread[int(unread_column[row])]
+                found.append(f"{column} (not read) {_sd(unread[row])} sd beyond the "
                              f"training range (cycle {cycles[row]})")
             reasons.append("; ".join(found))
             beyond.append(max(worst_settings[part].max(), worst_sensor[part].max())

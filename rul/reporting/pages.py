@@ -190,7 +190,15 @@ SECTIONS = (("gpu-check", "The GPU path",
              "against the model's requirements: safe in an environment built from them, "
              "since the check only warns), and the latency of `model.predict` "
              "([predict and serve](guides/serve.md))."),
-            ("serving", "Serving latency", "The served model, in process and over HTTP."),
+            ("serving", "Serving: memory, latency and hostile clients",
+             "The served model, in process and over HTTP. `python -m bench serving` "
+             "(bench/serving.py) serves the default network as `make serve` does and measures "
+             "the peak memory of a request per body format (the server's processes above their "
+             "idle size, per byte of the body; a Parquet body per byte it decodes to), "
+             "one-engine latency alone and with a maximal body in flight, and hostile clients: "
+             "slow connections held open, maximal bodies sent at once, each thing clients were "
+             "seen to do wrong. The end-to-end test tests/test_hostile_clients.py runs the same "
+             "with a small memory budget ([predict and serve](guides/serve.md))."),
             (None, "Other benches", "`make bench`: the data pipeline, the training loop against "
              "a minimal hand-written one, and the cost of tracking."))
 

@@ -1,10 +1,11 @@
 """The served model's output columns, in output order: the one table of them.
 
-Each column's name, MLflow type, meaning (one sentence, for whoever reads the predictions) and
-which models give it. The output signature (rul.serving.signature), the frame every prediction
-path returns (rul.serving.predictor.predict_rows: the lean served model, `rul predict`, the
-torch models), the registered model's description (rul.tracking.registry) and the serve
-guide's table (tests/test_served_columns.py) all read it. Standard library only: the lean
+Each column's name, MLflow type, meaning (one sentence, for whoever reads the predictions),
+which models give it and when it is null in a served answer. The output signature
+(rul.serving.signature), the frame every prediction path returns
+(rul.serving.predictor.predict_rows: the lean served model, `rul predict`, the torch models),
+the registered model's description (rul.tracking.registry) and the serve guide's table
+(tests/test_served_columns.py) all read it. Standard library only: the lean
 served model imports it.
 """
 
@@ -26,6 +27,7 @@ class Column:
     type: str  # MLflow's column type: long, double, boolean or string
     meaning: str
     given: str = "always"  # which models give it: a key of GIVEN
+    null: str = ""  # when it is null in a served answer (JSON has no NaN); "": never
 
 
 COLUMNS = (
@@ -38,7 +40,9 @@ COLUMNS = (
            "interval"),
     Column("p_fail_within", "double", "probability that the engine fails within the request's "
                                       "horizon (default 20 cycles), from the calibrated "
-                                      "predictive distribution", "banded"),
+                                      "predictive distribution", "banded",
+           "the engine has a model input or its settings beyond the training fleet's range: "
+           "the calibration cannot speak for it (NaN in Python, empty in `rul predict`'s CSV)"),
     Column("padded", "boolean", "the history was shorter than the window and was "
                                 "front-padded"),
     Column("rul_std", "double", "spread (standard deviation) of the ensemble members' "

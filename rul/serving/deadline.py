@@ -1,10 +1,11 @@
 """The time a served request may still take, and the check that stops its work after that.
 
-MLflow's scoring server answers 504 when a request outlasts its timeout, but the prediction
-goes on in its worker thread, holding the memory. rul's server (rul.serving.server) sets
-`DEADLINE` for each request; the context travels into that thread (asyncio.to_thread copies
-it), and the prediction calls `check()` between its steps and its batches of windows, so that
-a request past its deadline stops there. Outside a served request (the CLI, Python) there is
+rul's server answers 504 when a request outlasts its timeout (rul.serving.guard), but the
+prediction would go on in its thread or worker process, holding the memory. So each request's
+work runs with `DEADLINE` set, in the thread or the worker process that predicts
+(rul.serving.lanes: the monotonic clock is the machine's, the same in both), and the
+prediction calls `check()` between its steps and its batches of windows, so that a request
+past its deadline stops there. Outside a served request (the CLI, Python) there is
 no deadline and `check()` does nothing. Standard library only: the lean runtime imports it.
 """
 

@@ -35,6 +35,8 @@ MAX_UNITS_NAMED = 5  # a refusal names this many units, then counts the rest
 # ... and no more than fit in this many characters, so that the served 400's one line
 # (rul.serving.request_errors.MAX_LINE, 180, with the input's name before it) keeps its count
 REFUSAL_CHARS = 150
+ROWS_AT_ONCE = 65_536  # rows made into features at once (whole units: more for a longer one)
+NAME_CHARS = 40  # a name a request gave (a parameter's) is quoted escaped, cut to this many
 
 
 def check_params(params: dict | None) -> dict:
@@ -42,15 +44,14 @@ def check_params(params: dict | None) -> dict:
     value of the wrong kind."""
     params = dict(params or {})
     unknown = sorted(set(params) - set(PARAMS))
-    if unknown:
-        raise ValueError(f"unknown parameter {', '.join(map(repr, unknown))}; allowed: "
-                         f"{', '.join(PARAMS)}")
+    if unknown:  # a name is quoted (escaped, cut); a value never is: it is the request's
+        raise ValueError(f"unknown parameter {', '.join(_short(n, NAME_CHARS) for n in unknown)}"
+                         f"; allowed: {', '.join(PARAMS)}")
     values = {**PARAMS, **{k: v for k, v in params.items() if v is not None}}
     if values["short_history"] not in SHORT_HISTORY:
-        raise ValueError(f"short_history must be one of {', '.join(SHORT_HISTORY)}, got "
-                         f"{_short(values['short_history'])}")
+        raise ValueError(f"short_history must be one of {', '.join(SHORT_HISTORY)}")
     if not isinstance(values["strict"], (bool, np.bool_)):
-        raise ValueError(f"strict must be true or false, got {_short(values['strict'])}")
+        raise ValueError("strict must be true or false")
     return values  # horizon: check_horizon, against the model's RUL cap
 
 
@@ -69,7 +70,7 @@ def check_horizon(horizon, rul_cap: float) -> float:
         else float(horizon)
     if value is None or not 0 < value < rul_cap:
         raise ValueError(f"horizon must be a number of cycles between 0 and the model's RUL cap "
-                         f"({rul_cap:g}), exclusive; got {_short(horizon)}")
+                         f"({rul_cap:g}), exclusive")
     return value
 
 
@@ -102,6 +103,28 @@ def refusal(units, reasons, flagged) -> str:
     more = f"; and {len(listed) - 1} more" if len(listed) > 1 else ""
     room = REFUSAL_CHARS - len(head) - len(more) - 4  # the first one's reason, cut: "...)"
     return head + listed[0][:room] + "...)" + more
+
+
+def last_windows(preprocessing, rows: pd.DataFrame, ids, lengths):
+    """preprocessing.last_windows(rows), whole units of about ROWS_AT_ONCE rows at a time
+    (a unit's window depends on its own rows alone, so the numbers are the same; the features
+    of every row at once would take ~350 bytes a row), the deadline checked between them."""
+    ends = np.cumsum(lengths)
+    bounds = [0]
+    for end in ends:
+        if end - bounds[-1] >= ROWS_AT_ONCE:
+            bounds.append(int(end))
+    if bounds[-1] != len(rows):
+        bounds.append(len(rows))
+    if len(bounds) == 2:
+        return preprocessing.last_windows(rows)
+    units, windows = [], []
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        deadline.check()
+        block_units, block_windows = preprocessing.last_windows(rows.iloc[start:stop])
+        units.append(block_units)
+        windows.append(block_windows)
+    return np.concatenate(units), np.concatenate(windows)
 
 
 def predict_rows(preprocessing, predict_members: Callable[[np.ndarray], np.ndarray],
@@ -149,7 +172,7 @@ def predict_rows(preprocessing, predict_members: Callable[[np.ndarray], np.ndarr
         if strict and flagged.any():
             raise DataError(source, refusal(ids, reasons, flagged))
     deadline.check()
-    units, windows = preprocessing.last_windows(rows)
+    units, windows = last_windows(preprocessing, rows, ids, lengths)
     deadline.check()
     member_rul = np.asarray(predict_members(windows), dtype=np.float64)
     rul, spread = average_members(member_rul)

@@ -1,20 +1,19 @@
-"""`make serve`: a registered model behind MLflow's scoring server, with rul's guard in front.
+"""`make serve`: a registered model behind rul's guard, run by uvicorn.
 
-    python -m rul.serving.server MODEL [--host H] [--port P] [--max-body-mb N] [--timeout S]
+    python -m rul.serving.server MODEL [--host H] [--port P] [--docs] [--memory-mb MB]
+        [--max-body-mb MB] [--timeout S] [--header-timeout S] [--min-rate-kb KB]
+        [--keep-alive S] [--max-connections N]
 
-MODEL is a model URI (`models:/rul-fd001@champion`, `runs:/<id>/model`) or a model folder.
-The routes, request formats and answers are MLflow's (`/invocations`, `/ping`, `/health`,
-`/version`; `init` of mlflow.pyfunc.scoring_server builds them); the guard adds what a
-service owes its callers:
-- a body over the limit (`--max-body-mb`, default MAX_BODY_MB; env RUL_SERVE_MAX_BODY_MB) is
-  answered 413 before anything is parsed;
-- every 400 is one line under 300 characters that never echoes the request: MLflow's own
-  refusals (a body that is not JSON, `{}`, an empty body, a parameter of the wrong type) are
-  rewritten into rul's lines, the model's own lines (RequestError) pass as they are;
-- a request past its timeout (`--timeout`, MLflow's MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT,
-  default 60 s) gets MLflow's 504 and its prediction stops at its next check
-  (rul.serving.deadline) instead of running on; after each request the freed memory goes
-  back to the system (glibc's malloc_trim).
+MODEL is a model URI (`models:/rul-fd001@champion`, `runs:/<id>/model`) or a model folder. The
+routes and request formats are MLflow's scoring server's (`/invocations`, `/ping`, `/health`,
+`/version`; JSON's dataframe_split and dataframe_records, CSV, Parquet); rul's guard
+(rul.serving.guard) answers `/invocations` itself, in strict JSON, within the limits of
+rul.serving.limits (each a flag and an environment variable): a memory budget the requests in
+flight share, the body limit that follows from it, a timeout per request, deadlines for a
+request's headers and body and for reading the answer, idle keep-alive connections closed, a
+cap on open connections (rul.serving.connections). Large bodies are answered by a worker
+process (rul.serving.lanes), so that they never stall the small ones. Every refusal is one
+line, logged once per kind and interval (rul.serving.refusal_log).
 
 It needs only what the model's own requirements install (mlflow-skinny brings uvicorn and
 FastAPI): in a lean environment, run it from the model folder's code/ (docs: Predict and
@@ -24,167 +23,67 @@ serve).
 import argparse
 import asyncio
 import contextlib
-import ctypes
-import json
 import os
-import re
+import resource
 import sys
-import time
+import tempfile
+from dataclasses import replace
+from pathlib import Path
 
-from rul.serving import deadline
-from rul.serving.request_errors import MAX_LINE, one_line
+from rul.serving import refusal_log
+from rul.serving.connections import protocol
+from rul.serving.guard import Guard
+from rul.serving.lanes import Lanes
+from rul.serving.limits import Limits, add_flags, from_args
 
-MAX_BODY_MB = 64  # ~1,600 engines of 200 cycles as JSON; FD001's 100 test engines are 3 MB
 TIMEOUT_ENV = "MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT"
-BODY_ENV = "RUL_SERVE_MAX_BODY_MB"
-DATA_KEYS = "dataframe_split or dataframe_records"
+SPARE_FILES = 256  # file descriptors kept besides the connections (the store, the worker)
 
 
-def _params_line(message: str) -> str:
-    """Which parameter had the wrong type, from MLflow's message, without the data."""
-    kinds = {"horizon": "a number of cycles", "strict": "true or false",
-             "short_history": "a string, pad or reject"}
-    for name, kind in kinds.items():
-        if f"'{name}'" in message:
-            return f"params: {name} must be {kind}"
-    return "params: a parameter has the wrong type (short_history, strict, horizon)"
+def local_model(model_uri: str, folder: str) -> str:
+    """A local folder holding the model (downloaded into `folder` unless it is one)."""
+    if Path(model_uri).is_dir():
+        return model_uri
+    import mlflow.artifacts
+
+    return mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=folder)
 
 
-# MLflow's refusals, by a phrase of theirs, and rul's line for each (the rest of MLflow's
-# message may quote the request, so none of it is kept).
-_REWRITES = (
-    (re.compile(r"Ensure that input is a valid JSON"),
-     f"body: not valid JSON; send a JSON object with {DATA_KEYS} (and params), or a CSV"),
-    (re.compile(r"The input must be a JSON dictionary"),
-     f"body: a JSON object needs exactly one of {DATA_KEYS} (and may have params)"),
-    (re.compile(r"Invalid parameters found|Failed to enforce schema of params"), _params_line),
-    (re.compile(r"Failed to parse input as a Pandas DataFrame"),
-     "body: not a CSV pandas can read; send DataFrame.to_csv()'s output, with its header"),
-)
-
-
-def rewrite_400(body: bytes) -> bytes:
-    """One line of rul's for MLflow's multi-line or data-quoting 400 bodies; rul's own lines
-    (one line, already short) unchanged."""
-    try:
-        answer = json.loads(body)
-        message = str(answer.get("message", ""))
-    except (ValueError, AttributeError):
-        message = body.decode(errors="replace")
-        answer = {"error_code": "BAD_REQUEST"}
-    line = None
-    for pattern, said in _REWRITES:
-        if pattern.search(message):
-            line = said(message) if callable(said) else said
-            break
-    if line is None:
-        if "\n" not in message and len(message) <= MAX_LINE and "stack_trace" not in answer:
-            return body  # rul's own RequestError line
-        stripped = re.sub(r"^Failed to predict data '.*?'\.\s*Error:\s*", "", message, flags=re.S)
-        line = stripped.strip().splitlines()[0] if stripped.strip() else "bad request"
-    return json.dumps({"error_code": answer.get("error_code", "BAD_REQUEST"),
-                       "message": one_line(line)}).encode()
-
-
-def _trim_memory() -> None:
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-class RequestGuard:
-    """ASGI middleware around MLflow's scoring app: body limit, one-line 400s, deadline."""
-
-    def __init__(self, app, max_body: int, timeout: float):
-        self.app, self.max_body, self.timeout = app, max_body, timeout
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"] != "/invocations":
-            return await self.app(scope, receive, send)
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        too_large = declared is not None and declared.isdigit() and int(declared) > self.max_body
-        parts, size = [], 0
-        while True:  # the whole body (MLflow reads it whole too), counted as it comes; past
-            message = await receive()  # the limit the rest is read and dropped, so that
-            if message["type"] == "http.disconnect":  # the client hears the 413
-                return
-            size += len(message.get("body", b""))
-            if not too_large and size > self.max_body:
-                too_large = True
-                parts.clear()  # not held while the rest is drained
-            if not too_large:
-                parts.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        if too_large:
-            return await self._too_large(send)
-        body = b"".join(parts)
-        del parts
-        if not body:
-            return await _answer(send, 400, f"body: empty; send a JSON object with {DATA_KEYS},"
-                                            " or a CSV with its header")
-        delivered = False
-
-        async def replay():
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        start, chunks = {}, []
-
-        async def keep(message):
-            if message["type"] == "http.response.start":
-                start.update(message)
-            elif message["type"] == "http.response.body":
-                chunks.append(message.get("body", b""))
-                if not message.get("more_body"):
-                    await self._send(send, start, b"".join(chunks))
-
-        token = deadline.DEADLINE.set(time.monotonic() + self.timeout)
-        try:
-            await self.app(scope, replay, keep)
-        finally:
-            deadline.DEADLINE.reset(token)
-            body = None  # the request's bytes go before the trim
-            await asyncio.get_running_loop().run_in_executor(None, _trim_memory)
-
-    async def _send(self, send, start, payload: bytes):
-        if start.get("status") == 400:
-            payload = rewrite_400(payload)
-        headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
-        headers.append((b"content-length", str(len(payload)).encode()))
-        await send({**start, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
-
-    async def _too_large(self, send):
-        mb = self.max_body / 2**20
-        await _answer(send, 413, f"body: larger than this server's limit of {mb:g} MB; send "
-                                 f"fewer engines per request (or raise --max-body-mb)",
-                      "REQUEST_LIMIT_EXCEEDED")
-
-
-async def _answer(send, status: int, line: str, code: str = "BAD_REQUEST"):
-    payload = json.dumps({"error_code": code, "message": one_line(line)}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(payload)).encode())]})
-    await send({"type": "http.response.body", "body": payload})
-
-
-def build(model_uri: str, max_body_mb: float = MAX_BODY_MB, timeout: float | None = None):
-    """The guarded ASGI app serving `model_uri`; `timeout`: seconds (None: MLflow's env var,
-    else 60)."""
-    if timeout is not None:
-        os.environ[TIMEOUT_ENV] = str(int(timeout))  # read by MLflow's init
+def build(model_uri: str, limits: Limits, folder: str, docs: bool = False) -> Guard:
+    """The guarded ASGI app serving `model_uri` (downloaded into `folder`), its worker
+    process started and its model loaded."""
+    os.environ[TIMEOUT_ENV] = str(int(limits.timeout))  # read by MLflow's init
     import mlflow.pyfunc
     from mlflow.pyfunc import scoring_server
 
-    model = mlflow.pyfunc.load_model(model_uri)
-    app = scoring_server.init(model)
-    seconds = float(os.environ.get(TIMEOUT_ENV) or 60)
-    return RequestGuard(app, int(max_body_mb * 2**20), seconds)
+    path = local_model(model_uri, folder)
+    lanes = Lanes(path)  # first: its process loads the model while this one does
+    lanes.model = model = mlflow.pyfunc.load_model(path)
+    lanes.wait_ready()
+    return Guard(scoring_server.init(model), lanes, limits, docs)
+
+
+def open_files(limits: Limits) -> Limits:
+    """Raise the soft limit on open files to fit the connection cap where the hard limit
+    allows; else lower the cap to fit it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = limits.max_connections + SPARE_FILES
+    if soft < wanted:
+        soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft < wanted:
+        return replace(limits, max_connections=max(16, soft - SPARE_FILES))
+    return limits
+
+
+def describe(limits: Limits) -> str:
+    return (f"bodies up to {limits.max_body / 2**20:.1f} MB, a memory budget of "
+            f"{limits.memory_mb:g} MB, {limits.timeout:g} s per request, headers within "
+            f"{limits.header_timeout:g} s, bodies at {limits.min_rate_kb:g} KB/s or faster, "
+            f"idle connections closed after {limits.keep_alive:g} s, at most "
+            f"{limits.max_connections} connections")
 
 
 def main(argv=None) -> None:
@@ -193,22 +92,30 @@ def main(argv=None) -> None:
     parser.add_argument("model", help="models:/rul-fd001@champion, runs:/<id>/model or a folder")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=5000)
-    parser.add_argument("--max-body-mb", type=float,
-                        default=float(os.environ.get(BODY_ENV) or MAX_BODY_MB),
-                        help=f"larger bodies get 413 (default {MAX_BODY_MB}; env {BODY_ENV})")
-    parser.add_argument("--timeout", type=float, default=None,
-                        help=f"seconds per request, then 504 and its work stops (default: "
-                             f"{TIMEOUT_ENV} or 60)")
+    parser.add_argument("--docs", action="store_true",
+                        help="serve FastAPI's /docs, /redoc and /openapi.json (off by default)")
+    add_flags(parser)
     args = parser.parse_args(argv)
-    if args.max_body_mb <= 0:
-        parser.error(f"--max-body-mb must be positive, got {args.max_body_mb:g}")
+    limits = open_files(from_args(parser, args))
+    refusal_log.install()
     import uvicorn
 
-    app = build(args.model, args.max_body_mb, args.timeout)
-    print(f"serving {args.model} on http://{args.host}:{args.port}/invocations "
-          f"(bodies up to {args.max_body_mb:g} MB, {os.environ.get(TIMEOUT_ENV) or 60} s "
-          f"per request)", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    with tempfile.TemporaryDirectory(prefix="rul-serve-") as folder:
+        guard = build(args.model, limits, folder, args.docs)
+        config = uvicorn.Config(guard, host=args.host, port=args.port,
+                                http=protocol(limits), timeout_keep_alive=limits.keep_alive,
+                                log_config=None, log_level="warning")
+        print(f"serving {args.model} on http://{args.host}:{args.port}/invocations "
+              f"({describe(limits)})", file=sys.stderr, flush=True)
+        try:
+            asyncio.run(_serve(uvicorn.Server(config)))
+        finally:
+            guard.lanes.close()
+
+
+async def _serve(server) -> None:
+    asyncio.get_running_loop().set_exception_handler(refusal_log.loop_exception_handler)
+    await server.serve()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,70 @@
+"""The server's memory budget: a request is admitted only if its expected peak fits what is left.
+
+A request's expected peak is its body's size times the measured peak-to-body ratio of its
+format (PEAK_PER_BYTE). `python -m bench serving` measures the ratios on the worst bodies a
+client can send (every value one digit: the most rows per byte), as the growth of the server's
+processes at the request's peak over their idle size, divided by the body's size. A Parquet
+body is compressed, so its ratio applies to the size it decodes to (rows x columns x 8 bytes,
+from its footer), never to the bytes sent: 200 kB of zeros decode to gigabytes.
+
+Large requests may take the budget but its SMALL_SHARE: that share is kept for the requests
+small enough to be answered in the server's own process (rul.serving.lanes), so that maximal
+bodies never leave a one-engine request without memory. The body limit's default is the
+largest body whose expected peak fits what large requests may take. The budget is kept by the
+event loop alone (no locks): reserve, grow, release.
+"""
+
+# Peak bytes per body byte (per decoded byte for Parquet), measured by `python -m bench
+# serving` (docs/data/performance.yaml, "serving memory") and rounded up.
+PEAK_PER_BYTE = {"json": 19.0, "csv": 16.0, "parquet": 7.0}
+RETRY_AFTER_S = 2  # a refused request's Retry-After: most requests finish well within it
+SMALL_SHARE = 1 / 8  # of the budget, kept for small requests
+
+
+def expected_peak(media: str, size: int) -> int:
+    """The memory a request of `size` bytes of `media` is expected to take at its peak."""
+    return int(PEAK_PER_BYTE[media] * size)
+
+
+def largest_body(memory: int) -> int:
+    """The largest text body (JSON or CSV) whose expected peak fits what large requests may
+    take of a budget of `memory` bytes."""
+    return int(memory * (1 - SMALL_SHARE) / max(PEAK_PER_BYTE["json"], PEAK_PER_BYTE["csv"]))
+
+
+class Budget:
+    """`total` bytes shared by the requests in flight."""
+
+    def __init__(self, total: int):
+        self.total, self.used = int(total), 0
+
+    def reserve(self, amount: int, small: bool = False) -> "Reservation | None":
+        """A reservation of `amount` bytes, or None when it does not fit what is left."""
+        reservation = Reservation(self)
+        return reservation if reservation.grow(amount, small) else None
+
+    def limit(self, small: bool) -> int:
+        """What requests may hold in all: the whole budget for a small one, the budget but
+        its SMALL_SHARE for a large one."""
+        return self.total if small else int(self.total * (1 - SMALL_SHARE))
+
+
+class Reservation:
+    def __init__(self, budget: Budget):
+        self.budget, self.amount = budget, 0
+
+    def grow(self, amount: int, small: bool = False) -> bool:
+        """Hold `amount` bytes in all (more than now, or nothing changes); False when the
+        difference does not fit (`small`: a request the server's own process answers)."""
+        extra = int(amount) - self.amount
+        if extra <= 0:
+            return True
+        if self.budget.used + extra > self.budget.limit(small):
+            return False
+        self.budget.used += extra
+        self.amount += extra
+        return True
+
+    def release(self) -> None:
+        self.budget.used -= self.amount
+        self.amount = 0

@@ -1,0 +1,177 @@
+"""A request's body as rows and parameters, in the formats MLflow's scoring server documents:
+JSON (`dataframe_split` or `dataframe_records`, and `params`), CSV as DataFrame.to_csv() writes
+it, and Parquet as DataFrame.to_parquet() writes it (with pyarrow installed; the lean
+environment has none, and a Parquet body there is refused saying so).
+
+The frames are those MLflow's parser builds (pandas reads the CSV and the Parquet file, the
+standard library the JSON, pandas makes the frame), so every valid request is answered with the
+same numbers; what differs is the memory: the JSON rows become a frame a part at a time, each
+part's lists freed as it goes, and the CSV is read from the bytes (no decoded copy), its values
+as the float64 columns validation keeps.
+
+Every refusal is a BodyError: one line, its HTTP status, never a byte of the body.
+Numpy and pandas only (pyarrow where installed): the lean served model's code/ carries it.
+"""
+
+import importlib.util
+import io
+import json
+
+import pandas as pd
+
+from rul.data.validation import VALUE_COLUMNS
+
+JSON, CSV, PARQUET = "json", "csv", "parquet"
+MEDIA = {"application/json": JSON, "text/csv": CSV, "application/vnd.apache.parquet": PARQUET}
+ACCEPTED = "application/json, text/csv or application/vnd.apache.parquet"
+DATA_KEYS = "dataframe_split or dataframe_records"
+ROWS_PER_PART = 50_000  # JSON rows made into a frame at once
+DECODED_BYTES = 8  # what a Parquet value takes decoded (a float64 or int64 column)
+
+
+class BodyError(ValueError):
+    """A body or its headers refused: `line` (one line, no request content) and `status`."""
+
+    def __init__(self, line: str, status: int = 400):
+        super().__init__(line)
+        self.line, self.status = line, status
+
+
+def media_of(content_type: bytes | str | None) -> str:
+    """JSON, CSV or PARQUET from a Content-Type header; BodyError (400 when missing, 415 for
+    any other type or a charset other than UTF-8) that never repeats the header."""
+    if content_type is None or not content_type.strip():
+        raise BodyError(f"headers: Content-Type is missing; send {ACCEPTED}")
+    if isinstance(content_type, bytes):
+        content_type = content_type.decode("latin-1")
+    media, *parameters = (part.strip() for part in content_type.split(";"))
+    kind = MEDIA.get(media.lower())
+    for parameter in parameters:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() != "charset" or value.strip().strip('"').lower() != "utf-8":
+            kind = None
+    if kind is None:
+        raise BodyError(f"headers: Content-Type must be {ACCEPTED} (charset utf-8, if any)",
+                        415)
+    return kind
+
+
+def parquet_readable() -> bool:
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def decoded_size(body: bytes) -> int:
+    """The bytes a Parquet body's rows take decoded (rows x columns x 8, at least its string
+    columns' uncompressed size), read from its footer alone; BodyError if it has none."""
+    _need_pyarrow()
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(pa.BufferReader(body)).metadata
+        size = 0
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            size += sum(max(group.num_rows * DECODED_BYTES,
+                            group.column(c).total_uncompressed_size)
+                        for c in range(group.num_columns))
+    except (pa.ArrowException, OSError, ValueError):
+        raise BodyError(_NOT_PARQUET) from None
+    return size
+
+
+def read_body(body: bytes, media: str) -> tuple[pd.DataFrame, dict | None]:
+    """The rows of a body and its request parameters (JSON only; None for the defaults)."""
+    if media == JSON:
+        return _json(body)
+    if media == CSV:
+        return _csv(body), None
+    return _parquet(body), None
+
+
+def _json(body: bytes) -> tuple[pd.DataFrame, dict | None]:
+    try:
+        parsed = json.loads(body)
+    except RecursionError:
+        raise BodyError("body: JSON nested too deeply; send a JSON object with "
+                        f"{DATA_KEYS}, its rows as lists of numbers") from None
+    except (ValueError, UnicodeDecodeError):  # JSONDecodeError is a ValueError
+        raise BodyError(f"body: not valid JSON; send a JSON object with {DATA_KEYS} (and "
+                        "params), or a CSV") from None
+    if not isinstance(parsed, dict):
+        raise BodyError(f"body: a JSON object needs exactly one of {DATA_KEYS} (and may "
+                        "have params)")
+    params = parsed.pop("params", None)
+    if params is not None and not isinstance(params, dict):
+        raise BodyError("params: must be a JSON object (short_history, strict, horizon)")
+    found = [key for key in ("dataframe_split", "dataframe_records", "instances", "inputs")
+             if key in parsed]
+    if found not in (["dataframe_split"], ["dataframe_records"]):
+        raise BodyError(f"body: a JSON object needs exactly one of {DATA_KEYS} (and may "
+                        "have params)")
+    if found == ["dataframe_split"]:
+        split = parsed.pop("dataframe_split")
+        if not isinstance(split, dict) or not isinstance(split.get("data"), list) or (
+                set(split) - {"columns", "data", "index"}):
+            raise BodyError("body: dataframe_split must be an object with data, a list of rows, "
+                            "and columns")
+        columns = split.get("columns")
+        if columns is not None and not isinstance(columns, list):
+            raise BodyError("body: dataframe_split's columns must be a list of names")
+        return _frame(split["data"], columns, "dataframe_split"), params
+    records = parsed.pop("dataframe_records")
+    if not isinstance(records, list):
+        raise BodyError("body: dataframe_records must be a list of records")
+    return _frame(records, None, "dataframe_records"), params
+
+
+def _frame(rows: list, columns: list | None, key: str) -> pd.DataFrame:
+    """pd.DataFrame(rows, columns=columns), built ROWS_PER_PART rows at a time, each part's
+    lists freed once it is a frame (the whole list made into one frame first becomes an array
+    of objects as large as the frame itself)."""
+    parts = []
+    try:
+        while rows or not parts:
+            part = rows[:ROWS_PER_PART]
+            del rows[:ROWS_PER_PART]
+            parts.append(pd.DataFrame(part, columns=columns))
+            del part
+        return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+    except (ValueError, TypeError, AssertionError):
+        raise BodyError(f"body: {key} is not a table: each row must hold one value per "
+                        "column") from None
+
+
+def _csv(body: bytes) -> pd.DataFrame:
+    """The CSV as pandas reads it, its value columns read as float64 at once (what
+    validation makes of them: no second copy of the frame); a value that is no number reads
+    it again as pandas would, for the model to name."""
+    try:
+        try:
+            return pd.read_csv(io.BytesIO(body), dtype=dict.fromkeys(VALUE_COLUMNS, "float64"))
+        except ValueError:
+            return pd.read_csv(io.BytesIO(body))
+    except UnicodeDecodeError:
+        raise BodyError("body: a CSV must be UTF-8 text") from None
+    except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        raise BodyError("body: not a CSV pandas can read; send DataFrame.to_csv()'s output, "
+                        "with its header") from None
+
+
+_NOT_PARQUET = "body: not a Parquet file pandas can read; send DataFrame.to_parquet()'s output"
+
+
+def _need_pyarrow() -> None:
+    if not parquet_readable():
+        raise BodyError("body: Parquet needs pyarrow, which this server's environment lacks; "
+                        "send JSON or CSV", 415)
+
+
+def _parquet(body: bytes) -> pd.DataFrame:
+    _need_pyarrow()
+    import pyarrow as pa
+
+    try:
+        return pd.read_parquet(io.BytesIO(body))
+    except (pa.ArrowException, OSError, ValueError):
+        raise BodyError(_NOT_PARQUET) from None

@@ -1,0 +1,157 @@
+"""Connections that cannot hold the server: deadlines for a request's headers and body, a client
+that stops reading its answer, and a cap on open connections.
+
+uvicorn closes an idle keep-alive connection (`timeout_keep_alive`, rul's --keep-alive) but
+waits without end for headers that never finish, for a body sent a byte a second or never
+ended, and for a client that does not read its answer; and it accepts connections until the
+process runs out of file descriptors. `protocol(limits)` is uvicorn's h11 protocol with:
+- a header deadline: a request's headers must be complete `header_timeout` seconds after the
+  connection opened or the request's first byte came, else 408 and the connection closes;
+- a minimum body rate: after the same grace, the body so far must have come at `min_rate` on
+  average, else 408 and close (a declared 500 MB at a byte a second, a chunked body with no
+  end);
+- a write deadline: a client that reads nothing of its answer for the grace is dropped;
+- a cap on open connections: one above `max_connections` is answered 503 with Retry-After at
+  once, its sending side shut, and closed a second later (what it sends meanwhile is dropped:
+  a close with unread data would reset the connection before the client reads the answer).
+Each refusal is a log line, one per kind per interval (rul.serving.refusal_log).
+"""
+
+import functools
+import http
+import logging
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from rul.serving.admission import RETRY_AFTER_S
+from rul.serving.answers import error_json
+from rul.serving.limits import Limits
+
+logger = logging.getLogger("rul.serving")
+LINGER_S = 1.0  # a refused connection is read (and dropped) this long, then closed
+
+
+@functools.lru_cache(maxsize=16)  # a thousand connections cut at once: written, not rebuilt
+def raw_response(status: int, line: str, code: str, retry_after: int | None = None) -> bytes:
+    """A whole HTTP/1.1 answer of one JSON line that closes the connection, written where no
+    request was read yet (uvicorn's h11 cannot answer before one)."""
+    payload = error_json(line, code)
+    head = [f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}",
+            "content-type: application/json", f"content-length: {len(payload)}",
+            "connection: close", *([f"retry-after: {retry_after}"] if retry_after else [])]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + payload
+
+
+def protocol(limits: Limits) -> type:
+    """uvicorn's h11 protocol with `limits`' deadlines and connection cap (uvicorn's
+    Config(http=...))."""
+
+    class GuardedH11(H11Protocol):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._deadline = None  # the header or body deadline armed now
+            self._stalled = None  # the write deadline, armed while the client reads nothing
+            self._refused = False
+            self._body_start = None
+            self._body_bytes = 0
+
+        def connection_made(self, transport):
+            if len(self.connections) >= limits.max_connections:
+                self._refused = True
+                self.transport = transport
+                logger.warning("refused: a connection over the cap of %d open connections "
+                               "(503)", limits.max_connections)
+                transport.write(raw_response(
+                    503, f"server: more than {limits.max_connections} open connections; "
+                         "retry", "TEMPORARILY_UNAVAILABLE", RETRY_AFTER_S))
+                if transport.can_write_eof():
+                    transport.write_eof()
+                self.loop.call_later(LINGER_S, transport.close)
+                return
+            super().connection_made(transport)
+            self._arm(limits.header_timeout, self._headers_late)
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return
+            super().data_received(data)
+            self._watch(len(data))
+
+        def connection_lost(self, exc):
+            self._disarm()
+            if self._stalled is not None:
+                self._stalled.cancel()
+            if not self._refused:
+                super().connection_lost(exc)
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self._stalled is None:
+                self._stalled = self.loop.call_later(limits.header_timeout, self._not_reading)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            if self._stalled is not None:
+                self._stalled.cancel()
+                self._stalled = None
+
+        # -- deadlines
+        def _watch(self, received: int) -> None:
+            state = self.conn.their_state
+            if state is h11.SEND_BODY:
+                if self._body_start is None:  # the headers are in: the body's clock starts
+                    self._body_start, self._body_bytes = self.loop.time(), 0
+                    self._arm(limits.header_timeout, self._body_check)
+                self._body_bytes += received
+            elif state is h11.IDLE:
+                if self._deadline is None:  # a request's first bytes on a kept-alive one
+                    self._arm(limits.header_timeout, self._headers_late)
+            else:  # the whole request is in
+                self._body_start = None
+                self._disarm()
+
+        def _arm(self, seconds: float, then) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(max(seconds, 0.05), then)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _headers_late(self) -> None:
+            self._deadline = None
+            if self.conn.their_state is not h11.IDLE or self.transport.is_closing():
+                return
+            logger.warning("refused: request headers not complete within %g s (408)",
+                           limits.header_timeout)
+            self._close_with(408, f"headers: not complete within {limits.header_timeout:g} s",
+                             "REQUEST_TIMEOUT")
+
+        def _body_check(self) -> None:
+            self._deadline = None
+            if self._body_start is None or self.transport.is_closing():
+                return
+            grace = limits.header_timeout
+            owed = limits.min_rate * (self.loop.time() - self._body_start - grace)
+            if self._body_bytes >= owed:  # in time: look again when what came is not enough
+                due = self._body_start + grace + (self._body_bytes + 1) / limits.min_rate
+                self._arm(due - self.loop.time(), self._body_check)
+                return
+            logger.warning("refused: a body slower than %g KB/s (408)", limits.min_rate_kb)
+            self._close_with(408, f"body: arrived slower than {limits.min_rate_kb:g} KB/s",
+                             "REQUEST_TIMEOUT")
+
+        def _not_reading(self) -> None:
+            self._stalled = None
+            logger.warning("dropped: a client read nothing of its answer for %g s",
+                           limits.header_timeout)
+            self.transport.abort()  # close() would wait for the client to read the rest
+
+        def _close_with(self, status: int, line: str, code: str) -> None:
+            if self.cycle is None or not self.cycle.response_started:
+                self.transport.write(raw_response(status, line, code))
+            self.transport.close()
+
+    return GuardedH11

@@ -1,0 +1,184 @@
+"""rul's guard: the ASGI app in front of MLflow's scoring app, answering /invocations itself.
+
+For POST /invocations, in this order, each refusal one JSON line that quotes nothing of the
+request:
+- another method: 405 (Allow: POST);
+- no Content-Type: 400; another type, or a charset other than UTF-8: 415 naming the accepted
+  ones (rul.serving.bodies);
+- a body over the limit (declared, or counted as it comes): 413;
+- a body whose expected peak does not fit what is left of the memory budget (declared, or
+  counted as it comes; a Parquet body by the size it decodes to): 503 with Retry-After, or 413
+  when it could never fit (rul.serving.admission);
+- an empty body: 400;
+then the body is answered where it cannot stall the others (rul.serving.lanes) with its
+deadline: past it, 504 and its work stops. A refused body is read to its end (and dropped)
+so that the client hears the answer, within the connection's deadlines
+(rul.serving.connections); the answer closes the connection.
+
+MLflow's app answers /ping, /health and /version; FastAPI's /docs, /redoc and /openapi.json
+only when asked for (`docs`); any other path is a 404 of rul's (never a redirect, whose
+Location would be built from the client's Host header).
+"""
+
+import asyncio
+import time
+
+from rul.serving.admission import RETRY_AFTER_S, Budget, expected_peak
+from rul.serving.bodies import DATA_KEYS, PARQUET, BodyError, decoded_size, media_of
+from rul.serving.lanes import IN_PROCESS_BYTES, Lanes, trim_memory
+from rul.serving.limits import Limits
+from rul.serving.scoring import Answer, logger, timed_out
+
+MLFLOW_ROUTES = ("/ping", "/health", "/version")
+DOCS_ROUTES = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
+
+
+class Guard:
+    def __init__(self, app, lanes: Lanes, limits: Limits, docs: bool = False):
+        self.app, self.lanes, self.limits = app, lanes, limits
+        self.max_body = limits.max_body
+        self.budget = Budget(limits.memory)
+        self.routes = MLFLOW_ROUTES + (DOCS_ROUTES if docs else ())
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":  # lifespan
+            return await self.app(scope, receive, send)
+        if scope["path"] == "/invocations":
+            return await self._invocations(scope, receive, send)
+        if scope["path"] in self.routes:
+            return await self.app(scope, receive, send)
+        await _send(send, Answer.refusal(404, "path: not found; POST rows to /invocations",
+                                         "ENDPOINT_NOT_FOUND"), close=False)
+
+    async def _invocations(self, scope, receive, send):
+        if scope["method"] != "POST":
+            return await _send(send, Answer.refusal(405, "method: /invocations takes POST",
+                                                    "METHOD_NOT_ALLOWED"),
+                               extra=[(b"allow", b"POST")])
+        headers = dict(scope.get("headers") or [])
+        try:
+            media = media_of(headers.get(b"content-type"))
+        except BodyError as error:
+            return await self._refuse(receive, send, Answer.refusal(error.status, error.line))
+        declared = headers.get(b"content-length", b"")
+        declared = int(declared) if declared.isdigit() else None
+        reservation = self.budget.reserve(0)
+        try:
+            refusal = self._admit(reservation, media, declared)
+            if refusal is not None:
+                return await self._refuse(receive, send, refusal)
+            body = await self._read(receive, reservation, media, declared is None)
+            if isinstance(body, Answer):  # refused as it came (and read to its end)
+                return await _send(send, body)
+            if body is None:
+                return  # the client left
+            if not body:
+                return await _send(send, Answer.refusal(
+                    400, f"body: empty; send a JSON object with {DATA_KEYS}, or a CSV with its "
+                         "header"))
+            size = len(body)
+            if media == PARQUET:
+                try:
+                    decoded = await asyncio.to_thread(decoded_size, body)
+                except BodyError as error:
+                    return await _send(send, Answer.refusal(error.status, error.line))
+                refusal = self._admit(reservation, media, decoded, decoded=True)
+                if refusal is not None:
+                    return await _send(send, refusal)
+                size = decoded
+            await _send(send, await self._answer(body, media, size))
+        finally:
+            body = None
+            reservation.release()
+            await asyncio.to_thread(trim_memory)
+
+    def _admit(self, reservation, media: str, size: int | None,
+               decoded: bool = False) -> Answer | None:
+        """None when a body of `size` bytes (None: not declared; `decoded`: a Parquet body's
+        decoded size) fits the limit and the budget (the reservation grown to its expected
+        peak), else the refusal."""
+        if size is None:
+            return None
+        if size > self.max_body and not decoded:
+            return self._too_large()
+        peak = expected_peak(media, size)
+        small = size <= IN_PROCESS_BYTES
+        if peak > self.budget.limit(small):
+            return self._too_large(peak)
+        if not reservation.grow(peak, small):
+            logger.warning("refused: a request that does not fit the memory budget (503)")
+            return Answer.refusal(503, "server: busy with other requests' memory; retry "
+                                       f"after {RETRY_AFTER_S} s", "TEMPORARILY_UNAVAILABLE",
+                                  RETRY_AFTER_S)
+        return None
+
+    def _too_large(self, peak: int | None = None) -> Answer:
+        if peak is None:
+            line = (f"body: larger than this server's limit of {_mb(self.max_body)} MB; send "
+                    "fewer engines per request (or raise --max-body-mb)")
+        else:
+            line = (f"body: would take about {_mb(peak)} MB to predict, more than this "
+                    f"server's memory budget of {_mb(self.budget.total)} MB allows; send "
+                    "fewer engines per request")
+        return Answer.refusal(413, line, "REQUEST_LIMIT_EXCEEDED")
+
+    async def _read(self, receive, reservation, media: str, counted: bool):
+        """The whole body; None if the client left; the refusal (413, 503) when a body not
+        declared outgrows the limit or the budget as it comes."""
+        parts, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if counted and chunk:
+                refusal = self._admit(reservation, media, size)
+                if refusal is not None:
+                    parts.clear()
+                    if message.get("more_body"):
+                        await _drain(receive)
+                    return refusal
+            parts.append(chunk)
+            if not message.get("more_body"):
+                break
+        body = b"".join(parts)
+        parts.clear()
+        return body
+
+    async def _answer(self, body: bytes, media: str, size: int) -> Answer:
+        due = time.monotonic() + self.limits.timeout
+        try:
+            return await asyncio.wait_for(self.lanes.run(body, media, due, size),
+                                          self.limits.timeout)
+        except TimeoutError:
+            return timed_out(self.limits.timeout)
+
+    async def _refuse(self, receive, send, answer: Answer):
+        """Read the rest of the body (dropped) so that the client hears `answer`."""
+        await _drain(receive)
+        await _send(send, answer)
+
+
+def _mb(size: int) -> str:
+    return f"{size / 2**20:,.1f}".removesuffix(".0")
+
+
+async def _drain(receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect" or not message.get("more_body"):
+            return
+
+
+async def _send(send, answer: Answer, close: bool = True, extra=()) -> None:
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(answer.payload)).encode()),
+               (b"x-content-type-options", b"nosniff"), *extra]
+    if answer.retry_after is not None:
+        headers.append((b"retry-after", str(answer.retry_after).encode()))
+    if close and answer.status >= 400:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.payload})
+

@@ -1,0 +1,115 @@
+"""Where a request's work runs, so that one big body never stalls the small ones.
+
+Reading a body and predicting hold Python's GIL for long stretches (json.loads of a 50 MB body
+holds it for a second at a stretch): in the server's own process they would stop its event
+loop, and every other request with it, however many threads there are. So:
+- a body up to IN_PROCESS_BYTES (about 25 engines of 200 cycles as JSON) is answered in a
+  thread of the server's own process (a few milliseconds, no copy);
+- a larger one is answered by a worker process that loaded the same model at startup: its
+  GIL is its own, and the server's event loop and small requests go on beside it. The worker
+  takes one request at a time; the memory budget (rul.serving.admission) bounds how many wait
+  for it. (At a lower CPU priority it was starved: on 2 cores with one-engine requests sent
+  back to back, a maximal body ran past its 60 s at nice 5, and the small requests' p99 was
+  no better than at the same priority.)
+
+A request's deadline travels with it (the monotonic clock is the machine's, the same in both
+processes): its work stops at the deadline's next check (rul.serving.deadline). A worker that
+dies (killed for memory, say) is replaced; the requests it held get a 503.
+"""
+
+import asyncio
+import contextlib
+import ctypes
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from rul.serving import deadline
+from rul.serving.admission import RETRY_AFTER_S
+from rul.serving.scoring import Answer, answer
+
+IN_PROCESS_BYTES = 2**20
+_model = None  # the worker process's model
+
+
+def trim_memory() -> None:
+    """Give the memory a request freed back to the system (glibc's malloc_trim)."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _load(path: str) -> None:
+    global _model
+    import mlflow.pyfunc
+
+    _model = mlflow.pyfunc.load_model(path)
+
+
+def _ready() -> int:
+    return os.getpid()
+
+
+def _answer(model, body: bytes, media: str, deadline_at: float) -> Answer:
+    token = deadline.DEADLINE.set(deadline_at)
+    try:
+        return answer(model, body, media)
+    finally:
+        deadline.DEADLINE.reset(token)
+
+
+def _work(body: bytes, media: str, deadline_at: float) -> Answer:
+    try:
+        return _answer(_model, body, media, deadline_at)
+    finally:
+        del body
+        trim_memory()
+
+
+class Lanes:
+    """A worker process that loads the model from `path` (a local model folder), started at
+    once; the model of this process (`model`, the same one loaded here) is set by the caller.
+
+    The worker is forked from a fork server that imported the rul package first thing:
+    loading a model puts its code/ folder first on sys.path, and a process started from
+    scratch after that would import the model's copy of rul, not this process's (a package
+    once imported finds its modules in its own folder)."""
+
+    def __init__(self, path: str):
+        self.path, self.model = str(path), None
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["rul"])  # the package, found where this one is
+        self.context = context
+        self.pool = self._start()
+        self.started = self.pool.submit(_ready)
+
+    def _start(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(1, mp_context=self.context, initializer=_load,
+                                   initargs=(self.path,))
+
+    def wait_ready(self, seconds: float = 300) -> int:
+        """Wait until the worker's model is loaded; its process id."""
+        return self.started.result(timeout=seconds)
+
+    def worker_pids(self) -> list[int]:
+        return [p.pid for p in (self.pool._processes or {}).values()]
+
+    async def run(self, body: bytes, media: str, deadline_at: float,
+                  size: int | None = None) -> Answer:
+        """The answer to `body`; `size`: the bytes it stands for (a Parquet body's decoded
+        size; None: its own)."""
+        if (len(body) if size is None else size) <= IN_PROCESS_BYTES:
+            return await asyncio.to_thread(_answer, self.model, body, media, deadline_at)
+        pool = self.pool
+        try:
+            return await asyncio.wrap_future(pool.submit(_work, body, media, deadline_at))
+        except BrokenProcessPool:
+            if self.pool is pool:  # the first to hear of it starts another
+                pool.shutdown(wait=False, cancel_futures=True)
+                self.pool = self._start()
+            return Answer.refusal(503, "server: the worker for large bodies stopped (out of "
+                                       "memory?) and is restarting; retry",
+                                  "TEMPORARILY_UNAVAILABLE", RETRY_AFTER_S)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
