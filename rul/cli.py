@@ -63,7 +63,7 @@ def _check_inputs(config, storage: str | None = None):
     machine): the data files' presence and shape, and the drivers of the tracking store's and
     the study's database URLs. Returns the loaded subset; bad input ends the command (exit 2,
     one line)."""
-    from rul.data import load_subset
+    from rul.data import load_dataset
     from rul.tracking_uri import missing_folder, store_uri
     from rul.urls import masked, missing_driver, remember, same_database
 
@@ -79,7 +79,7 @@ def _check_inputs(config, storage: str | None = None):
                                   "MLflow's and Optuna's tables cannot share one (both keep "
                                   "their schema version in one table): give the study a "
                                   "database of its own")
-        return load_subset(config.subset, config.data_dir, limit=config.data_limit)
+        return load_dataset(config.dataset, config.data_dir, limit=config.data_limit)
 
 
 def _load_config(config_path, overrides, data_dir=None, loader=cfg.load):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rul.config import TrainConfig
-from rul.data import CMAPSSSubset, load_subset
+from rul.data import Dataset, load_dataset
 from rul.errors import ConfigError
 from rul.evaluation.conformal import min_calibration_size
 from rul.models.spec import NetworkSpec
@@ -75,7 +75,7 @@ class EnsemblePlan:
 
 def plan_run(config: TrainConfig, resume: ResumeTarget | None = None,
              data: PreparedData | None = None, world: World | None = None,
-             subset: CMAPSSSubset | None = None) -> RunPlan:
+             subset: Dataset | None = None) -> RunPlan:
     """The plan of one training of `config`: on `data` when it is already prepared (an
     ensemble's members share it), else on `subset` when its files are already read (the
     command line reads them before torch), in `world` (default: torchrun's, or a world of 1).
@@ -98,7 +98,7 @@ def plan_run(config: TrainConfig, resume: ResumeTarget | None = None,
                    resume.run_id if resume else None)
 
 
-def plan_ensemble(config: TrainConfig, subset: CMAPSSSubset | None = None, jobs: int = 1
+def plan_ensemble(config: TrainConfig, subset: Dataset | None = None, jobs: int = 1
                   ) -> EnsemblePlan:
     """The plans of config.ensemble members: member i trains `config` with seed + i (its
     weight init, dropout and batch order), on the validation split of `seed` (shared) or on
@@ -124,7 +124,7 @@ def plan_seeds(config: TrainConfig, n: int) -> list[RunPlan | EnsemblePlan]:
     """`rul evaluate`: one complete training of `config` per seed (an ensemble for ensemble >
     1), each with its own validation split; nothing registered. Every seed's data is
     prepared and checked before the first run; the files are read once."""
-    subset = load_subset(config.subset, config.data_dir, limit=config.data_limit)
+    subset = load_dataset(config.dataset, config.data_dir, limit=config.data_limit)
     plans = []
     for seed in evaluation_seeds(config, n):
         seeded = config.replace(seed=seed, register=False)

@@ -67,13 +67,17 @@ def test_defaults_are_the_old_fd001_values_and_types():
 def test_make_train_is_the_defaults_with_patience_40_and_the_age_recipe_adds_the_age():
     """make train reads the sensors alone (a late-starting record costs the age model more
     than it gains); experiments/fd001_age.yaml is the same recipe with the engine's age."""
+    from rul.data.dataset import Dataset
+    from rul.preprocessing.choices import DataChoices
     from rul.preprocessing.prepared import preprocessor_for
 
+    fd001 = Dataset("FD001", None, None, None, {})
+    choices = DataChoices(1, "", ["s_2"], "")
     assert cfg.load(TRAIN_PATH).to_dict() == {**OLD_FD001, "patience": 40}
-    assert preprocessor_for(cfg.load(TRAIN_PATH)).include_cycle is False
+    assert preprocessor_for(cfg.load(TRAIN_PATH), fd001, choices).include_cycle is False
     age = cfg.load(ROOT / "experiments" / "fd001_age.yaml")
     assert age.to_dict() == {**OLD_FD001, "include_cycle": True, "patience": 40}
-    assert preprocessor_for(age).include_cycle is True
+    assert preprocessor_for(age, fd001, choices).include_cycle is True
 
 
 def test_yaml_files_only_override_defaults():

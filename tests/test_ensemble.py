@@ -21,7 +21,7 @@ from rul.cli import main
 from rul.evaluation.averaging import average_members
 from rul.evaluation.ensemble import averaged, combine
 from rul.evaluation.intervals import CalibrationSet, fit_interval
-from rul.preprocessing.prepared import prepare_folds, preprocessor_for
+from rul.preprocessing.prepared import fitted_preprocessor, prepare_folds
 from rul.serving.predictor import predict_frame
 from rul.tracking.parent_run import KIND_TAG
 from rul.tracking.registry import CHAMPION
@@ -195,12 +195,12 @@ def test_folds_cut_every_training_unit_once_and_share_one_preprocessor(fd001):
                                  fd001.train[fd001.train["unit"].isin(m.val_units)]
                                  .groupby("unit").size())
     # fitted on every training unit (the test units never): the scaling of all of them
-    everything = preprocessor_for(config).fit(fd001.train)
+    everything = fitted_preprocessor(config, fd001, fd001.train)[0]
     probe = fd001.train[fd001.train["unit"] == folds[0][0]]
     np.testing.assert_array_equal(members[0].preprocessor.transform(probe),
                                   everything.transform(probe))
-    own = preprocessor_for(config).fit(fd001.train[fd001.train["unit"].isin(
-        members[0].train_units)])  # what a member fitted alone would scale with
+    own = fitted_preprocessor(config, fd001, fd001.train[fd001.train["unit"].isin(
+        members[0].train_units)])[0]  # what a member fitted alone would scale with
     assert not np.allclose(members[0].preprocessor.transform(probe), own.transform(probe))
     # the folds are seed's: another seed cuts others, the same seed the same
     again = prepare_folds(config, derive_seeds(42).split, fd001)

@@ -113,7 +113,7 @@ def test_the_key_lists_are_derived_from_the_roles():
     assert set(cfg.NOT_IN_IDENTITY) == {"data_dir", "tracking_uri", "experiment", "register",
                                         "run_name", "checkpoint_dir", "device",
                                         "interval_coverage", "strict_data", "max_data_mb"}
-    assert set(cfg.NOT_TUNABLE) == set(cfg.NOT_IN_IDENTITY) | {"subset", "ensemble",
+    assert set(cfg.NOT_TUNABLE) == set(cfg.NOT_IN_IDENTITY) | {"subset", "data", "ensemble",
                                                                "ensemble_split",
                                                                "ensemble_training"}
     assert set(cfg.NOT_COMPARED_IN_A_STUDY) == set(cfg.NOT_IN_IDENTITY) | {

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from rul.config.data import DataSection
 from rul.config.spelling import _did_you_mean
 from rul.config.training import TrainConfig
 from rul.config.tuning import (
@@ -204,7 +205,10 @@ def _explain(error: ValidationError, model: type[BaseModel], flat: dict,
         if item["type"] == "extra_forbidden" and len(loc) == 1:
             unknown.append(loc[0])
             continue
-        if loc[:1] == ("search_space",) and len(loc) > 1:
+        if loc[:1] == ("data",) and len(loc) > 1 and item["type"] != "config_rule":
+            line = _data_problem(loc[1:], item, flat.get("data"))
+            source = origins.of_key("data")
+        elif loc[:1] == ("search_space",) and len(loc) > 1:
             line = _space_problem(str(loc[1]), loc[2:], item, flat.get("search_space"))
             source = origins.of_key("search_space")
         elif item["type"] == "config_rule":
@@ -240,6 +244,19 @@ def _unknown_keys(keys: list, model: type[BaseModel], source: str) -> list[str]:
         hints = ", ".join(f"{k!r}{_did_you_mean(str(k), known)}" for k in keys)
         lines.insert(0, f"{source}: unknown key(s) {hints}")
     return lines
+
+
+def _data_problem(loc: tuple, item: dict, data: Any) -> str:
+    """One line about a key of the `data:` section: `data.<key>=<value>: what it must be`."""
+    key = str(loc[0])
+    if item["type"] == "extra_forbidden":
+        return f"data: unknown key {key!r}{_did_you_mean(key, DataSection.model_fields)}"
+    field = DataSection.model_fields.get(key)
+    if item["type"] == "missing":
+        return f"data.{key} is missing (data needs name, train and sensors)"
+    value = data.get(key) if isinstance(data, dict) else None
+    kind = field.description if field and field.description else None
+    return f"data.{key}={value!r}: " + (f"must be {kind}" if kind else item["msg"])
 
 
 # What a search-space entry that is not a distribution is told.

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
+from rul.config.data import DataSection, preset
 from rul.config.values import (
     Flag,
     MemorySize,
@@ -20,7 +21,7 @@ from rul.config.values import (
     _Strict,
     rule_error,
 )
-from rul.data.schema import OPERATING_CONDITIONS, SUBSETS
+from rul.data.schema import SUBSETS
 from rul.files import DATA_LIMIT, SizeLimit
 from rul.models.spec import (
     ARCHITECTURE_DEFAULTS,
@@ -42,6 +43,11 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     subset: _one_of(*SUBSETS) = "FD001"
     """Which C-MAPSS subset to train and test on (FD001: one operating condition, one fault
     mode)."""
+    data: Annotated[DataSection | None, Field(
+        description="a mapping (name, train, unit, time, settings, sensors, ...), or null"
+    )] = None
+    """Your own data set, described by its columns (files, unit, time, settings, sensors;
+    see Train on your own fleet); null: the C-MAPSS subset named by `subset`."""
     data_dir: OptionalText = None
     """Folder holding train_FDxxx.txt, test_FDxxx.txt and RUL_FDxxx.txt; null: CMAPSS_DIR, then
     the cache data/cmapss/, then a verified download."""
@@ -198,13 +204,26 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
             return value.strip().upper()  # fd001 -> FD001
         return value
 
-    @field_validator("features")
+    @model_validator(mode="before")
     @classmethod
-    def _known_features(cls, value: str | list[str]) -> str | list[str]:
+    def _subset_or_data(cls, values: Any) -> Any:
+        if isinstance(values, dict) and values.get("data") is not None and "subset" in values:
+            raise rule_error("data", "describes the data set, so subset names none: give one "
+                                     "of them")
+        return values
+
+    @model_validator(mode="after")
+    def _known_features(self) -> "TrainConfig":
+        """C-MAPSS's sensors are known now; a data set's are checked when its table is read
+        (its names may be patterns)."""
         from rul.preprocessing.features import candidate_columns
 
-        candidate_columns(value, include_settings=False)  # ValueError names the problem
-        return value
+        if self.data is None:
+            try:
+                candidate_columns(self.features, include_settings=False)
+            except ValueError as error:
+                raise rule_error(f"features={self.features!r}", str(error)) from None
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -252,12 +271,24 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         return self
 
     @property
-    def n_conditions(self) -> int:
-        if self.condition_scaling == "per_condition":
-            return 6
+    def dataset(self) -> DataSection:
+        """The data set trained on: the `data` section, or the preset of `subset`."""
+        return self.data if self.data is not None else preset(self.subset)
+
+    @property
+    def dataset_name(self) -> str:
+        return self.dataset.name
+
+    @property
+    def n_conditions(self) -> int | None:
+        """Operating conditions to scale by; None: found from the settings of the training
+        units (a data set's `conditions: auto`)."""
         if self.condition_scaling == "global":
             return 1
-        return OPERATING_CONDITIONS[self.subset]
+        if self.condition_scaling == "per_condition" and self.data is None:
+            return 6  # C-MAPSS's multi-condition subsets
+        conditions = self.dataset.conditions
+        return None if conditions == "auto" else conditions
 
     @property
     def data_limit(self) -> SizeLimit:
@@ -266,13 +297,16 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
 
     @property
     def experiment_name(self) -> str:
-        return self.experiment or f"rul-{self.subset.lower()}"
+        return self.experiment or f"rul-{self.dataset_name.lower()}"
 
     def to_dict(self) -> dict[str, Any]:
-        """The keys a YAML file would hold: B only when it is not micro x K, and the keys of
+        """The keys a YAML file would hold: B only when it is not micro x K, the keys of
         OMITTED_AT_DEFAULT only when they differ from their default (so configs written
-        before those keys existed keep their form, params and identity)."""
+        before those keys existed keep their form, params and identity), and `subset` only
+        when no `data` section describes the data set."""
         values = self.model_dump()
+        if self.data is not None:
+            del values["subset"]
         if self.micro_batch_size != "auto" and (
                 self.effective_batch_size == self.micro_batch_size * self.accumulation_steps):
             del values["effective_batch_size"]
@@ -307,14 +341,15 @@ KEY_ROLES = {
     "interval_coverage": "calibration",  # after training: the network is the same
     **dict.fromkeys(("ensemble", "ensemble_split", "ensemble_training"),
                     "members"),  # how many networks, and how they train
-    "subset": "dataset",  # which engines: every trial of a study trains on the same
+    **dict.fromkeys(("subset", "data"), "dataset"),  # which engines: every trial of a study
+    # trains on the same
     # refuses odd inputs or warns, refuses a larger file: what trains is the same
     **dict.fromkeys(("strict_data", "max_data_mb"), "checks"),
 }
 # Keys added after runs were first tracked, written only when they differ from their default.
 # A network kind's new architecture key goes here too (tests/test_model_kinds.py checks it).
 OMITTED_AT_DEFAULT = ("memory_budget", "ensemble", "ensemble_split", "ensemble_training",
-                      "include_cycle", "late_start_max", "strict_data", "max_data_mb")
+                      "include_cycle", "late_start_max", "strict_data", "max_data_mb", "data")
 
 
 def keys_with(*roles: str) -> tuple[str, ...]:

@@ -190,7 +190,7 @@ class TuningConfig(_Strict):
 
     @property
     def effective_study_name(self) -> str:
-        return self.study_name or f"rul-{self.train.subset.lower()}-tune"
+        return self.study_name or f"rul-{self.train.dataset_name.lower()}-tune"
 
     def to_dict(self) -> dict[str, Any]:
         """The flat form of the YAML file: training keys and tuning keys side by side."""

@@ -1,7 +1,9 @@
-"""C-MAPSS data: file schema, validated readers, sources (local or verified download).
+"""Data: C-MAPSS's file schema and a fleet's own tables (a Layout of named columns),
+validated readers, sources (local or verified download), held-out test engines.
 
-`load_subset` and `CMAPSSSubset` pull in the download code (urllib, tqdm); they are imported
-on first use, so that inference (`rul.data.schema`, `rul.data.validation`) stays lean.
+`load_subset`, `load_dataset` and `Dataset` pull in the download code (urllib, tqdm); they are
+imported on first use, so that inference (`rul.data.schema`, `rul.data.validation`) stays
+lean.
 """
 
 from rul.data.errors import DataError, DataUnavailableError
@@ -9,15 +11,15 @@ from rul.data.schema import COLUMNS, INFORMATIVE_SENSORS, SUBSETS
 
 __all__ = [
     "COLUMNS", "INFORMATIVE_SENSORS", "SUBSETS", "CMAPSSSubset", "DataError",
-    "DataUnavailableError", "load_subset",
+    "DataUnavailableError", "Dataset", "load_dataset", "load_subset",
 ]
 
-_LAZY = {"CMAPSSSubset", "load_subset"}
+_LAZY = {"CMAPSSSubset", "Dataset", "load_dataset", "load_subset"}
 
 
 def __getattr__(name: str):
     if name in _LAZY:
-        from rul.data import subset
+        from rul.data import dataset
 
-        return getattr(subset, name)
+        return getattr(dataset, name)
     raise AttributeError(f"module 'rul.data' has no attribute {name!r}")

@@ -25,4 +25,5 @@ def check_subset(name: str) -> str:
 def file_names(subset: str) -> dict[str, str]:
     """The three files that make up one subset, by role."""
     subset = check_subset(subset)
-    return {"train": f"train_{subset}.txt", "test": f"test_{subset}.txt", "rul": f"RUL_{subset}.txt"}
+    return {"train": f"train_{subset}.txt", "test": f"test_{subset}.txt",
+            "rul": f"RUL_{subset}.txt"}

@@ -1,9 +1,11 @@
-"""One validation for C-MAPSS rows, whatever format they came in.
+"""One validation for a data set's rows, whatever format they came in.
 
 `validate_rows` turns a frame read from a NASA .txt file, a CSV (with or without a header), a
-JSON payload or a user's own DataFrame into the typed frame the rest of `rul` relies on, or
-raises a DataError that names the source (a file, or "input" for frames), the row and the
-column. Rows are numbered from 1 in the order given (for a .txt file, row N is line N).
+Parquet file, a JSON payload or a user's own DataFrame into the typed frame the rest of `rul`
+relies on, or raises a DataError that names the source (a file, or "input" for frames), the
+row and the column. Rows are numbered from 1 in the order given (for a .txt file, row N is
+line N). The columns are a Layout's (rul.data.layout): C-MAPSS's unless one is given; the
+messages name them as the data set does.
 """
 
 from pathlib import Path
@@ -12,21 +14,36 @@ import numpy as np
 import pandas as pd
 
 from rul.data.errors import DataError
+from rul.data.layout import CMAPSS, ID_COLUMNS, Layout
 from rul.data.schema import COLUMNS
 
-ID_COLUMNS = COLUMNS[:2]  # unit, cycle: positive whole numbers, int64 in the result
 ID_MAX = np.iinfo(np.int64).max  # the largest id: 2**63 - 1 (a larger one would wrap around)
-VALUE_COLUMNS = COLUMNS[2:]  # settings and sensors: finite numbers, float64 in the result
+VALUE_COLUMNS = COLUMNS[2:]  # C-MAPSS's settings and sensors: floats in the result
 EXPECTED = "unit, cycle, setting_1..setting_3, s_1..s_21"  # COLUMNS, said briefly
 NAMED = 3  # a message lists this many column names, then counts the rest
 NO_HEADER = f"no header: the first row holds numbers; a CSV needs the header row {EXPECTED}"
 
 
-def lacks_header(names) -> bool:
+def expected(layout: Layout = CMAPSS) -> str:
+    """The columns of `layout`, said briefly (its own names)."""
+    if layout == CMAPSS:
+        return EXPECTED
+    values = [*layout.settings, *layout.sensors]
+    shown = ", ".join(values[:6]) + (f" and {len(values) - 6} more" if len(values) > 6 else "")
+    return f"{layout.unit}, {layout.time}, {shown}"
+
+
+def no_header(layout: Layout = CMAPSS) -> str:
+    return ("no header: the first row holds numbers; a CSV needs the header row "
+            f"{expected(layout)}")
+
+
+def lacks_header(names, layout: Layout = CMAPSS) -> bool:
     """Whether column names are numbers: a header-less CSV read as if its first row named
     the columns (pandas' default, as MLflow's scoring server reads a CSV body)."""
     names = [str(n).strip() for n in names]
-    return bool(names) and not any(n in COLUMNS for n in names) and all(map(_number, names))
+    known = set(layout.names)
+    return bool(names) and not any(n in known for n in names) and all(map(_number, names))
 
 
 def _number(name: str) -> bool:
@@ -45,15 +62,17 @@ def _names(names: list) -> str:
     return f"{shown}{more}"
 
 
-def _missing(missing: list) -> str:
+def _missing(missing: list, total: int) -> str:
     if len(missing) <= NAMED:
         return f"missing columns {_names(missing)}"
-    return ("missing all" if len(missing) == len(COLUMNS) else f"missing {len(missing)} of the"
-            ) + f" {len(COLUMNS)} columns"
+    return ("missing all" if len(missing) == total else f"missing {len(missing)} of the"
+            ) + f" {total} columns"
 
 
-def validate_rows(frame: pd.DataFrame, source: str | Path = "input") -> pd.DataFrame:
-    """Check and type raw C-MAPSS rows; return a new frame with exactly COLUMNS.
+def validate_rows(frame: pd.DataFrame, source: str | Path = "input",
+                  layout: Layout = CMAPSS) -> pd.DataFrame:
+    """Check and type raw rows with `layout`'s columns under the data set's own names; return
+    a new frame with exactly layout.columns (unit and cycle as rul names them).
 
     Accepted: integer or float columns (or strings holding numbers); unit and cycle may be
     floats if they are whole. Extra columns are ignored. Raises DataError for a missing
@@ -66,22 +85,25 @@ def validate_rows(frame: pd.DataFrame, source: str | Path = "input") -> pd.DataF
     """
     if not isinstance(frame, pd.DataFrame):
         raise DataError(source, f"expected a table of rows, got {type(frame).__name__}")
-    missing = [c for c in COLUMNS if c not in frame.columns]
-    if missing and lacks_header(frame.columns):
-        raise DataError(source, NO_HEADER)
+    names = layout.names
+    missing = [c for c in names if c not in frame.columns]
+    if missing and lacks_header(frame.columns, layout):
+        raise DataError(source, no_header(layout))
     if missing:
-        unexpected = [c for c in frame.columns if c not in COLUMNS]
+        unexpected = [c for c in frame.columns if c not in names]
         found = f" (found instead {_names(unexpected)})" if unexpected else ""
-        raise DataError(source, f"{_missing(missing)}{found}; expected {EXPECTED}")
+        raise DataError(source, f"{_missing(missing, len(names))}{found}; expected "
+                                f"{expected(layout)}")
     if frame.empty:
         raise DataError(source, "no rows")
     values = {name: _numeric(source, frame[name]).astype(np.float64, copy=False)
-              for name in VALUE_COLUMNS}
-    ids = {name: _positive_whole(source, name, _numeric(source, frame[name], exact=True))
-           for name in ID_COLUMNS}
+              for name in (*layout.settings, *layout.sensors)}
+    ids = {own: _positive_whole(source, layout.own(own) and name,
+                                _numeric(source, frame[name], exact=True))
+           for own, name in zip(ID_COLUMNS, (layout.unit, layout.time), strict=True)}
     # a column already typed is shared, not copied: typed rows validated again cost no memory
     typed = pd.DataFrame({**ids, **values}, copy=False)
-    check_ordering(source, typed)
+    check_ordering(source, typed, layout)
     return typed
 
 
@@ -129,30 +151,30 @@ def _positive_whole(source, name: str, values: np.ndarray) -> np.ndarray:
     return values.astype(np.int64, copy=False)
 
 
-def check_ordering(source, frame: pd.DataFrame) -> None:
-    """Rows of a unit contiguous, no duplicate (unit, cycle), cycles strictly increasing."""
+def check_ordering(source, frame: pd.DataFrame, layout: Layout = CMAPSS) -> None:
+    """Rows of a unit contiguous, no duplicate (unit, cycle), cycles strictly increasing; the
+    messages name the columns as `layout` does (C-MAPSS: unit, cycle)."""
     unit = frame["unit"].to_numpy()
     cycle = frame["cycle"].to_numpy()
+    what, when = layout.unit, layout.time
     duplicated = frame.duplicated(["unit", "cycle"]).to_numpy()
     if duplicated.any():
         row = int(np.argmax(duplicated))
-        raise DataError(source, f"unit {unit[row]}: duplicate cycle {cycle[row]} (row {row + 1})")
+        raise DataError(source, f"{what} {unit[row]}: duplicate {when} {cycle[row]} (row "
+                                f"{row + 1})")
     starts = np.flatnonzero(np.r_[True, unit[1:] != unit[:-1]])
     block_units = unit[starts]
     if len(np.unique(block_units)) != len(block_units):
         seen: set[int] = set()
         for start, u in zip(starts, block_units):
             if u in seen:
-                raise DataError(
-                    source, f"unit {u}: rows are not contiguous (unit reappears at row {start + 1})"
-                )
+                raise DataError(source, f"{what} {u}: rows are not contiguous ({what} reappears "
+                                        f"at row {start + 1})")
             seen.add(int(u))
     same_unit = unit[1:] == unit[:-1]
     decreasing = same_unit & (cycle[1:] <= cycle[:-1])
     if decreasing.any():
         row = int(np.argmax(decreasing)) + 1
-        raise DataError(
-            source,
-            f"unit {unit[row]}: cycles not strictly increasing "
-            f"({cycle[row - 1]} then {cycle[row]} at row {row + 1})",
-        )
+        raise DataError(source, f"{what} {unit[row]}: {'cycles' if when == 'cycle' else when} "
+                                f"not strictly increasing ({cycle[row - 1]} then {cycle[row]} "
+                                f"at row {row + 1})")

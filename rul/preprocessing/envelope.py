@@ -2,7 +2,7 @@
 
 Fitted on the rows the preprocessing was fitted on (the training units) and stored with the
 model as plain numbers: for each operating condition the range [min, max] and the standard
-deviation of every measured feature and of the three settings; the largest step between two
+deviation of every measured feature and of the settings; the largest step between two
 consecutive cycles of a training unit (1 in C-MAPSS) and the latest first cycle (1). Numpy
 and pandas only: the lean runtime imports it.
 
@@ -59,8 +59,10 @@ def _worst(rows: pd.DataFrame, columns: list, labels: np.ndarray, low: np.ndarra
            high: np.ndarray, spread: np.ndarray, relative: float = _RELATIVE_FLOOR):
     """Each row's largest excess over `columns` (_excess) and the column it is in (argmax:
     the first of equal ones), computed ROWS_AT_ONCE rows at a time."""
-    worst = np.empty(len(rows))
-    column = np.empty(len(rows), np.int64)
+    worst = np.zeros(len(rows))
+    column = np.zeros(len(rows), np.int64)
+    if not len(columns):  # a data set without settings: nothing lies beyond
+        return worst, column
     for start in range(0, len(rows), ROWS_AT_ONCE):
         part = slice(start, start + ROWS_AT_ONCE)
         at = labels[part]
@@ -86,7 +88,7 @@ class Envelope:
     low: np.ndarray  # (conditions, columns) training minimum per condition
     high: np.ndarray
     spread: np.ndarray  # training standard deviation per condition
-    settings_low: np.ndarray  # (conditions, 3)
+    settings_low: np.ndarray  # (conditions, settings)
     settings_high: np.ndarray
     settings_spread: np.ndarray
     max_cycle_step: int = 1  # largest step between consecutive cycles of a training unit
@@ -96,26 +98,28 @@ class Envelope:
     unread_low: np.ndarray | None = None  # (conditions, unread)
     unread_high: np.ndarray | None = None
     unread_spread: np.ndarray | None = None
+    settings: tuple = tuple(SETTING_COLUMNS)  # the data set's setting columns
 
     @classmethod
     def fit(cls, frame: pd.DataFrame, columns: list[str], labels: np.ndarray,
-            n_conditions: int) -> "Envelope":
+            n_conditions: int, settings=SETTING_COLUMNS, sensors=SENSOR_COLUMNS) -> "Envelope":
         """The envelope of training rows `frame` (validated; units contiguous), their
-        conditions `labels` (0..n_conditions-1) and the measured feature `columns`."""
+        conditions `labels` (0..n_conditions-1) and the measured feature `columns`, of a data
+        set with `settings` and `sensors` (C-MAPSS's by default)."""
         labels = np.asarray(labels)
         low, high, spread = _stats(frame[columns].to_numpy(np.float64), labels, n_conditions)
-        s_low, s_high, s_spread = _stats(frame[SETTING_COLUMNS].to_numpy(np.float64), labels,
+        s_low, s_high, s_spread = _stats(frame[list(settings)].to_numpy(np.float64), labels,
                                          n_conditions)
         units, cycles = frame["unit"].to_numpy(), frame["cycle"].to_numpy()
         same = units[1:] == units[:-1]
         steps = np.diff(cycles)[same]
         firsts = cycles[np.r_[True, ~same]]
-        unread = tuple(c for c in SENSOR_COLUMNS if c not in columns)
+        unread = tuple(c for c in sensors if c not in columns)
         u_low, u_high, u_spread = _stats(frame[list(unread)].to_numpy(np.float64), labels,
                                          n_conditions)
         return cls(list(columns), low, high, spread, s_low, s_high, s_spread,
                    int(steps.max()) if len(steps) else 1, int(firsts.max()), SD_LIMIT,
-                   unread, u_low, u_high, u_spread)
+                   unread, u_low, u_high, u_spread, tuple(settings))
 
     def check(self, rows: pd.DataFrame, labels: np.ndarray, window: int,
               whole_history: bool) -> tuple[np.ndarray, list[str], np.ndarray]:
@@ -134,7 +138,7 @@ class Envelope:
         # every value at once would take a kilobyte a row)
         sensor, sensor_column = _worst(rows, self.columns, labels, self.low, self.high,
                                        self.spread)
-        settings, _ = _worst(rows, SETTING_COLUMNS, labels, self.settings_low,
+        settings, _ = _worst(rows, list(self.settings), labels, self.settings_low,
                              self.settings_high, self.settings_spread)
         steps = np.r_[0, np.diff(cycles)]
         steps[starts] = 0  # a unit's first row follows no cycle of its own
@@ -184,7 +188,9 @@ class Envelope:
                 "sd_limit": self.sd_limit, **({
                     "unread": list(self.unread), "unread_low": _json(self.unread_low),
                     "unread_high": _json(self.unread_high),
-                    "unread_spread": _json(self.unread_spread)} if self.unread else {})}
+                    "unread_spread": _json(self.unread_spread)} if self.unread else {}),
+                **({"settings": list(self.settings)}
+                   if list(self.settings) != SETTING_COLUMNS else {})}
 
     @classmethod
     def from_dict(cls, values: dict) -> "Envelope":
@@ -197,16 +203,18 @@ class Envelope:
         arrays = {k: np.array(values[k], dtype=np.float64) for k in keys[1:]}  # None -> nan
         columns = [str(c) for c in values["columns"]]
         shapes = {arrays[k].shape for k in keys[1:4]}
+        names = tuple(str(c) for c in values.get("settings", SETTING_COLUMNS))
         settings = {arrays[k].shape for k in keys[4:]}
         if len(shapes) != 1 or shapes.pop()[1:] != (len(columns),) or settings != {
-                (len(arrays["low"]), len(SETTING_COLUMNS))}:
+                (len(arrays["low"]), len(names))}:
             raise ValueError("envelope: ranges do not fit its columns and conditions")
         unread = tuple(str(c) for c in values.get("unread", ()))  # none: an older model
         extra = [np.array(values[k], dtype=np.float64).reshape(len(arrays["low"]), len(unread))
                  for k in ("unread_low", "unread_high", "unread_spread")] if unread else []
+        extra = extra or [None, None, None]
         return cls(columns, *arrays.values(), int(values.get("max_cycle_step", 1)),
                    int(values.get("max_first_cycle", 1)),
-                   float(values.get("sd_limit", SD_LIMIT)), unread, *extra)
+                   float(values.get("sd_limit", SD_LIMIT)), unread, *extra, names)
 
 
 def _json(array: np.ndarray) -> list:

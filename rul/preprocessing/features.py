@@ -18,26 +18,33 @@ def track(include_cycle: bool) -> str:
 
 
 def candidate_columns(features: str | list[str], include_settings: bool,
-                      include_cycle: bool = False) -> list[str]:
-    """Resolve a feature spec ('informative', 'all' or a list of sensor names).
+                      include_cycle: bool = False, settings=SETTING_COLUMNS,
+                      sensors=SENSOR_COLUMNS, informative=INFORMATIVE_SENSORS) -> list[str]:
+    """Resolve a feature spec ('informative', 'all' or a list of sensor names) against a data
+    set's `settings` and `sensors` (C-MAPSS's by default) and its `informative` sensors.
 
-    `include_settings` puts the three operational settings first; `include_cycle` adds the
-    engine's age (the `cycle` column, time since the start of its record) last.
+    `include_settings` puts the settings first; `include_cycle` adds the engine's age (the
+    `cycle` column, time since the start of its record) last.
     """
     if isinstance(features, str):
-        if features not in FEATURE_SETS:
+        named = {"informative": informative, "all": sensors}
+        if features not in named:
             raise ValueError(
                 f"features must be one of {sorted(FEATURE_SETS)} or a list of columns, "
                 f"got {features!r}"
             )
-        columns = list(FEATURE_SETS[features])
+        columns = list(named[features])
     else:
         columns = list(features)
-        unknown = [c for c in columns if c not in SENSOR_COLUMNS + SETTING_COLUMNS]
+        unknown = [c for c in columns if c not in [*sensors, *settings]]
         if unknown or not columns:
-            raise ValueError(f"unknown feature columns {unknown}; sensors are s_1..s_21")
+            first, last = sensors[0], sensors[-1]
+            raise ValueError(f"unknown feature columns {unknown}; the sensors are "
+                             f"{first}..{last}" if len(sensors) > 2 else
+                             f"unknown feature columns {unknown}; the sensors are "
+                             f"{', '.join(sensors)}")
     if include_settings:
-        columns = [c for c in SETTING_COLUMNS if c not in columns] + columns
+        columns = [c for c in settings if c not in columns] + columns
     if include_cycle:
         columns = columns + [AGE]
     return columns

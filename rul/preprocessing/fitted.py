@@ -5,13 +5,14 @@ transforms through `FittedPreprocessing.transform`; a logged model stores them i
 inference spec (JSON, no pickle) and the lean runtime (rul.serving.runtime) applies the same
 code. Numpy and pandas only: the served model imports this module without scikit-learn.
 
-A row's operating condition is the nearest condition centre (Euclidean distance over the three
-settings, KMeans' own rule); each feature is mapped as x * scale[condition] + offset[condition]
-in float64, rounded to float32; the engine's age (`cycle`, when the model reads it) has one
-scaler whatever the condition; then each unit is smoothed causally (smoothing.py).
+A row's operating condition is the nearest condition centre (Euclidean distance over the data
+set's settings, KMeans' own rule); each feature is mapped as x * scale[condition] +
+offset[condition] in float64, rounded to float32; the engine's age (`cycle`, when the model
+reads it) has one scaler whatever the condition; then each unit is smoothed causally
+(smoothing.py).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -53,12 +54,14 @@ class FittedPreprocessing:
     feature_columns: list  # the network's inputs in order (AGE last when the model reads it)
     scale: np.ndarray  # (conditions, measured features): x * scale + offset
     offset: np.ndarray
-    centres: np.ndarray | None  # (conditions, 3) settings of each condition; None: one
+    centres: np.ndarray | None  # (conditions, settings) of each condition; None: one
     smoothing_alpha: float
     window: int
     rul_cap: float
     age_scale: float | None = None  # the age's scaler (None: the model does not read it)
     age_offset: float | None = None
+    settings: list = field(default_factory=lambda: list(SETTING_COLUMNS))  # what decides
+    # a row's condition: the data set's setting columns (C-MAPSS's by default)
 
     @property
     def measured(self) -> list[str]:
@@ -79,7 +82,7 @@ class FittedPreprocessing:
     def transform(self, frame: pd.DataFrame) -> np.ndarray:
         """Rows (validated, each unit contiguous in cycle order) -> normalized, smoothed
         float32 features, one row per input row."""
-        labels = self.conditions(frame[SETTING_COLUMNS].to_numpy())
+        labels = self.conditions(frame[self.settings].to_numpy())
         scaled = scale_by_condition(frame[self.measured].to_numpy(), labels, self.scale,
                                     self.offset)
         if AGE in self.feature_columns:
@@ -118,6 +121,8 @@ class FittedPreprocessing:
                   "rul_cap": float(self.rul_cap)}
         if AGE in self.feature_columns:
             values.update(age_scale=float(self.age_scale), age_offset=float(self.age_offset))
+        if list(self.settings) != SETTING_COLUMNS:
+            values["settings"] = list(self.settings)
         return values
 
     @classmethod
@@ -136,11 +141,12 @@ class FittedPreprocessing:
         if scale.ndim != 2 or scale.shape != offset.shape or scale.shape[1] != measured:
             raise ValueError(f"preprocessing: scale {scale.shape} and offset {offset.shape} "
                              f"do not fit {measured} measured features")
-        if centres is not None and centres.shape != (len(scale), len(SETTING_COLUMNS)):
+        settings = [str(c) for c in values.get("settings", SETTING_COLUMNS)]
+        if centres is not None and centres.shape != (len(scale), len(settings)):
             raise ValueError(f"preprocessing: centres {centres.shape} for {len(scale)} "
                              "conditions")
         if AGE in columns and not {"age_scale", "age_offset"} <= set(values):
             raise ValueError("preprocessing reads the age (cycle) but lacks its scaler")
         return cls(columns, scale, offset, centres, float(values["smoothing_alpha"]),
                    int(values["window"]), float(values["rul_cap"]),
-                   values.get("age_scale"), values.get("age_offset"))
+                   values.get("age_scale"), values.get("age_offset"), settings)

@@ -69,18 +69,20 @@ def relative_spread(values: np.ndarray, labels: np.ndarray) -> float:
 
 
 def varying_in_test(train: pd.DataFrame, train_labels: np.ndarray, test: pd.DataFrame,
-                    test_labels: np.ndarray, read: list[str]) -> list[str]:
+                    test_labels: np.ndarray, read: list[str], sensors=SENSOR_COLUMNS
+                    ) -> list[str]:
     """The sensors the model reads that are constant in the training rows but vary in the
-    test rows."""
-    return [c for c in read if c in SENSOR_COLUMNS
+    test rows (`sensors`: the data set's)."""
+    return [c for c in read if c in sensors
             and relative_spread(train[c].to_numpy(np.float64), train_labels) <= VARYING
             < relative_spread(test[c].to_numpy(np.float64), test_labels)]
 
 
-def find_odd(rows: pd.DataFrame, labels: np.ndarray, read: list[str]) -> dict[str, list]:
+def find_odd(rows: pd.DataFrame, labels: np.ndarray, read: list[str], sensors=SENSOR_COLUMNS
+             ) -> dict[str, list]:
     """The units (for `varying_unread`: the sensors) of validated training `rows` with each
     kind training acts on; `labels`: each row's operating condition; `read`: the columns the
-    model reads. Kinds without any are left out."""
+    model reads; `sensors`: the data set's. Kinds without any are left out."""
     units, lengths = unit_lengths(rows["unit"].to_numpy())
     starts = np.r_[0, np.cumsum(lengths)[:-1]]
     cycles = rows["cycle"].to_numpy()
@@ -90,7 +92,7 @@ def find_odd(rows: pd.DataFrame, labels: np.ndarray, read: list[str]) -> dict[st
     found = {"gaps": sorted({int(u) for u in unit_of_row[steps > 1]}),
              "late_start": [int(u) for u, s in zip(units, starts, strict=True)
                             if cycles[s] > 1]}
-    measured = [c for c in read if c in SENSOR_COLUMNS]
+    measured = [c for c in read if c in sensors]
     far = np.zeros(len(rows), bool)
     labels = np.asarray(labels)
     for condition in np.unique(labels):
@@ -101,7 +103,7 @@ def find_odd(rows: pd.DataFrame, labels: np.ndarray, read: list[str]) -> dict[st
         spread = np.maximum(spread, 1e-6 * np.maximum(1.0, np.abs(median)))
         far[mine] = (np.abs(values - median) > FAR_SPREADS * spread).any(axis=1)
     found["far_values"] = sorted({int(u) for u in unit_of_row[far]})
-    unread = [c for c in SENSOR_COLUMNS if c not in read]
+    unread = [c for c in sensors if c not in read]
     varying = []
     for column in unread:
         if relative_spread(rows[column].to_numpy(np.float64), labels) > VARYING:

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator
 
-from rul.data.schema import SETTING_COLUMNS
+from rul.data.schema import SENSOR_COLUMNS, SETTING_COLUMNS
 from rul.preprocessing.envelope import Envelope
 from rul.preprocessing.features import AGE, candidate_columns, near_constant
 from rul.preprocessing.fitted import FittedPreprocessing
@@ -25,11 +25,13 @@ class Preprocessor(BaseEstimator):
     """
 
     include_cycle = False  # what objects pickled before the parameter existed read
+    settings = sensors = None  # and before data sets of their own: C-MAPSS's columns
 
     def __init__(self, features="informative", include_settings=False, include_cycle=False,
                  drop_constant=False,
                  constant_tolerance=1e-2, normalization="minmax", n_conditions=1,
-                 smoothing_alpha=1.0, window=30, rul_cap=125, random_state=0):
+                 smoothing_alpha=1.0, window=30, rul_cap=125, random_state=0,
+                 settings=None, sensors=None):
         self.features = features
         self.include_settings = include_settings
         self.include_cycle = include_cycle
@@ -41,11 +43,22 @@ class Preprocessor(BaseEstimator):
         self.window = window
         self.rul_cap = rul_cap
         self.random_state = random_state
+        self.settings = settings  # the data set's setting columns (None: C-MAPSS's)
+        self.sensors = sensors  # its sensor columns (None: C-MAPSS's)
+
+    @property
+    def setting_columns(self) -> list[str]:
+        return list(SETTING_COLUMNS if self.settings is None else self.settings)
+
+    @property
+    def sensor_columns(self) -> list[str]:
+        return list(SENSOR_COLUMNS if self.sensors is None else self.sensors)
 
     def fit(self, frame: pd.DataFrame, y=None):
-        columns = candidate_columns(self.features, self.include_settings, self.include_cycle)
+        columns = candidate_columns(self.features, self.include_settings, self.include_cycle,
+                                    self.setting_columns, self.sensor_columns)
         self.scaler_ = ConditionScaler(self.normalization, self.n_conditions, self.random_state)
-        settings = frame[SETTING_COLUMNS].to_numpy()
+        settings = frame[self.setting_columns].to_numpy()
         if self.drop_constant:
             if self.n_conditions > 1:  # constancy is judged within each operating condition
                 self.scaler_.fit(frame[columns].to_numpy(), settings)
@@ -60,7 +73,8 @@ class Preprocessor(BaseEstimator):
             self.age_scaler_ = ConditionScaler(self.normalization).fit(
                 frame[[AGE]].to_numpy(), settings)
         self.envelope_ = Envelope.fit(frame, self._measured, self.scaler_.conditions(settings),
-                                      self.n_conditions)
+                                      self.n_conditions, self.setting_columns,
+                                      self.sensor_columns)
         return self
 
     @property
@@ -75,7 +89,7 @@ class Preprocessor(BaseEstimator):
             list(self.feature_columns_), self.scaler_.scale_, self.scaler_.offset_,
             self.scaler_.centres, self.smoothing_alpha, self.window, self.rul_cap,
             float(self.age_scaler_.scale_[0, 0]) if age else None,
-            float(self.age_scaler_.offset_[0, 0]) if age else None)
+            float(self.age_scaler_.offset_[0, 0]) if age else None, self.setting_columns)
 
     def conditions(self, settings) -> np.ndarray:
         """Each row's operating condition (0 for every row with one condition)."""

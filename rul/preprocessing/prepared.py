@@ -5,17 +5,18 @@ A window longer than every unit of a split is a ConfigError here, so that it is 
 any run exists.
 """
 
+import sys
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from rul.data import CMAPSSSubset, load_subset
+from rul.data import Dataset, load_dataset
 from rul.data.errors import DataError
 from rul.data.records import late_starts, start_late
-from rul.data.schema import SETTING_COLUMNS
 from rul.data.split import fold_units, rows_of, split_units
 from rul.errors import ConfigError
+from rul.preprocessing.choices import DataChoices, choose
 from rul.preprocessing.odd_inputs import describe, find_odd, varying_in_test
 from rul.preprocessing.pipeline import Preprocessor
 from rul.preprocessing.target import cap_rul
@@ -24,7 +25,7 @@ from rul.preprocessing.windows import WindowSet, short_units, warn_padded
 
 @dataclass
 class PreparedData:
-    subset: CMAPSSSubset
+    subset: Dataset  # the data set (a C-MAPSS subset or one's own)
     preprocessor: Preprocessor
     train_units: np.ndarray
     val_units: np.ndarray
@@ -33,22 +34,24 @@ class PreparedData:
     test: WindowSet  # last window of each test unit, target = capped true RUL
     test_units: np.ndarray
     odd: dict = field(default_factory=dict)  # odd inputs of the training file, by kind
+    choices: DataChoices | None = None  # conditions and informative sensors, with reasons
 
 
 class OddInputWarning(UserWarning):
     """The training file holds odd inputs (rul.preprocessing.odd_inputs): named, trained on."""
 
 
-def check_odd_inputs(config, subset: CMAPSSSubset, preprocessor: Preprocessor) -> dict:
+def check_odd_inputs(config, subset: Dataset, preprocessor: Preprocessor) -> dict:
     """The odd inputs of the training file's engines, judged against each other (they are the
     fleet): one warning per kind, naming the units, or with `strict_data` one DataError naming
     the file (sensors the model does not read only warn)."""
-    rows, test = subset.train, subset.test
-    labels = preprocessor.conditions(rows[SETTING_COLUMNS].to_numpy())
+    rows, test, layout = subset.train, subset.test, subset.layout
+    settings, sensors = list(layout.settings), list(layout.sensors)
+    labels = preprocessor.conditions(rows[settings].to_numpy())
     read = list(preprocessor.feature_columns_)
-    found = find_odd(rows, labels, read)
-    in_test = varying_in_test(rows, labels, test,
-                              preprocessor.conditions(test[SETTING_COLUMNS].to_numpy()), read)
+    found = find_odd(rows, labels, read, sensors)
+    in_test = varying_in_test(rows, labels, test, preprocessor.conditions(
+        test[settings].to_numpy()), read, sensors)
     if in_test:
         found["varying_in_test"] = in_test
     refused = [key for key in found if key not in ("varying_unread", "varying_in_test")]
@@ -63,30 +66,66 @@ def check_odd_inputs(config, subset: CMAPSSSubset, preprocessor: Preprocessor) -
     return found
 
 
-def preprocessor_for(config) -> Preprocessor:
+def preprocessor_for(config, subset: Dataset, choices: DataChoices) -> Preprocessor:
+    """The preprocessing `config` asks for on `subset`'s columns, with `choices` made."""
+    features = choices.informative if config.features == "informative" else config.features
     return Preprocessor(
-        features=config.features, include_settings=config.include_settings,
+        features=features, include_settings=config.include_settings,
         include_cycle=config.include_cycle,
         drop_constant=config.drop_constant, normalization=config.normalization,
-        n_conditions=config.n_conditions, smoothing_alpha=config.smoothing_alpha,
+        n_conditions=choices.n_conditions, smoothing_alpha=config.smoothing_alpha,
         window=config.window, rul_cap=config.rul_cap,
+        settings=list(subset.layout.settings), sensors=list(subset.layout.sensors),
     )
 
 
-def prepare_data(config, split_seed: int, subset: CMAPSSSubset | None = None
-                 ) -> PreparedData:
+def fitted_preprocessor(config, subset: Dataset, rows) -> tuple[Preprocessor, DataChoices]:
+    """The preprocessing fitted on training `rows`, and the choices it was made with;
+    ConfigError for features the data set does not have."""
+    choices = choose(config, subset, rows)
+    try:
+        preprocessor = preprocessor_for(config, subset, choices).fit(rows)
+    except ValueError as error:
+        raise ConfigError(f"features={config.features!r}: {error}") from None
+    if config.data is not None:  # a preset's choices are the preset's: nothing to say
+        reads = ", ".join(preprocessor.feature_columns_)
+        print(f"{subset.name}: {choices.n_conditions} operating condition"
+              f"{'s' if choices.n_conditions > 1 else ''} ({choices.conditions_reason}); the "
+              f"model reads {reads}", file=sys.stderr)
+    return preprocessor, choices
+
+
+def prepare_data(config, split_seed: int, subset: Dataset | None = None) -> PreparedData:
     """Load, split by unit (`split_seed`'s permutation: the run's Seeds.split), fit
     the preprocessing on training units only, cut windows. ConfigError when the window leaves
     a split without a single window."""
-    subset = subset or load_subset(config.subset, config.data_dir, limit=config.data_limit)
-    train_units, val_units = split_units(subset.train["unit"], config.val_fraction, split_seed)
+    subset = subset or load(config)
+    train_units, val_units = split(config, subset, split_seed)
     train_rows = training_rows(config, subset, train_units, split_seed)
-    preprocessor = preprocessor_for(config).fit(train_rows)
+    preprocessor, choices = fitted_preprocessor(config, subset, train_rows)
     odd = check_odd_inputs(config, subset, preprocessor)
-    return _windows(config, subset, preprocessor, train_rows, val_units, odd=odd)
+    return _windows(config, subset, preprocessor, train_rows, val_units, odd=odd,
+                    choices=choices)
 
 
-def training_rows(config, subset: CMAPSSSubset, units: np.ndarray, split_seed: int):
+def load(config) -> Dataset:
+    """The data set `config` trains on (rul.data.load_dataset)."""
+    return load_dataset(config.dataset, config.data_dir, limit=config.data_limit)
+
+
+def split(config, subset: Dataset, split_seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(training units, validation units): the engines that failed split by `split_seed`;
+    the engines that have not (censored) all train, never validate."""
+    units = subset.train["unit"]
+    if subset.censored:
+        units = units[~units.isin(subset.censored)]
+    train_units, val_units = split_units(units, config.val_fraction, split_seed)
+    if subset.censored:
+        train_units = np.union1d(train_units, np.asarray(subset.censored, train_units.dtype))
+    return train_units, val_units
+
+
+def training_rows(config, subset: Dataset, units: np.ndarray, split_seed: int):
     """The training engines' rows: as recorded, or with `config.late_start_max` each engine's
     record starting a random 0..late_start_max cycles late, renumbered from 1 (the draws
     seeded by `split_seed`, one per engine; never so late that no full window is left)."""
@@ -99,7 +138,7 @@ def training_rows(config, subset: CMAPSSSubset, units: np.ndarray, split_seed: i
                              for u, k in drawn.items()})[0]
 
 
-def prepare_folds(config, split_seed: int, subset: CMAPSSSubset | None = None
+def prepare_folds(config, split_seed: int, subset: Dataset | None = None
                   ) -> list[PreparedData]:
     """The data of each member of a cross-fitted ensemble (ensemble_split: folds): the
     training units in config.ensemble folds (`split_seed`'s permutation); member i validates
@@ -107,23 +146,24 @@ def prepare_folds(config, split_seed: int, subset: CMAPSSSubset | None = None
     (the ensemble's training data; the test units never) and shared, so the members read the
     same scaled rows and the same test windows, and the model stores one preprocessor.
     Raises ConfigError like prepare_data."""
-    subset = subset or load_subset(config.subset, config.data_dir, limit=config.data_limit)
+    subset = subset or load(config)
     units = np.unique(subset.train["unit"])
+    failed = np.setdiff1d(units, np.asarray(subset.censored, units.dtype))
     try:
-        folds = fold_units(units, config.ensemble, split_seed)
+        folds = fold_units(failed, config.ensemble, split_seed)
     except ValueError as error:
         raise ConfigError(f"ensemble={config.ensemble}: {error} (the training units of "
                           f"{subset.name})") from None
-    preprocessor = preprocessor_for(config).fit(rows_of(subset.train, units))
+    preprocessor, choices = fitted_preprocessor(config, subset, rows_of(subset.train, units))
     odd = check_odd_inputs(config, subset, preprocessor)
     test = _test_windows(config, subset, preprocessor)
     return [_windows(config, subset, preprocessor,
                      training_rows(config, subset, np.setdiff1d(units, fold), split_seed), fold,
-                     test, odd)
+                     test, odd, choices)
             for fold in folds]
 
 
-def prepare_members(config, split_seed: int, subset: CMAPSSSubset | None = None
+def prepare_members(config, split_seed: int, subset: Dataset | None = None
                     ) -> list[PreparedData]:
     """Each ensemble member's data: one shared object (ensemble_split: shared) or its fold."""
     if config.ensemble_split == "folds":
@@ -131,12 +171,14 @@ def prepare_members(config, split_seed: int, subset: CMAPSSSubset | None = None
     return [prepare_data(config, split_seed, subset)] * config.ensemble
 
 
-def _windows(config, subset: CMAPSSSubset, preprocessor: Preprocessor, train_rows,
+def _windows(config, subset: Dataset, preprocessor: Preprocessor, train_rows,
              val_units: np.ndarray, test: tuple[np.ndarray, WindowSet] | None = None,
-             odd: dict | None = None) -> PreparedData:
+             odd: dict | None = None, choices: DataChoices | None = None) -> PreparedData:
     train_units = np.unique(train_rows["unit"])
     val_rows = rows_of(subset.train, val_units)
     train, val = preprocessor.window_set(train_rows), preprocessor.window_set(val_rows)
+    if subset.censored:
+        train = known_targets(train, subset.censored, config.rul_cap)
     for split, windows, rows in (("training", train, train_rows), ("validation", val, val_rows)):
         if len(windows) == 0:
             longest = int(rows.groupby("unit").size().max())
@@ -146,10 +188,21 @@ def _windows(config, subset: CMAPSSSubset, preprocessor: Preprocessor, train_row
             )
     test_units, test_windows = test or _test_windows(config, subset, preprocessor)
     return PreparedData(subset, preprocessor, train_units, val_units, train, val, test_windows,
-                        test_units, odd or {})
+                        test_units, odd or {}, choices)
 
 
-def _test_windows(config, subset: CMAPSSSubset, preprocessor: Preprocessor
+def known_targets(windows: WindowSet, censored, cap: float) -> WindowSet:
+    """`windows` less those of engines that have not failed whose target is not known: such an
+    engine, seen up to cycle T, fails after T, so a window ending at t has a RUL over T - t;
+    when T - t is at least the cap, its target is the cap whatever the failure: kept. Its
+    later windows (target under the cap) would be guesses: left out."""
+    keep = ~np.isin(windows.units, np.asarray(censored)) | (windows.targets >= cap)
+    return WindowSet(windows.values, windows.starts[keep], windows.targets[keep],
+                     windows.units[keep], windows.window, windows.dropped_units,
+                     windows.padded_units)
+
+
+def _test_windows(config, subset: Dataset, preprocessor: Preprocessor
                   ) -> tuple[np.ndarray, WindowSet]:
     """The last window of each test unit, its target the capped true RUL; a unit shorter
     than the window is edge-padded, named in a PaddedUnitWarning and in `padded_units`."""

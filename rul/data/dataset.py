@@ -1,0 +1,134 @@
+"""A data set, loaded and validated: a C-MAPSS subset (`load_subset`) or a fleet's own tables
+as a `data:` section describes them (`load_dataset`): its training histories, its test
+histories with their true RUL (the test table's, or a share of the engines held out and cut
+off: rul.data.holdout), which engines have not failed yet, and its Layout.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from rul.data.errors import DataError
+from rul.data.holdout import hold_out
+from rul.data.layout import CMAPSS, Layout
+from rul.data.reader import read_rul, read_trajectories
+from rul.data.schema import check_subset, file_names
+from rul.data.sources import locate, sha256_of
+from rul.files import DATA_LIMIT, SizeLimit
+
+
+@dataclass
+class Dataset:
+    name: str
+    train: pd.DataFrame  # run-to-failure histories (the censored engines' up to now)
+    test: pd.DataFrame  # histories cut off before failure
+    test_rul: np.ndarray  # true RUL at each test unit's last row, units in order of appearance
+    files: dict[str, Path]  # role -> path
+    layout: Layout = CMAPSS
+    censored: tuple = ()  # training units that have not failed yet (right-censored)
+    held_out: tuple = ()  # the test units, when they were held out of the training table
+
+    def file_digests(self) -> dict[str, str]:
+        """SHA-256 of each file, by role (recorded with every tracked run)."""
+        return {role: sha256_of(path) for role, path in self.files.items()}
+
+
+CMAPSSSubset = Dataset  # its name when only C-MAPSS could be read
+
+
+def load_subset(subset: str, data_dir: str | Path | None = None, *, download: bool = True,
+                limit: SizeLimit = DATA_LIMIT) -> Dataset:
+    """Locate (see rul.data.sources), parse and validate one C-MAPSS subset; a file over
+    `limit` is refused before it is read."""
+    subset = check_subset(subset)
+    directory = locate(subset, data_dir, download=download)
+    files = {role: directory / name for role, name in file_names(subset).items()}
+    train = read_trajectories(files["train"], limit)
+    test = read_trajectories(files["test"], limit)
+    test_units = test["unit"].unique()
+    test_rul = read_rul(files["rul"], len(test_units), limit)
+    if not np.array_equal(np.sort(test_units), test_units):
+        raise DataError(files["test"], "units are not in increasing order")
+    return Dataset(subset, train, test, test_rul, files)
+
+
+def load_dataset(section, data_dir: str | Path | None = None, *, download: bool = True,
+                 limit: SizeLimit = DATA_LIMIT) -> Dataset:
+    """The data set a `data:` section describes (rul.config.data): a C-MAPSS preset from
+    where C-MAPSS is found, else the section's own tables, relative to `data_dir` (or the
+    working folder)."""
+    if section.preset:
+        return load_subset(section.name, data_dir, download=download, limit=limit)
+    from rul.data.tables import read_rows
+
+    folder = Path(data_dir) if data_dir else Path()
+    train_path = folder / section.train
+    keep = tuple(c for c in (section.censored_column,) if c)
+    train, layout, kept = read_rows(train_path, section, limit=limit, keep=keep)
+    files = {"train": train_path}
+    censored = _censored(section, train, kept, train_path)
+    check_named_sensors_vary(section, train, train_path)
+    if section.test is None:
+        try:
+            train, test, test_rul = hold_out(train, section.test_fraction, section.test_seed,
+                                             keep=censored)
+        except ValueError as error:
+            raise DataError(train_path, str(error)) from None
+        held = tuple(int(u) for u in pd.unique(test["unit"]))
+        return Dataset(section.name, train, test, test_rul, files, layout, censored, held)
+    test_path = folder / section.test
+    keep = (section.test_rul_column,) if section.test_rul_column else ()
+    test, _, kept = read_rows(test_path, section, layout, limit=limit, keep=keep)
+    files["test"] = test_path
+    n_units = len(pd.unique(test["unit"]))
+    if section.test_rul_column:
+        test_rul = _rul_column(test, kept, section.test_rul_column, test_path)
+    else:
+        files["rul"] = folder / section.test_rul
+        test_rul = read_rul(files["rul"], n_units, limit)
+    return Dataset(section.name, train, test, test_rul, files, layout, censored)
+
+
+def check_named_sensors_vary(section, train: pd.DataFrame, path: Path) -> None:
+    """A sensor the description names (not by a pattern) that holds one value in every row
+    tells nothing of wear: DataError naming it (a pattern's constant matches are kept: the
+    informative sensors leave them out)."""
+    named = [s for s in section.sensors if not any(c in s for c in "*?[")]
+    for sensor in named:
+        values = train[sensor].to_numpy()
+        if values.min() == values.max():
+            raise DataError(path, f"data.sensors: {sensor} holds one value in every row "
+                                  f"({values[0]:g}): it tells nothing of wear; leave it out")
+
+
+def _censored(section, train: pd.DataFrame, kept: pd.DataFrame, path: Path) -> tuple:
+    """The training units that have not failed: those `censored_units` lists, or those with
+    a true `censored_column` on any row."""
+    units = pd.unique(train["unit"])
+    if section.censored_units:
+        unknown = sorted(set(section.censored_units) - set(int(u) for u in units))
+        if unknown:
+            raise DataError(path, f"data.censored_units: no unit {unknown[0]} in the table")
+        return tuple(sorted(int(u) for u in section.censored_units))
+    if not section.censored_column:
+        return ()
+    flags = kept[section.censored_column]
+    if flags.dtype.kind not in "biu" or not flags.isin([0, 1, True, False]).all():
+        raise DataError(path, f"data.censored_column: column {section.censored_column!r} "
+                              "must hold true/false (or 1/0)")
+    censored = train["unit"][flags.astype(bool).to_numpy()]
+    return tuple(sorted(int(u) for u in pd.unique(censored)))
+
+
+def _rul_column(test: pd.DataFrame, kept: pd.DataFrame, column: str, path: Path
+                ) -> np.ndarray:
+    """Each test unit's true RUL: `column` at its last row (whole numbers >= 0)."""
+    values = pd.to_numeric(kept[column], errors="coerce").to_numpy(np.float64)
+    last = np.r_[test["unit"].to_numpy()[1:] != test["unit"].to_numpy()[:-1], True]
+    rul = values[last]
+    if not np.isfinite(rul).all() or (rul < 0).any() or (rul != np.round(rul)).any():
+        raise DataError(path, f"data.test_rul_column: column {column!r} must hold a whole "
+                              "number >= 0 at each unit's last row")
+    return rul.astype(np.int64)

@@ -1,0 +1,139 @@
+"""A fleet's own tables: CSV or Parquet with named columns (or C-MAPSS text), read with
+pyarrow, their columns resolved against the `data:` section's description (names or glob
+patterns) into a Layout, and validated as every input is (rul.data.validation).
+
+Every problem is one DataError naming the file: a column the description names that the
+table lacks, a pattern that matches nothing, one column in two roles, a test table without
+the training table's columns. Columns the description does not name are ignored, named in
+one warning.
+"""
+
+import fnmatch
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from rul.data.errors import DataError
+from rul.data.layout import Layout
+from rul.data.reader import check_readable, read_trajectories
+from rul.data.validation import validate_rows
+from rul.files import DATA_LIMIT, SizeLimit
+
+SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".txt": "cmapss"}
+NAMED = 5  # a message lists this many columns, then counts the rest
+
+
+class IgnoredColumnsWarning(UserWarning):
+    """A table holds columns the data description does not name: they are not read."""
+
+
+def table_format(path: Path, format: str = "auto") -> str:
+    """csv, parquet or cmapss: as given, or by the file's suffix."""
+    if format != "auto":
+        return format
+    found = SUFFIXES.get(path.suffix.lower())
+    if found is None:
+        raise DataError(path, f"cannot tell its format from the suffix {path.suffix!r} "
+                              "(.csv, .parquet, .txt); set data.format")
+    return found
+
+
+def read_table(path: str | Path, format: str = "auto",
+               limit: SizeLimit = DATA_LIMIT) -> pd.DataFrame:
+    """The table at `path`, every column as the file holds it (C-MAPSS text: its 26 named
+    columns, validated)."""
+    path = Path(path)
+    kind = table_format(path, format)
+    if kind == "cmapss":
+        return read_trajectories(path, limit)
+    check_readable(path, limit)
+    import pyarrow
+
+    try:
+        if kind == "parquet":
+            import pyarrow.parquet
+
+            table = pyarrow.parquet.read_table(path)
+        else:
+            import pyarrow.csv
+
+            table = pyarrow.csv.read_csv(path)
+    except (pyarrow.ArrowInvalid, pyarrow.ArrowNotImplementedError, OSError) as error:
+        said = " ".join(str(error).split())[:200]
+        raise DataError(path, f"not a readable {kind.upper() if kind == 'csv' else 'Parquet'}"
+                              f" file: {said}") from None
+    if table.num_rows == 0:
+        raise DataError(path, "no rows")
+    return table.to_pandas()
+
+
+def _listed(names: list) -> str:
+    shown = ", ".join(str(n) for n in names[:NAMED])
+    return shown + (f" and {len(names) - NAMED} more" if len(names) > NAMED else "")
+
+
+def resolve(wanted: list[str], columns: list[str], role: str, path: Path,
+            taken: tuple = ()) -> list[str]:
+    """The columns `wanted` names, in order: a name as given, a glob pattern (`s_*`) as the
+    table's columns it matches, in the table's order, less those `taken` by another role;
+    DataError for a name the table lacks or a pattern that matches nothing."""
+    found = []
+    for item in wanted:
+        if any(c in item for c in "*?["):
+            matched = [c for c in columns if fnmatch.fnmatchcase(c, item) and c not in taken]
+            if not matched:
+                raise DataError(path, f"data.{role}: the pattern {item!r} matches no column "
+                                      f"(columns: {_listed(columns)})")
+            found += [c for c in matched if c not in found]
+        elif item not in columns:
+            close = [c for c in columns if c.lower() == item.lower()]
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise DataError(path, f"data.{role}: no column {item!r}{hint} (columns: "
+                                  f"{_listed(columns)})")
+        elif item not in found:
+            found.append(item)
+    return found
+
+
+def layout_of(section, columns: list[str], path: Path) -> Layout:
+    """The Layout the `data:` section describes, resolved against a table's `columns`."""
+    columns = [str(c) for c in columns]
+    for role in ("unit", "time"):
+        resolve([getattr(section, role)], columns, role, path)
+    ids = (section.unit, section.time)
+    settings = resolve(list(section.settings), columns, "settings", path, ids)
+    sensors = resolve(list(section.sensors), columns, "sensors", path, (*ids, *settings))
+    roles = {section.unit: "unit", section.time: "time"}
+    for role, names in (("settings", settings), ("sensors", sensors)):
+        for name in names:
+            if name in roles:
+                raise DataError(path, f"column {name!r} is both data.{roles[name]} and "
+                                      f"data.{role}")
+            roles[name] = role
+    return Layout(section.unit, section.time, tuple(settings), tuple(sensors))
+
+
+def read_rows(path: str | Path, section, layout: Layout | None = None,
+              limit: SizeLimit = DATA_LIMIT, keep: tuple[str, ...] = ()
+              ) -> tuple[pd.DataFrame, Layout, pd.DataFrame]:
+    """(the rows of the table at `path` as rul holds them: validated, typed, unit and cycle
+    renamed; its Layout, resolved from the `data:` section unless given (a test table must
+    have the training table's columns); the columns `keep` names, as read, beside it)."""
+    path = Path(path)
+    raw = read_table(path, section.format, limit)
+    columns = [str(c) for c in raw.columns]
+    if layout is None:
+        layout = layout_of(section, columns, path)
+    else:
+        missing = [c for c in layout.names if c not in columns]
+        if missing:
+            raise DataError(path, f"lacks the columns {_listed(missing)} of the training "
+                                  "table (a test table has the training table's columns)")
+    extra = [c for c in columns if c not in layout.names and c not in keep]
+    if extra:
+        warnings.warn(IgnoredColumnsWarning(
+            f"{path.name}: columns not in the data description, not read: {_listed(extra)}"),
+            stacklevel=3)
+    kept = raw[[c for c in keep if c in columns]]
+    return validate_rows(raw[layout.names], path, layout), layout, kept
