@@ -1,9 +1,10 @@
-"""`rul predict`: read raw C-MAPSS rows from a file and predict with a logged model.
+"""`rul predict`: read raw rows from a file and predict with a logged model.
 
-Formats: the NASA text file (26 whitespace-separated columns, no header), and CSV with a
-header naming the columns (any order). A CSV without a header is refused with the line the
-served model gives the same body (rul.data.validation.NO_HEADER). Every format goes through
-rul.data.validation.validate_rows, the check the training reader and the pyfunc model apply.
+Formats: the NASA text file (C-MAPSS's 26 whitespace-separated columns, no header), CSV with
+a header naming the columns (any order) and Parquet. The model checks the rows against the
+columns it was trained on (its data set's, under their names: rul.data.layout) with
+rul.data.validation.validate_rows, the check the training reader and the served model apply;
+a CSV without a header gets the line the served model gives the same body.
 """
 
 from dataclasses import dataclass
@@ -13,42 +14,39 @@ import pandas as pd
 
 from rul.data.errors import DataError
 from rul.data.reader import check_readable, read_trajectories
-from rul.data.schema import COLUMNS
-from rul.data.validation import EXPECTED, NO_HEADER, lacks_header, validate_rows
+from rul.data.validation import NO_HEADER, lacks_header
 from rul.files import INPUT_LIMIT, SizeLimit
 
 
 def read_rows(path: str | Path, limit: SizeLimit = INPUT_LIMIT) -> pd.DataFrame:
-    """A C-MAPSS text file or a CSV with a header, validated and typed; a file over `limit`
-    (or not a regular file) is refused before it is read."""
+    """The rows of a C-MAPSS text file (validated), a CSV with a header or a Parquet file
+    (as read: the model checks them); a file over `limit` (or not a regular file) is refused
+    before it is read."""
     path = Path(path)
-    if path.suffix.lower() != ".csv":
+    suffix = path.suffix.lower()
+    if suffix not in (".csv", ".parquet", ".pq"):
         return read_trajectories(path, limit)
     check_readable(path, limit)
-    try:
-        frame = pd.read_csv(path, header=None, dtype=str, skipinitialspace=True,
-                            keep_default_na=False, na_values=[""])  # "n/a" is not a number
+    if suffix != ".csv":
+        import pyarrow
+
+        try:
+            return pd.read_parquet(path)
+        except (pyarrow.ArrowException, OSError, ValueError) as error:
+            said = " ".join(str(error).split())[:160]
+            raise DataError(path, f"not a readable Parquet file: {said}") from None
+    try:  # "n/a" is not a number: only an empty cell is missing
+        frame = pd.read_csv(path, dtype=str, skipinitialspace=True, keep_default_na=False,
+                            na_values=[""])
     except pd.errors.EmptyDataError:
         raise DataError(path, "file is empty") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as error:
         raise DataError(path, f"not a readable CSV: {error}") from None
-    first = [str(v).strip() for v in frame.iloc[0]]
-    if any(v in COLUMNS for v in first):  # a header row
-        frame = frame.iloc[1:].reset_index(drop=True)
-        frame.columns = first
-        if frame.empty:
-            raise DataError(path, "header but no rows")
-    elif lacks_header(first):
-        raise DataError(path, NO_HEADER)
-    else:
-        raise DataError(path, f"expected a header row naming the columns ({EXPECTED}); "
-                              f"the first row is {_first(first)}")
-    return validate_rows(frame, path)
-
-
-def _first(values: list) -> str:
-    shown = ", ".join(v if len(v) <= 15 else v[:12] + "..." for v in values[:3])
-    return shown + (f" and {len(values) - 3} more" if len(values) > 3 else "")
+    frame.columns = [str(c).strip() for c in frame.columns]
+    if frame.empty:
+        raise DataError(path, NO_HEADER if lacks_header(frame.columns) else
+                        "header but no rows")
+    return frame
 
 
 @dataclass(frozen=True)
@@ -122,7 +120,8 @@ def outside_warning(result: pd.DataFrame, named: int = 5) -> str | None:
     if "flagged" not in result or not result["flagged"].any():
         return None
     flagged = result[result["flagged"]]
-    listed = [f"unit {u} ({r})" for u, r in zip(flagged["unit"], flagged["flag_reason"])]
+    unit = result.columns[0]  # the data set's name of its unit column
+    listed = [f"{unit} {u} ({r})" for u, r in zip(flagged[unit], flagged["flag_reason"])]
     more = f"; and {len(listed) - named} more" if len(listed) > named else ""
     return (f"warning: {len(listed)} of {len(result)} units lie outside the training fleet, "
             f"their predictions are less certain (column flag_reason): "

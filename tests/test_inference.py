@@ -195,8 +195,13 @@ def test_every_format_reads_to_the_same_typed_rows(tmp_path, fd001, real_data_di
     }
     assert "392," in (tmp_path / "header.csv").read_text().splitlines()[1]
     for name, path in formats.items():
-        pd.testing.assert_frame_equal(read_rows(path), fd001.test.reset_index(drop=True),
+        pd.testing.assert_frame_equal(checked(path), fd001.test.reset_index(drop=True),
                                       obj=name)
+
+
+def checked(path: Path) -> pd.DataFrame:
+    """A file's rows as `rul predict` reads them and the model checks them (C-MAPSS's)."""
+    return validate_rows(read_rows(path), path)
 
 
 def test_csv_errors_name_the_file_and_problem(tmp_path, fd001):
@@ -215,7 +220,8 @@ def test_csv_errors_name_the_file_and_problem(tmp_path, fd001):
         write_csv(rows.iloc[:, :20], tmp_path / "narrow.csv", header=False): NO_HEADER,
         write_csv(rows, tmp_path / "bare.csv", header=False): NO_HEADER,
         write_csv(rows.iloc[:, :4].set_axis(["engine", "time", "a", "b"], axis=1),
-                  tmp_path / "named.csv"): "expected a header row naming the columns",
+                  tmp_path / "named.csv"): "missing all 26 columns (found instead ['engine', "
+                                           "'time', 'a'] and 1 more); expected unit, cycle",
         write_csv(rows.drop(columns="s_4"), tmp_path / "no_s4.csv"): "missing columns ['s_4']",
         write_csv(repeated, tmp_path / "repeated.csv"): "unit 1: duplicate cycle 3 (row 4)",
         write_csv(bad_value, tmp_path / "bad.csv"):
@@ -224,7 +230,7 @@ def test_csv_errors_name_the_file_and_problem(tmp_path, fd001):
     }
     for path, problem in cases.items():
         with pytest.raises(DataError) as info:
-            read_rows(path)
+            checked(path)
         assert str(info.value).startswith(f"{path}: "), str(info.value)
         assert problem in str(info.value), (path.name, str(info.value))
 

@@ -246,7 +246,7 @@ def test_a_csv_without_its_header_gets_one_answer_on_every_path(server, fd001, t
     """HTTP, the model in Python (the body read as pandas reads a CSV) and `rul predict`'s
     reader refuse a header-less CSV with the same line."""
     from rul.data.errors import DataError
-    from rul.data.validation import NO_HEADER
+    from rul.data.validation import NO_HEADER, validate_rows
     from rul.inference import read_rows
 
     csv = fd001.test[fd001.test["unit"] <= 2].to_csv(index=False, header=False)
@@ -257,8 +257,8 @@ def test_a_csv_without_its_header_gets_one_answer_on_every_path(server, fd001, t
         server.model.predict(pd.read_csv(io.StringIO(csv)))
     assert info.value.message == f"input: {NO_HEADER}"
     (tmp_path / "bare.csv").write_text(csv)
-    with pytest.raises(DataError) as info:
-        read_rows(tmp_path / "bare.csv")
+    with pytest.raises(DataError) as info:  # as rul predict reads it and the model checks it
+        validate_rows(read_rows(tmp_path / "bare.csv"), tmp_path / "bare.csv")
     assert str(info.value) == f"{tmp_path / 'bare.csv'}: {NO_HEADER}"
 
 

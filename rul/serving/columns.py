@@ -9,7 +9,7 @@ the registered model's description (rul.tracking.registry) and the serve guide's
 served model imports it.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # Which models give a column (Column.given), in the serve guide's words.
 GIVEN = {
@@ -30,8 +30,9 @@ class Column:
     null: str = ""  # when it is null in a served answer (JSON has no NaN); "": never
 
 
+UNIT = "unit"  # the first column: the engine, under the data set's name of its unit column
 COLUMNS = (
-    Column("unit", "long", "the engine's unit number, one row per unit in input order"),
+    Column(UNIT, "long", "the engine's unit number, one row per unit in input order"),
     Column("rul", "double", "remaining useful life in cycles at the unit's last cycle, in "
                             "[0, rul_cap]"),
     Column("rul_lower", "double", "lower bound of the calibrated prediction interval",
@@ -56,13 +57,15 @@ COLUMNS = (
 
 
 def served(interval: str | None = "banded", members: int = 1,
-           envelope: bool = True) -> tuple[Column, ...]:
+           envelope: bool = True, unit: str = "unit") -> tuple[Column, ...]:
     """The columns of a model, in order: `interval` is the method of its calibrated interval
     (rul.evaluation.conformal.Interval.method; None without one; a banded one also gives the
-    probability of failure), `members` its networks, `envelope` whether it has one."""
+    probability of failure), `members` its networks, `envelope` whether it has one, `unit`
+    the data set's name of its engine column (the first column's name)."""
     has = {"always": True, "interval": interval is not None, "banded": interval == "banded",
            "ensemble": members > 1, "envelope": envelope}
-    return tuple(column for column in COLUMNS if has[column.given])
+    return tuple(replace(column, name=unit) if column.name == UNIT else column
+                 for column in COLUMNS if has[column.given])
 
 
 def meaning(name: str) -> str:

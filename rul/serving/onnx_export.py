@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rul.data.layout import CMAPSS, Layout
 from rul.serving.runtime import INPUT_NAME, OUTPUT_NAME
 from rul.serving.spec import SPEC_FILE, InferenceSpec
 
@@ -149,10 +150,11 @@ def check_export(network: torch.nn.Module, path: str | Path, window: int,
 
 
 def save_runtime(folder: str | Path, network_spec, networks: list, preprocessor,
-                 interval=None) -> InferenceSpec:
+                 interval=None, layout: Layout = CMAPSS) -> InferenceSpec:
     """Write what the lean runtime loads into `folder`: each network as ONNX (network.onnx,
     or member_<i>.onnx for an ensemble) and the inference spec with the fitted
-    preprocessing's numbers, the envelope and the interval; return the spec."""
+    preprocessing's numbers, the envelope, the interval and the data set's `layout`; return
+    the spec."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     members = len(networks)
@@ -160,6 +162,6 @@ def save_runtime(folder: str | Path, network_spec, networks: list, preprocessor,
     for network, name in zip(networks, names):
         export_onnx(network, folder / name, network_spec.window, network_spec.n_features)
     spec = InferenceSpec.from_network(network_spec, interval, members, preprocessor.fitted(),
-                                      preprocessor.envelope_, names)
+                                      preprocessor.envelope_, names, layout)
     spec.write(folder / SPEC_FILE)
     return spec

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from rul.data.errors import DataError
-from rul.data.schema import SETTING_COLUMNS
+from rul.data.layout import CMAPSS, Layout
 from rul.data.validation import validate_rows
 from rul.evaluation.averaging import average_members
 from rul.evaluation.conformal import DEFAULT_HORIZON, Interval
@@ -90,10 +90,10 @@ def member_predictions(networks: Sequence, windows) -> np.ndarray:
                          .astype(np.float64) for net in networks])
 
 
-def refusal(units, reasons, flagged) -> str:
+def refusal(units, reasons, flagged, unit: str = "unit") -> str:
     """The strict refusal: the flagged units with their reasons (the first few, then a
-    count)."""
-    listed = [f"unit {u} ({r})" for u, r, f in zip(units, reasons, flagged) if f]
+    count); `unit`: the data set's name of its unit column."""
+    listed = [f"{unit} {u} ({r})" for u, r, f in zip(units, reasons, flagged) if f]
     head = "outside the training fleet (strict): "
     for named in range(min(len(listed), MAX_UNITS_NAMED), 0, -1):
         more = len(listed) - named
@@ -129,7 +129,8 @@ def last_windows(preprocessing, rows: pd.DataFrame, ids, lengths):
 
 def predict_rows(preprocessing, predict_members: Callable[[np.ndarray], np.ndarray],
                  rows: pd.DataFrame, source="input", params: dict | None = None,
-                 interval: Interval | None = None, envelope=None) -> pd.DataFrame:
+                 interval: Interval | None = None, envelope=None,
+                 layout: Layout = CMAPSS) -> pd.DataFrame:
     """RUL at the last cycle of each unit in `rows`, one row per unit: the columns of the
     table (rul.serving.columns) this model gives, in its order: bounds with an `interval`
     (clipped to [0, rul_cap] like rul), p_fail_within with a "banded" one, rul_std for
@@ -142,8 +143,10 @@ def predict_rows(preprocessing, predict_members: Callable[[np.ndarray], np.ndarr
     Preprocessor that fitted it); `predict_members(windows)` gives each member's prediction
     of each window, shape (members, windows).
 
-    `rows` are raw C-MAPSS rows (integer or float columns), checked by validate_rows: each
-    unit's rows contiguous with strictly increasing cycles. Give each unit's whole history,
+    `rows` are raw rows with `layout`'s columns under the data set's names (C-MAPSS's 26 by
+    default; integer or float columns), checked by validate_rows: each unit's rows
+    contiguous with strictly increasing cycles; the output's first column is the data set's
+    unit column. Give each unit's whole history,
     not only its last window: sensors are smoothed causally from a unit's first row.
     A unit with fewer rows than the window is front-padded with its first row and flagged
     `padded` (short_history="pad", the default), or rejected (short_history="reject").
@@ -156,21 +159,22 @@ def predict_rows(preprocessing, predict_members: Callable[[np.ndarray], np.ndarr
     params = check_params(params)
     short_history, strict = params["short_history"], params["strict"]
     horizon = check_horizon(params["horizon"], preprocessing.rul_cap)
-    rows = validate_rows(rows, source)
+    rows = validate_rows(rows, source, layout)
     deadline.check()
     ids, lengths = unit_lengths(rows["unit"].to_numpy())
     window = preprocessing.window
     padded = lengths < window
     if short_history == "reject" and padded.any():
-        listed = ", ".join(f"unit {u} has {n} rows" for u, n in zip(ids[padded], lengths[padded]))
+        listed = ", ".join(f"{layout.unit} {u} has {n} rows"
+                           for u, n in zip(ids[padded], lengths[padded]))
         raise DataError(source, f"history shorter than the window ({window} "
                                 f"cycles): {listed}")
     if envelope is not None:
-        labels = preprocessing.conditions(rows[SETTING_COLUMNS].to_numpy())
+        labels = preprocessing.conditions(rows[list(layout.settings)].to_numpy())
         flagged, reasons, beyond = envelope.check(
             rows, labels, window, whole_history=preprocessing.smoothing_alpha < 1)
         if strict and flagged.any():
-            raise DataError(source, refusal(ids, reasons, flagged))
+            raise DataError(source, refusal(ids, reasons, flagged, layout.unit))
     deadline.check()
     units, windows = last_windows(preprocessing, rows, ids, lengths)
     deadline.check()
@@ -184,6 +188,7 @@ def predict_rows(preprocessing, predict_members: Callable[[np.ndarray], np.ndarr
     given = served(interval.method if interval is not None else None, len(member_rul),
                    envelope is not None)
     names = {column.name for column in given}
+    output = [layout.unit if column.name == "unit" else column.name for column in given]
     if "rul_lower" in names:
         lower, upper = interval.bounds(rul, high=preprocessing.rul_cap)
         values["rul_lower"] = np.where(unknown, 0.0, lower)
@@ -193,14 +198,15 @@ def predict_rows(preprocessing, predict_members: Callable[[np.ndarray], np.ndarr
             unknown, np.nan, interval.failure_probability(rul, horizon))
     if envelope is not None:
         values["flagged"], values["flag_reason"] = flagged, reasons
-    return pd.DataFrame({column.name: values[column.name] for column in given})
+    return pd.DataFrame({name: values[column.name]
+                         for name, column in zip(output, given, strict=True)})
 
 
 def predict_frame(preprocessor, model, rows: pd.DataFrame, source="input",
                   params: dict | None = None, interval: Interval | None = None,
-                  envelope=None) -> pd.DataFrame:
+                  envelope=None, layout: Layout = CMAPSS) -> pd.DataFrame:
     """predict_rows with torch networks: `model` is a network, or a list of networks (an
     ensemble: `rul` is their mean, `rul_std` their spread per unit)."""
     networks = list(model) if isinstance(model, (list, tuple)) else [model]
     return predict_rows(preprocessor, lambda windows: member_predictions(networks, windows),
-                        rows, source, params, interval, envelope)
+                        rows, source, params, interval, envelope, layout)

@@ -3,7 +3,7 @@ out, with numpy, pandas and onnxruntime only (no torch, no scikit-learn, no MLfl
 
     from rul.serving.runtime import LeanModel
     model = LeanModel.load("path/to/model")   # an MLflow model folder, or its inference/ folder
-    model.predict(rows)                       # raw C-MAPSS rows -> one row per unit
+    model.predict(rows)                       # raw rows (the data set's columns) -> per unit
     model.predict(rows, {"strict": True})     # the same parameters as the served model
 
 The served pyfunc (rul.serving.lean_pyfunc) is this class behind MLflow's interface. A model
@@ -85,4 +85,4 @@ class LeanModel:
         ValueError (rul.data.errors.DataError) naming row, column or unit."""
         spec = self.spec
         return predict_rows(spec.preprocessing, self.member_predictions, rows, source,
-                            params, spec.interval, spec.envelope)
+                            params, spec.interval, spec.envelope, spec.layout)

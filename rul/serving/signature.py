@@ -1,7 +1,7 @@
 """The served model's signature: its output columns (rul.serving.columns), its request
 parameters, and no input schema.
 
-Inputs are the 26 raw C-MAPSS columns (rul.data.schema.COLUMNS), checked by
+Inputs are the data set's raw columns (rul.data.layout: C-MAPSS's 26, or one's own), checked by
 rul.data.validation.validate_rows, which names the row, the column and the problem, also for
 missing, extra or renamed columns and for integer sensors or float ids. An input schema would
 have MLflow check first and answer with its own message (and its CSV parser would look for
@@ -23,9 +23,10 @@ PARAMS_SCHEMA = ParamSchema([
 
 
 def signature(interval: str | None = "banded", members: int = 1,
-              envelope: bool = True) -> ModelSignature:
+              envelope: bool = True, unit: str = "unit") -> ModelSignature:
     """The signature of a model's output columns (rul.serving.columns.served: which of the
-    table's columns, in its order and types) and of its request parameters."""
+    table's columns, in its order and types, the first under the data set's `unit` name) and
+    of its request parameters."""
     outputs = Schema([ColSpec(column.type, column.name)
-                      for column in served(interval, members, envelope)])
+                      for column in served(interval, members, envelope, unit)])
     return ModelSignature(inputs=None, outputs=outputs, params=PARAMS_SCHEMA)

@@ -10,6 +10,10 @@ know and fills missing optional ones with their defaults, so a model registered 
 loads after config keys are added or renamed; a spec without `interval` (older models, or
 interval_coverage: null) predicts no bounds. A "banded" interval also gives p_fail_within.
 
+`layout` names the data set's columns (rul.data.layout: its unit and time columns, settings
+and sensors); a spec without it (C-MAPSS's, and every model logged before layouts) reads
+C-MAPSS's 26 columns.
+
 `track` says what the model reads: the sensors alone ("sensors", comparable with published
 figures) or the sensors and the engine's age ("sensors+age"); it follows from the fitted
 preprocessing's columns, and specs written before it existed take it from there too.
@@ -19,6 +23,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rul.data.layout import CMAPSS, Layout
 from rul.evaluation.conformal import Interval
 from rul.models.spec import ARCHITECTURE_ARGS, NetworkSpec
 from rul.preprocessing.envelope import Envelope
@@ -43,17 +48,19 @@ class InferenceSpec:
     envelope: Envelope | None = None  # None: no unit is flagged
     onnx: tuple = ()  # each member's ONNX file, beside the spec
     track: str | None = None  # "sensors" or "sensors+age"; None: not known (an old spec)
+    layout: Layout = CMAPSS  # the columns the model reads, under the data set's names
 
     @classmethod
     def from_network(cls, network, interval: Interval | None = None, members: int = 1,
                      preprocessing: FittedPreprocessing | None = None,
-                     envelope: Envelope | None = None, onnx=()) -> "InferenceSpec":
+                     envelope: Envelope | None = None, onnx=(), layout: Layout = CMAPSS
+                     ) -> "InferenceSpec":
         """The spec of a trained rul.models.NetworkSpec (with its interval, members, fitted
-        preprocessing, envelope and ONNX files)."""
+        preprocessing, envelope, ONNX files and the data set's layout)."""
         return cls(network.kind, network.window, network.rul_cap, network.n_features,
                    dict(network.architecture), interval=interval, members=members,
                    preprocessing=preprocessing, envelope=envelope, onnx=tuple(onnx),
-                   track=_track_of(preprocessing))
+                   track=_track_of(preprocessing), layout=layout)
 
     @classmethod
     def from_dict(cls, values: dict, defaults: dict | None = None) -> "InferenceSpec":
@@ -82,10 +89,14 @@ class InferenceSpec:
         if onnx and len(onnx) != members:
             raise ValueError(f"inference spec: {len(onnx)} ONNX files for {members} member(s)")
         found = values.get("track")
+        try:
+            layout = Layout.from_dict(values.get("layout"))
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"inference spec: layout lacks {error}") from None
         return cls(str(values["model"]), int(values["window"]), float(values["rul_cap"]),
                    int(values["n_features"]), dict(values.get("architecture") or {}), version,
                    interval, members, preprocessing, envelope, onnx,
-                   _track_of(preprocessing) if found is None else str(found))
+                   _track_of(preprocessing) if found is None else str(found), layout)
 
     @classmethod
     def read(cls, path: str | Path, defaults: dict | None = None) -> "InferenceSpec":
@@ -106,6 +117,8 @@ class InferenceSpec:
             values["onnx"] = list(self.onnx)
         if self.track is not None:
             values["track"] = self.track
+        if self.layout != CMAPSS:
+            values["layout"] = self.layout.to_dict()
         return values
 
     def write(self, path: str | Path) -> None:

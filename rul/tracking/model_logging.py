@@ -50,9 +50,11 @@ def _state(network) -> dict:
 def _log_model(network_spec, data, networks: list, interval, workdir: Path) -> str:
     """`interval`: the calibrated rul.evaluation.conformal.Interval, or None (no bounds)."""
     runtime = workdir / RUNTIME_FOLDER
-    spec = save_runtime(runtime, network_spec, networks, data.preprocessor, interval)
+    layout = data.subset.layout
+    spec = save_runtime(runtime, network_spec, networks, data.preprocessor, interval, layout)
     members = len(networks)
-    example = data.subset.test[data.subset.test["unit"].isin([1, 2])]
+    test = data.subset.test  # its first two units, under the data set's own names
+    example = layout.external(test[test["unit"].isin(test["unit"].unique()[:2])])
     with warnings.catch_warnings(), quiet("mlflow.pyfunc", "mlflow.models.model"):
         # unit and cycle are integers that are never missing: MLflow's hint about NaN in
         # integer columns does not apply.
@@ -60,7 +62,8 @@ def _log_model(network_spec, data, networks: list, interval, workdir: Path) -> s
         info = mlflow.pyfunc.log_model(
             name="model", python_model=lean_pyfunc.__file__,
             artifacts={RUNTIME_FOLDER: str(runtime)},
-            signature=signature(interval.method if interval is not None else None, members),
+            signature=signature(interval.method if interval is not None else None, members,
+                                unit=layout.unit),
             input_example=example.reset_index(drop=True),
             code_paths=[str(Path(__file__).resolve().parents[1])],  # the rul package
             pip_requirements=requirements(),

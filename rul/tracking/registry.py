@@ -12,14 +12,17 @@ from rul.data.schema import COLUMNS
 from rul.serving.columns import meaning
 from rul.tracking.metric_names import read
 
+COLUMNS_TAG = "data.columns"  # a run's input columns, when its data set is one's own
+
 CHAMPION = "champion"
 VAL_RMSE_TAG = "val_rmse"
 MAX_GUARD_ROUNDS = 50  # each round is a few SQL reads; concurrent writers settle in a couple
 
 
-def registered_model_name(subset: str) -> str:
-    """The registered model of a C-MAPSS subset: FD001 -> rul-fd001."""
-    return f"rul-{subset.lower()}"
+def registered_model_name(dataset: str) -> str:
+    """The registered model of a data set (a C-MAPSS subset or one's own): FD001 ->
+    rul-fd001."""
+    return f"rul-{dataset.lower()}"
 
 
 def output_lines(outputs) -> list[str]:
@@ -33,20 +36,24 @@ def output_lines(outputs) -> list[str]:
     return lines
 
 
-def model_description(name: str, outputs=None) -> str:
+def model_description(name: str, outputs=None, inputs: list[str] | None = None,
+                      dataset: str = "NASA C-MAPSS") -> str:
     """The registered model's description; `outputs`: the newest version's output schema,
-    every column described."""
+    every column described; `inputs`: the columns it reads, under the data set's names
+    (None: C-MAPSS's)."""
     columns = "\n".join(output_lines(outputs)) if outputs is not None else (
         "- `unit`, `rul` at the unit's last cycle")
+    inputs = inputs or COLUMNS
     return (
-        f"Remaining useful life (cycles) of turbofan engines, NASA C-MAPSS, model `{name}`.\n\n"
-        f"Input: raw C-MAPSS rows, one per engine cycle, columns {', '.join(COLUMNS)}; give "
+        f"Remaining useful life (cycles) of turbofan engines, {dataset}, model `{name}`.\n\n"
+        f"Input: raw rows, one per engine cycle, columns {', '.join(inputs)}; give "
         "each unit's whole history (sensors are smoothed causally from its first cycle).\n\n"
         f"Output: one row per unit:\n{columns}\n\n"
         "Parameters: `short_history` (`pad` or `reject` a unit shorter than the window), "
         "`strict` (refuse units outside the training fleet).\n\n"
         f"Load: `mlflow.pyfunc.load_model(\"models:/{name}@{CHAMPION}\").predict(rows)`, or "
-        f"`rul predict --model models:/{name}@{CHAMPION} --input test_FD001.txt`.\n\n"
+        f"`rul predict --model models:/{name}@{CHAMPION} --input "
+        f"{'test_FD001.txt' if inputs == COLUMNS else 'rows.csv'}`.\n\n"
         f"The `{CHAMPION}` alias points at the version with the lowest validation RMSE "
         "(tag `val_rmse`)."
     )
@@ -97,9 +104,13 @@ def version_tags(run, val_rmse: float) -> dict:
     return tags
 
 
-def _describe_model(client: MlflowClient, name: str, model_uri: str) -> None:
+def _describe_model(client: MlflowClient, name: str, model_uri: str, run) -> None:
     signature = mlflow.models.get_model_info(model_uri).signature
-    description = model_description(name, signature.outputs if signature else None)
+    columns = run.data.tags.get(COLUMNS_TAG)  # a data set of one's own: its columns
+    description = model_description(
+        name, signature.outputs if signature else None,
+        columns.split(",") if columns else None,
+        f"data set {run.data.tags.get('subset')}" if columns else "NASA C-MAPSS")
     if client.get_registered_model(name).description != description:
         client.update_registered_model(name, description=description)
 
@@ -206,7 +217,7 @@ def register_and_promote(model_uri: str, name: str, run_id: str, val_rmse: float
             version = mlflow.register_model(model_uri, name, tags=version_tags(run, val_rmse))
     client.update_model_version(name, version.version,
                                 description=version_description(run, val_rmse))
-    _describe_model(client, name, model_uri)
+    _describe_model(client, name, model_uri, run)
 
     previous_version = _champion(client, name)  # what this version competes with
     if previous_version == str(version.version):  # a concurrent run already moved it here

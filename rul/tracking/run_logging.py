@@ -14,6 +14,7 @@ import mlflow
 import torch
 from mlflow.utils import mlflow_tags
 
+from rul.data.schema import COLUMNS
 from rul.data.split import rows_of
 from rul.evaluation import figures
 from rul.machine import machine_tags
@@ -37,7 +38,11 @@ def config_params(config, **extra) -> dict[str, str]:
     can read the store."""
     unused = unused_architecture_keys(config.model)
     values = {k: v for k, v in config.to_dict().items() if v is not None and k not in unused}
-    return {k: masked(str(v))[:MAX_PARAM] for k, v in {**values, **extra}.items()}
+    flat = {}
+    for key, value in {**values, **extra}.items():  # a section (data:) one param per key
+        parts = value.items() if isinstance(value, dict) else [(None, value)]
+        flat.update({f"{key}.{sub}" if sub else key: v for sub, v in parts if v is not None})
+    return {k: masked(str(v))[:MAX_PARAM] for k, v in flat.items()}
 
 
 TRACK_TAG = "rul.track"  # sensors | sensors+age: which published figures a run compares with
@@ -50,7 +55,27 @@ def data_tags(data) -> dict[str, str]:
            for kind, items in getattr(data, "odd", {}).items()}
     return {**{f"data.sha256.{role}": d for role, d in data.subset.file_digests().items()},
             "subset": data.subset.name, TRACK_TAG: track(data.preprocessor.include_cycle),
-            **odd}
+            **odd, **choice_tags(data)}
+
+
+def choice_tags(data) -> dict[str, str]:
+    """What training decided from the data (rul.preprocessing.choices) and how its test set
+    and its engines that have not failed were handled: tags under `data.`."""
+    tags = {}
+    choices, subset = getattr(data, "choices", None), data.subset
+    if choices is not None:
+        tags.update({"data.conditions": str(choices.n_conditions),
+                     "data.conditions.reason": choices.conditions_reason[:500],
+                     "data.features": ",".join(data.preprocessor.feature_columns_)[:5000],
+                     "data.informative.reason": choices.informative_reason[:500]})
+    if subset.layout.names != list(COLUMNS):  # the columns it reads, under their names
+        tags["data.columns"] = ",".join(subset.layout.names)[:5000]
+    if subset.held_out:
+        tags["data.test"] = (f"held out of the training table: {len(subset.held_out)} units "
+                             "cut off as C-MAPSS's test units are")
+    if subset.censored:
+        tags["data.censored"] = ",".join(str(u) for u in subset.censored)[:5000]
+    return tags
 
 
 def log_plan(plan, tags: dict) -> None:
@@ -115,6 +140,7 @@ def log_figures(named: dict) -> None:
 
 def _log_inputs(data) -> None:
     sources = {role: str(path) for role, path in data.subset.files.items()}
+    sources.setdefault("test", sources["train"])  # held out of the training table
     with warnings.catch_warnings():
         # a local path "can be interpreted in multiple ways"; unit/cycle are never missing
         warnings.filterwarnings("ignore", message="The specified dataset source")

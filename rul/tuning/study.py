@@ -472,7 +472,7 @@ def _record_study(study: optuna.Study, parent_run_id: str, config: TuningConfig)
     best_run = best.user_attrs.get("mlflow_run_id")
     chosen = "best trial" if not multi else "best val_rmse on the Pareto front: trial"
     lines.append(f"{chosen} {best.number}: val_rmse {best_value:.3f} with {best.params}")
-    name = registered_model_name(config.train.subset)
+    name = registered_model_name(config.train.dataset_name)
     if best_run and config.train.register and client.search_model_versions(
         f"name='{name}' and run_id='{best_run}'"
     ):

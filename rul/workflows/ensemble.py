@@ -70,7 +70,7 @@ def track_ensemble(ensemble, role: RunRole, store: Store, jobs: int = 1, progres
         outcome.member_run_ids = [child.run_id for child in children.runs]
         _log_ensemble(outcome, children.seconds, split)
         if role.register:
-            register_and_promote(outcome.model_uri, registered_model_name(config.subset),
+            register_and_promote(outcome.model_uri, registered_model_name(config.dataset_name),
                                  children.parent_run_id, outcome.metrics["val_rmse"])
         return outcome
 
