@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel
 
 from rul.config import Categorical, FloatRange, IntRange, TrainConfig, TuningConfig
+from rul.config.data import DataSection
 
 ROOT = Path(__file__).resolve().parents[1]
 MAKE_TRAIN_CONFIG = ROOT / "experiments" / "fd001.yaml"
@@ -145,6 +146,14 @@ def config_reference() -> str:
         "the training keys of the trials' base config.",
         "",
         *key_table(TuningConfig, skip=("train",)),
+        "",
+        "## Data-set keys",
+        "",
+        "The keys of the `data:` section, which describes a data set of your own by its "
+        "columns ([Train on your own fleet](../guides/fleet.md)); `subset: FD001` stands for "
+        "the same section with NASA's files and columns.",
+        "",
+        *key_table(DataSection),
         "",
         "## Search-space entries",
         "",

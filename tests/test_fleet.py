@@ -1,0 +1,268 @@
+"""Your own fleet: a data set described by its columns (`data:`), on the real FD001 files
+re-expressed as a user would have them: NASA's own sensor names (T24, T30, P30, ...), the unit
+and time columns renamed, the columns reordered, an extra column, Parquet for training and a
+CSV test table with a true-RUL column; one table with no test set; engines that have not
+failed yet. With the same units and split as the preset FD001 it trains the same model; the
+served model answers under the new names and refuses C-MAPSS's; bad descriptions are one
+line each, exit 2, nothing started.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
+from conftest import _free_port, wait_until_answering
+
+from rul import config as cfg
+from rul.cli import main
+from rul.data import load_dataset
+from rul.data.schema import INFORMATIVE_SENSORS, SENSOR_COLUMNS, SETTING_COLUMNS
+from rul.plan import plan_run
+from rul.preprocessing.prepared import prepare_data
+from rul.training.run import train
+from rul.training.seeding import derive_seeds
+
+ROOT = Path(__file__).resolve().parents[1]
+NASA = ["T2", "T24", "T30", "T50", "P2", "P15", "P30", "Nf", "Nc", "epr", "Ps30", "phi", "NRf",
+        "NRc", "BPR", "farB", "htBleed", "Nf_dmd", "PCNfR_dmd", "W31", "W32"]
+RENAMED = {**dict(zip(SENSOR_COLUMNS, NASA, strict=True)), "unit": "engine_id",
+           "cycle": "flight_cycle", "setting_1": "altitude", "setting_2": "mach",
+           "setting_3": "tra"}
+INFORMATIVE = [RENAMED[s] for s in INFORMATIVE_SENSORS]
+SETTINGS = [RENAMED[s] for s in SETTING_COLUMNS]
+TINY = ["epochs=1", "filters=4", "num_layers=2", "hidden_size=8", "precision=fp32",
+        "register=false"]
+
+
+@pytest.fixture(scope="module")
+def fleet(real_data_dir, tmp_path_factory):
+    """FD001 as a fleet's files: fleet.parquet (training, columns shuffled, an extra one),
+    fleet_test.csv (the test histories and each row's true RUL at its unit's end), and
+    fleet_all.parquet (one table, no test set, three engines still in service)."""
+    from rul.data import load_subset
+
+    folder = tmp_path_factory.mktemp("fleet")
+    fd001 = load_subset("FD001", real_data_dir)
+    trained = fd001.train.rename(columns=RENAMED).assign(site="north")
+    order = list(np.random.default_rng(0).permutation(trained.columns))
+    trained[order].to_parquet(folder / "fleet.parquet", index=False)
+    test = fd001.test.rename(columns=RENAMED)
+    lengths = test.groupby("engine_id").size().to_numpy()
+    test.assign(rul_at_end=np.repeat(fd001.test_rul, lengths)).to_csv(
+        folder / "fleet_test.csv", index=False)
+    in_service = trained["engine_id"].isin([3, 7, 11])  # cut 40 cycles before their end
+    last = trained.groupby("engine_id")["flight_cycle"].transform("max")
+    alive = trained[~in_service | (trained["flight_cycle"] <= last - 40)]
+    alive.assign(in_service=alive["engine_id"].isin([3, 7, 11])).to_parquet(
+        folder / "fleet_all.parquet", index=False)
+    return folder
+
+
+def section(**changes) -> dict:
+    return {"name": "fleet", "train": "fleet.parquet", "test": "fleet_test.csv",
+            "test_rul_column": "rul_at_end", "unit": "engine_id", "time": "flight_cycle",
+            "settings": SETTINGS, "sensors": INFORMATIVE, "informative": INFORMATIVE,
+            "conditions": 1, **changes}
+
+
+def fleet_config(folder: Path, *more, **data):
+    return cfg.load(None, [*TINY, f"data_dir={folder}", *more,
+                           f"data={json.dumps(section(**data))}"])
+
+
+def test_the_fleets_table_is_read_as_the_preset_reads_fd001(fleet, fd001):
+    dataset = load_dataset(fleet_config(fleet).dataset, fleet)
+    assert dataset.layout.unit == "engine_id" and list(dataset.layout.sensors) == INFORMATIVE
+    renamed = fd001.train.rename(columns=RENAMED)
+    assert np.array_equal(dataset.train[["unit", "cycle", *SETTINGS, *INFORMATIVE]].to_numpy(),
+                          renamed[["engine_id", "flight_cycle", *SETTINGS, *INFORMATIVE]]
+                          .to_numpy())
+    assert np.array_equal(dataset.test_rul, fd001.test_rul)
+
+
+def test_with_the_same_units_and_split_it_trains_the_presets_model(fleet, real_data_dir):
+    """The same rows, split, seeds and columns (renamed): the same weights and test metrics,
+    bit for bit."""
+    preset = cfg.load(None, [*TINY, f"data_dir={real_data_dir}"])
+    outcomes = [train(plan_run(config), progress=False)
+                for config in (preset, fleet_config(fleet))]
+    assert outcomes[0].metrics == outcomes[1].metrics
+    weights = [outcome.model.state_dict() for outcome in outcomes]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_the_rules_choose_fd001s_fourteen_sensors_and_its_one_condition(fleet, capsys):
+    config = fleet_config(fleet, informative="auto", conditions="auto",
+                          sensors=["T*", "P*", "N*", "phi", "BPR", "htBleed",
+                                   "W*"])
+    with pytest.warns(UserWarning, match="not read: site"):
+        data = prepare_data(config, derive_seeds(config.seed).split)
+    assert sorted(data.preprocessor.feature_columns_) == sorted(INFORMATIVE)  # table's order
+    assert data.choices.n_conditions == 1
+    assert "the settings hardly vary" in data.choices.conditions_reason
+    said = capsys.readouterr().err
+    assert said.startswith("fleet: 1 operating condition (the settings hardly vary")
+    assert "the model reads T24, T50, T30" in said  # as the shuffled table has them
+
+
+def test_one_table_without_a_test_set_holds_engines_out_as_nasa_cut_its_own(fleet):
+    """20 % of the engines (a seeded draw, the same whatever the run's seed), each history
+    cut at a life fraction in 0.2..0.97, its true RUL what was left; the three engines still
+    in service are never held out."""
+    config = fleet_config(fleet, train="fleet_all.parquet", test=None, test_rul_column=None,
+                          censored_column="in_service")
+    dataset = load_dataset(config.dataset, fleet)
+    full = pd.read_parquet(fleet / "fleet_all.parquet")
+    held = list(dataset.held_out)
+    assert len(held) == 19 and not {3, 7, 11} & set(held)  # 20 % of the 97 that failed
+    assert not set(held) & set(dataset.train["unit"])
+    lives = full.groupby("engine_id")["flight_cycle"].max()
+    seen = dataset.test.groupby("unit")["cycle"].max()
+    assert np.array_equal(dataset.test_rul, (lives[held] - seen[held]).to_numpy())
+    fraction = seen[held].to_numpy() / lives[held].to_numpy()
+    assert (fraction > 0.15).all() and (fraction < 0.98).all()
+    again = load_dataset(fleet_config(fleet, "seed=7", train="fleet_all.parquet", test=None,
+                                      test_rul_column=None, censored_column="in_service")
+                         .dataset, fleet)
+    assert again.held_out == dataset.held_out  # the run's seed does not move the test set
+
+
+def test_engines_still_in_service_train_where_their_target_is_known(fleet):
+    """An engine seen up to cycle T has a RUL over T - t at cycle t: its windows with T - t >=
+    the cap have the target cap, known; the later ones are left out; it never validates."""
+    config = fleet_config(fleet, train="fleet_all.parquet", test=None, test_rul_column=None,
+                          censored_column="in_service")
+    data = prepare_data(config, derive_seeds(config.seed).split)
+    assert data.subset.censored == (3, 7, 11)
+    assert not {3, 7, 11} & set(data.val_units) and {3, 7, 11} <= set(data.train_units)
+    mine = np.isin(data.train.units, [3, 7, 11])
+    assert mine.any() and (data.train.targets[mine] == config.rul_cap).all()
+    others = ~mine
+    assert (data.train.targets[others] < config.rul_cap).any()  # theirs run to 0
+
+
+@pytest.mark.parametrize("case, change, said", [
+    ("a column not there", {"sensors": ["T24", "P3O"]},
+     "data.sensors: no column 'P3O' (columns: "),
+    ("a pattern matching nothing", {"sensors": ["X*"]},
+     "data.sensors: the pattern 'X*' matches no column"),
+    ("a unit column with text", {"unit": "site"},
+     "row 1, column site: is not a number"),
+    ("a time that repeats", {"train": "repeats.parquet"},
+     "engine_id 1: duplicate flight_cycle 1 (row 2)"),
+    ("a constant sensor", {"sensors": ["T24", "T2"]},
+     "data.sensors: T2 holds one value in every row (518.67): it tells nothing of wear"),
+    ("no sensor left", {"sensors": ["P15", "epr"], "informative": "auto"},
+     "features=informative: no sensor of fleet trends with the engines' age"),
+    ("test columns unlike training's", {"test": "fleet_short.csv"},
+     "lacks the columns T24"),
+])
+def test_a_bad_description_is_one_line_and_starts_nothing(fleet, tmp_path, monkeypatch, case,
+                                                          change, said):
+    pd.read_csv(fleet / "fleet_test.csv").drop(columns="T24").to_csv(
+        fleet / "fleet_short.csv", index=False)
+    repeats = pd.read_parquet(fleet / "fleet.parquet")
+    repeats.loc[1, "flight_cycle"] = 1  # engine 1's second row again at cycle 1
+    repeats.to_parquet(fleet / "repeats.parquet", index=False)
+    if case == "no sensor left":  # two sensors that only jitter: no trend with the age
+        rng = np.random.default_rng(0)
+        frame = pd.read_parquet(fleet / "fleet.parquet")
+        frame = frame.assign(P15=rng.normal(size=len(frame)), epr=rng.normal(size=len(frame)))
+        frame.to_parquet(tmp_path / "jitter.parquet", index=False)
+        change = {**change, "train": str(tmp_path / "jitter.parquet")}
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["train", *TINY, f"data_dir={fleet}",
+                                       f"data={json.dumps(section(**change))}"])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len([line for line in lines if not line.startswith("warning:")]) == 1, lines
+    assert said in lines[-1], lines[-1]
+    assert [p.name for p in tmp_path.iterdir() if p.name != "jitter.parquet"] == []
+
+
+def test_a_fleet_is_tracked_registered_and_served_under_its_own_names(fleet, tmp_path,
+                                                                       monkeypatch):
+    """rul train on the fleet's config: the experiment and the registered model are
+    rul-fleet; model.predict and rul predict answer with engine_id and agree; C-MAPSS's
+    column names are refused in one line."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    config = tmp_path / "fleet.yaml"
+    config.write_text(yaml.safe_dump({"data": section()}))
+    result = CliRunner().invoke(main, ["train", str(config), *TINY[:-1], f"data_dir={fleet}",
+                                       "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "registered rul-fleet version 1" in result.stdout
+    assert "in experiment 'rul-fleet'" in result.stdout
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    try:
+        model = mlflow.pyfunc.load_model("models:/rul-fleet@champion")
+        rows = pd.read_csv(fleet / "fleet_test.csv")
+        answer = model.predict(rows)
+        run = mlflow.get_run(model.metadata.run_id)
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert answer.columns[0] == "engine_id" and len(answer) == 100
+    assert run.data.params["data.unit"] == "engine_id"
+    assert run.data.tags["data.columns"].startswith("engine_id,flight_cycle,altitude")
+    predicted = CliRunner().invoke(main, ["predict", "--model", "models:/rul-fleet@champion",
+                                          "--input", str(fleet / "fleet_test.csv")])
+    assert predicted.exit_code == 0, predicted.output
+    from_cli = pd.read_csv(__import__("io").StringIO(predicted.stdout))
+    assert list(from_cli.columns) == list(answer.columns)
+    assert np.allclose(from_cli["rul"], answer["rul"], rtol=0, atol=1e-9)
+    cmapss = rows.rename(columns={v: k for k, v in RENAMED.items()})
+    cmapss.to_csv(tmp_path / "cmapss.csv", index=False)
+    refused = CliRunner().invoke(main, ["predict", "--model", "models:/rul-fleet@champion",
+                                        "--input", str(tmp_path / "cmapss.csv")])
+    assert refused.exit_code == 2
+    assert refused.stderr.strip().endswith("expected engine_id, flight_cycle, altitude, mach, "
+                                           "tra, T24, T30, T50 and 11 more")
+
+
+@pytest.mark.slow
+def test_http_answers_the_fleet_under_its_own_names(fleet, tmp_path):
+    """The fleet's model served over HTTP (make serve's server) answers as model.predict."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"}
+    config = tmp_path / "fleet.yaml"
+    config.write_text(yaml.safe_dump({"data": section()}))
+    subprocess.run([sys.executable, "-m", "rul", "train", str(config), *TINY[:-1],
+                    f"data_dir={fleet}", "--no-progress"], cwd=tmp_path, env=env, check=True,
+                   capture_output=True, timeout=600)
+    port = _free_port()
+    log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 (closed below)
+    process = subprocess.Popen([sys.executable, "-m", "rul.serving.server",
+                                "models:/rul-fleet@champion", "--port", str(port)],
+                               cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    try:
+        wait_until_answering(process, f"http://127.0.0.1:{port}/ping", tmp_path / "serve.log",
+                             120)
+        body = (fleet / "fleet_test.csv").read_bytes()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body,
+                                         headers={"Content-Type": "text/csv"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer = json.loads(response.read())["predictions"]
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+        log.close()
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    try:
+        local = mlflow.pyfunc.load_model("models:/rul-fleet@champion").predict(
+            pd.read_csv(fleet / "fleet_test.csv"))
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert [row["engine_id"] for row in answer] == local["engine_id"].tolist()
+    assert np.allclose([row["rul"] for row in answer], local["rul"], rtol=0, atol=1e-9)
