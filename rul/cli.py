@@ -425,7 +425,8 @@ def tune(config_path, overrides, data_dir, **study):
     """Search the effective batch, learning rate and more with Optuna."""
     config = _load_config(config_path, overrides, data_dir, loader=cfg.load_tuning)
     _check_inputs(config.train, study["storage"])
-    from rul.tuning.study import quiet_optuna, run_study
+    from rul.tuning.study import quiet_optuna
+    from rul.workflows.tune import run_study
 
     with _ends_cleanly("the study's runs are marked KILLED and the study is kept; run the same "
                        "command again to continue it", on_first_signal=quiet_optuna):

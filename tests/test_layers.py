@@ -23,8 +23,8 @@ LAYERS = [
     ("config", "services", "machine", "parallel"),
     ("plan",),
     ("tracking",),  # MLflow only
-    ("workflows",),  # tracked runs, ensembles, evaluations: plans + training + tracking
-    ("tuning",),
+    ("tuning",),  # Optuna's side of a study: storage, sampler, pruner, search space
+    ("workflows",),  # tracked runs, ensembles, evaluations, studies: plans + tracking
     ("inference", "reporting"),
     ("cli",),
     ("reference", "__main__"),  # the docs' reference pages read the CLI

@@ -88,8 +88,8 @@ def test_no_function_on_the_run_path_takes_more_than_six_parameters():
     from rul import cli, parallel
     from rul.tracking import run_logging, store
     from rul.training import micro_batch, run
-    from rul.tuning import study
     from rul.workflows import ensemble, evaluate, parent, tracked, train
+    from rul.workflows import tune as study
 
     path = [cli.train.callback, cli.evaluate.callback, cli.tune.callback, study.run_study,
             study._worker, study.objective_for, micro_batch.probe_split, micro_batch.probe,

@@ -20,9 +20,11 @@ from optuna.trial import TrialState
 from rul import config as cfg
 from rul.tracking.registry import CHAMPION
 from rul.training.listener import TrainingListener
-from rul.tuning import study as study_mod
 from rul.tuning.space import REFERENCE_BATCH, suggest, trial_overrides
-from rul.tuning.study import load_study, make_pruner, open_storage, run_study
+from rul.tuning.storage import open_storage
+from rul.tuning.study import load_study, make_pruner
+from rul.workflows import tune as study_mod
+from rul.workflows.tune import run_study
 
 TUNE_PATH = Path(__file__).resolve().parents[1] / "experiments" / "tune_fd001.yaml"
 MODEL_NAME = "rul-fd001"

@@ -28,7 +28,8 @@ from rul.tracking.registry import CHAMPION
 from rul.training.engine import TrainState
 from rul.tuning import objectives as objs
 from rul.tuning.report import PARETO_FILE, format_pareto_table, log_figures
-from rul.tuning.study import load_study, make_pruner, run_study
+from rul.tuning.study import load_study, make_pruner
+from rul.workflows.tune import run_study
 
 TWO = ["val_rmse", "samples_per_s"]
 STUDY = "tune-pareto"

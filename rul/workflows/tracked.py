@@ -75,8 +75,9 @@ def track(plan, role: RunRole, store: Store, listener: TrainingListener | None =
             with deferred():  # results, model and registration: whole, then the signal
                 log_outcome(outcome)
                 if role.register:
-                    register_and_promote(outcome.model_uri, registered_model_name(config.dataset_name),
-                                         run_id, outcome.state.best_val_rmse)
+                    register_and_promote(outcome.model_uri,
+                                         registered_model_name(config.dataset_name), run_id,
+                                         outcome.state.best_val_rmse)
         checkpoints.remove(run_id)  # finished: the model lives in MLflow
         return outcome, run_id
     finally:
