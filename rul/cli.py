@@ -12,6 +12,7 @@ import click
 from rul import config as cfg
 from rul import services
 from rul.console import masked_tracebacks, no_logged_tracebacks, one_line_warnings
+from rul.errors import InputError
 from rul.files import INPUT_LIMIT
 from rul.interrupts import Terminated, exit_code, interrupts_as_exceptions
 from rul.reporting.cli import report
@@ -42,20 +43,14 @@ class ServiceError(Said):
     exit_code = services.EXIT_CODE
 
 
-# Errors that are a user's mistake, by the module that defines them: a module not imported yet
-# cannot have raised one, and importing mlflow or torch to catch a config error would cost
-# seconds (`_user_errors` takes only the loaded ones).
-USER_ERRORS = (("rul.config", "ConfigError"), ("rul.data.errors", "DataError"),
-               ("rul.data.errors", "DataUnavailableError"),
-               ("mlflow.exceptions", "MlflowException"),
-               ("rul.tracking.run_checkpoints", "CannotResume"),
-               ("rul.training.checkpoint", "CheckpointDamaged"),
-               ("rul.training.checkpoint", "CheckpointRefused"))
-
-
 def _user_errors() -> tuple:
-    return (FileNotFoundError, *(getattr(sys.modules[module], name)
-                                 for module, name in USER_ERRORS if module in sys.modules))
+    """What ends a command with its one line and exit code 2: rul's own InputError (a config,
+    data, a checkpoint, what --resume finds), a path that is not there, and MLflow's refusals
+    (an unknown model or alias) once MLflow is loaded (a command that has not imported it
+    cannot have raised one, and importing it to catch one would cost seconds)."""
+    mlflow_errors = sys.modules.get("mlflow.exceptions")
+    return (InputError, FileNotFoundError,
+            *((mlflow_errors.MlflowException,) if mlflow_errors else ()))
 
 
 def _check_inputs(config, storage: str | None = None):

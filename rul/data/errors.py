@@ -2,8 +2,10 @@
 
 from pathlib import Path
 
+from rul.errors import InputError
 
-class DataError(ValueError):
+
+class DataError(InputError, ValueError):
     """A C-MAPSS file is missing, malformed or inconsistent. The message names the file."""
 
     def __init__(self, path: str | Path, problem: str):
@@ -12,5 +14,5 @@ class DataError(ValueError):
         super().__init__(f"{self.path}: {problem}")
 
 
-class DataUnavailableError(RuntimeError):
+class DataUnavailableError(InputError, RuntimeError):
     """The data set is neither available locally nor downloadable."""

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from rul.errors import InputError
 from rul.tracking.run_owner import owner_alive
 from rul.training import checkpoint
 from rul.training.checkpoint import CheckpointDamaged, Checkpointer
@@ -29,7 +30,7 @@ from rul.training.checkpoint import CheckpointDamaged, Checkpointer
 CHECKPOINT_TAG = "rul.checkpoint"  # why a run's checkpoint was given up
 
 
-class CannotResume(Exception):
+class CannotResume(InputError):
     """`--resume` cannot continue the run it found (its checkpoint, or another process)."""
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rul.errors import InputError
 from rul.files import sync_folder
 from rul.interrupts import deferred
 from rul.training.state import TrainState
@@ -38,7 +39,7 @@ DIGEST_SIZE = hashlib.sha256().digest_size
 PLAIN = (str, int, float, bool, bytes, type(None), torch.Tensor, torch.dtype, torch.Size)
 
 
-class CheckpointDamaged(Exception):
+class CheckpointDamaged(InputError):
     """A checkpoint file that cannot be trusted (cut short, changed, or not readable)."""
 
     def __init__(self, path: Path, reason: str):
@@ -46,7 +47,7 @@ class CheckpointDamaged(Exception):
         self.path, self.reason = Path(path), reason
 
 
-class CheckpointRefused(Exception):
+class CheckpointRefused(InputError):
     """A checkpoint that holds more than tensors and plain data: rul never writes one, so it
     is not read (nothing in it ran) and left where it is."""
 
