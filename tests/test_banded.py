@@ -28,7 +28,7 @@ SHAPES = [(10, 30, 10, 4), (3, 30, 10, 4), (2, 7, 4, 2), (11, 40, 16, 3), (10, 5
 
 def both_paths(kernel, window, filters, layers):
     torch.manual_seed(kernel * 100 + window)
-    banded = DCNN(14, window, filters=filters, kernel_size=kernel, num_layers=layers)
+    banded = DCNN((14, window), filters=filters, kernel_size=kernel, num_layers=layers)
     with torch.no_grad():  # biases too (DCNN starts them at 0; training does not keep them)
         for parameter in banded.features.parameters():
             parameter.normal_(0, 0.3)
@@ -95,7 +95,7 @@ def count_banded_calls(monkeypatch) -> list:
 
 def test_cpu_float32_takes_the_banded_path_and_autocast_the_convolutions(monkeypatch):
     calls = count_banded_calls(monkeypatch)
-    model, x = DCNN(14, 30), torch.rand(4, 30, 14)
+    model, x = DCNN((14, 30)), torch.rand(4, 30, 14)
     model(x)
     assert calls == [(56, 30), (56, 300), (56, 300), (56, 300), (56, 300)]  # 5 layers
     calls.clear()
@@ -165,7 +165,7 @@ def test_gradients_are_the_functions_own(kernel, length, c_in, c_out):
 def test_gradients_are_laid_out_as_their_parameters():
     """channels_last weights get channels_last gradients (DDP's gradient buckets warn and
     autograd copies on every backward otherwise); a frozen layer gets none."""
-    model = DCNN(14, 30)
+    model = DCNN((14, 30))
     model.features[0].bias.requires_grad_(False)
     model(torch.rand(8, 30, 14)).sum().backward()
     for name, parameter in model.features.named_parameters():

@@ -43,10 +43,10 @@ def test_fused_trim_tanh_matches_slice_then_tanh(kernel, layout):
     """With torch.tanh (`exact`) bit for bit; with tanh as 2 sigmoid(2x) - 1 (the CPU default)
     within float32 rounding (a wrong trim or gradient is off by orders of magnitude more)."""
     torch.manual_seed(kernel)
-    fused = convolutions(DCNN(14, 30, kernel_size=kernel))
-    reference = sliced_then_tanh(DCNN(14, 30, kernel_size=kernel))
+    fused = convolutions(DCNN((14, 30), kernel_size=kernel))
+    reference = sliced_then_tanh(DCNN((14, 30), kernel_size=kernel))
     reference.load_state_dict(fused.state_dict())  # the same keys: old models still load
-    bitwise = exact(convolutions(DCNN(14, 30, kernel_size=kernel)))
+    bitwise = exact(convolutions(DCNN((14, 30), kernel_size=kernel)))
     bitwise.load_state_dict(fused.state_dict())
     if layout == "nchw":
         for model in (fused, reference, bitwise):
@@ -117,7 +117,7 @@ def test_cpu_tanh_is_computed_through_sigmoid(banded, autocast):
     """The point of tanh_into's formula on CPU, on both paths and under bf16 autocast: no
     aten::tanh on the 10-channel activations (2-3x slower than sigmoid there)."""
     x = torch.rand(64, 30, 14)
-    model = DCNN(14, 30)
+    model = DCNN((14, 30))
     model.banded = banded
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, \
             torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -144,5 +144,5 @@ def test_a_training_step_copies_no_activation_tensor():
     """What the fusion is for: slicing then tanh costs, per layer, a zero-filled gradient of the
     untrimmed shape, a copy into its slice and a layout copy before the next convolution."""
     torch.manual_seed(0)
-    assert full_size_copies(convolutions(DCNN(14, 30))) == []
-    assert len(full_size_copies(sliced_then_tanh(DCNN(14, 30)))) >= 8  # the check can fail
+    assert full_size_copies(convolutions(DCNN((14, 30)))) == []
+    assert len(full_size_copies(sliced_then_tanh(DCNN((14, 30))))) >= 8  # the check can fail

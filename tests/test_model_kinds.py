@@ -45,7 +45,7 @@ def test_a_row_names_a_backbone_and_every_argument_it_takes_in_order(kind):
     row = NETWORK_KINDS[kind]
     backbone = row.backbone_class()
     assert issubclass(backbone, nn.Module)
-    assert set(row.inputs) <= {"n_features", "window"}
+    assert set(row.inputs) <= {"n_features", "window", "shape"}
     assert set(row.args) <= set(ARCHITECTURE_DEFAULTS)
     parameters = list(inspect.signature(backbone).parameters)
     assert set(row.fixed) <= set(parameters)

@@ -18,7 +18,7 @@ from rul.evaluation.conformal import Interval, fit_banded
 from rul.preprocessing import Preprocessor
 from rul.serving import columns
 from rul.serving.columns import COLUMNS, GIVEN, Column, served
-from rul.serving.predictor import predict_rows
+from rul.serving.predictor import ServedModel, predict_rows
 from rul.serving.signature import signature
 from rul.tracking.registry import model_description
 
@@ -56,9 +56,10 @@ def predicted(fitted, method, members, envelope) -> pd.DataFrame:
     elif method is not None:
         interval = Interval(0.9, 20.0, 100)
     assert getattr(interval, "method", None) == method
-    return predict_rows(preprocessor, lambda windows: np.full((members, len(windows)), 60.0),
-                        rows, interval=interval,
-                        envelope=preprocessor.envelope_ if envelope else None)
+    return predict_rows(ServedModel(preprocessor,
+                                    lambda windows: np.full((members, len(windows)), 60.0),
+                                    interval, preprocessor.envelope_ if envelope else None),
+                        rows)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -141,8 +142,9 @@ def test_only_the_columns_the_table_says_can_be_null(fitted):
     rows.loc[rows.index[rows["unit"] == rows["unit"].iloc[-1]][-1], read] = 1e9
     guesses = np.linspace(0, 125, 200)
     interval = fit_banded(guesses, guesses + np.sin(guesses) * 10, 0.9, (25.0, 75.0))
-    frame = predict_rows(preprocessor, lambda windows: np.full((2, len(windows)), 60.0), rows,
-                         interval=interval, envelope=preprocessor.envelope_)
+    sixty = ServedModel(preprocessor, lambda windows: np.full((2, len(windows)), 60.0),
+                        interval, preprocessor.envelope_)
+    frame = predict_rows(sixty, rows)
     assert frame["flagged"].iloc[-1]
     nulls = {name for name in frame if frame[name].isna().any()}
     assert nulls == {c.name for c in COLUMNS if c.null} == {"p_fail_within"}

@@ -163,9 +163,9 @@ class StandIn:
 
     def predict(self, rows, params=None):
         try:
-            return predictor.predict_rows(self.pre, lambda w: np.full((1, len(w)), 60.0), rows,
-                                          params=params, interval=self.interval,
-                                          envelope=self.pre.envelope_)
+            model = predictor.ServedModel(self.pre, lambda w: np.full((1, len(w)), 60.0),
+                                          self.interval, self.pre.envelope_)
+            return predictor.predict_rows(model, rows, params=params)
         except ValueError as error:
             raise RequestError(str(error)) from None
 

@@ -44,19 +44,18 @@ def _block_bounds(length: int, block: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:], strict=True))
 
 
-def _band_index(c_in: int, c_out: int, k: int, s0: int, s1: int, t0: int,
-                t1: int) -> torch.Tensor:
-    """Indices into [W.flatten(), 0] of M's rows (s0..s1) x columns (t0..t1); the padding
-    index (the appended 0) outside the band."""
+def _band_index(c_in: int, c_out: int, k: int, rows: range, columns: range) -> torch.Tensor:
+    """Indices into [W.flatten(), 0] of M's `rows` (time steps s) x `columns` (time steps
+    t); the padding index (the appended 0) outside the band."""
     cpu = torch.device("cpu")  # whatever torch.set_default_device says: the path is CPU-only
-    s = torch.arange(s0, s1, device=cpu).view(-1, 1, 1, 1)
+    s = torch.arange(rows.start, rows.stop, device=cpu).view(-1, 1, 1, 1)
     ci = torch.arange(c_in, device=cpu).view(1, -1, 1, 1)
-    t = torch.arange(t0, t1, device=cpu).view(1, 1, -1, 1)
+    t = torch.arange(columns.start, columns.stop, device=cpu).view(1, 1, -1, 1)
     co = torch.arange(c_out, device=cpu).view(1, 1, 1, -1)
     tap = s - t - offset(k)
     inside = (tap >= 0) & (tap < k)
     flat = torch.where(inside, (co * c_in + ci) * k + tap.clamp(0, k - 1), c_out * c_in * k)
-    return flat.reshape((s1 - s0) * c_in, (t1 - t0) * c_out)
+    return flat.reshape(len(rows) * c_in, len(columns) * c_out)
 
 
 class BandPlan:
@@ -76,13 +75,15 @@ class BandPlan:
             s0, s1 = max(0, t0 + off), min(length, t1 - 1 + off + k)
             self.forward.append((slice(s0 * c_in, s1 * c_in), slice(t0 * c_out, t1 * c_out),
                                  ((s1 - s0) * c_in, (t1 - t0) * c_out)))
-            forward_index.append(_band_index(c_in, c_out, k, s0, s1, t0, t1).reshape(-1))
+            forward_index.append(
+                _band_index(c_in, c_out, k, range(s0, s1), range(t0, t1)).reshape(-1))
         self.backward, backward_index = [], []
         for s0, s1 in _block_bounds(length, block):
             t0, t1 = max(0, s0 - off - k + 1), min(length, s1 - off)
             self.backward.append((slice(t0 * c_out, t1 * c_out), slice(s0 * c_in, s1 * c_in),
                                   ((t1 - t0) * c_out, (s1 - s0) * c_in)))
-            backward_index.append(_band_index(c_in, c_out, k, s0, s1, t0, t1).t().reshape(-1))
+            backward_index.append(
+                _band_index(c_in, c_out, k, range(s0, s1), range(t0, t1)).t().reshape(-1))
         self.forward_index = torch.cat(forward_index)
         self.backward_index = torch.cat(backward_index)
 

@@ -116,9 +116,11 @@ class TrimmedTanh(nn.Module):
 
 
 class DCNN(nn.Module):
-    def __init__(self, n_features: int, window: int, filters: int = 10, kernel_size: int = 10,
+    def __init__(self, shape: tuple[int, int], filters: int = 10, kernel_size: int = 10,
                  num_layers: int = 4, hidden_size: int = 100, dropout: float = 0.5):
+        """`shape`: (features, window) of its input windows."""
         super().__init__()
+        n_features, window = shape
         layers, channels = [], 1
         for _ in range(num_layers):
             layers += [TimeConv(channels, filters, kernel_size, trim=False),

@@ -31,7 +31,7 @@ def build_network(kind: str, n_features: int, window: int, rul_cap: float, **arc
     if kind not in NETWORK_KINDS:
         raise ValueError(f"unknown model {kind!r}; expected one of {sorted(NETWORK_KINDS)}")
     row = NETWORK_KINDS[kind]
-    shape = {"n_features": n_features, "window": window}
+    shape = {"n_features": n_features, "window": window, "shape": (n_features, window)}
     architecture = {key: arch.get(key, ARCHITECTURE_DEFAULTS[key]) for key in row.args}
     backbone = row.backbone_class()(*(shape[name] for name in row.inputs), **row.fixed,
                                     **architecture)

@@ -24,8 +24,9 @@ class NetworkKind:
     """How one kind's backbone is built: backbone(*inputs, **fixed, **architecture).
 
     `backbone` names the class as "module.Class" (imported on first build); `inputs` are the
-    data's shape it takes first ("n_features", "window"); `args` its architecture keys in its
-    constructor's order (what an inference spec stores; each a key of ARCHITECTURE_DEFAULTS);
+    data's shape it takes first ("n_features", "window", or "shape": the two as a pair);
+    `args` its architecture keys in its constructor's order (what an inference spec stores;
+    each a key of ARCHITECTURE_DEFAULTS);
     `fixed` constant keyword arguments that tell kinds of one class apart; `rule` what its
     architecture must satisfy (architecture -> (key, problem) or None), checked where a config
     or a tuning trial is made; `stacks` whether torch.func.vmap batches its layers, so that
@@ -55,7 +56,7 @@ def _heads_divide_width(architecture: dict) -> tuple[str, str] | None:
 
 
 NETWORK_KINDS = {
-    "cnn": NetworkKind("rul.models.cnn.DCNN", ("n_features", "window"),
+    "cnn": NetworkKind("rul.models.cnn.DCNN", ("shape",),
                        ("filters", "kernel_size", "num_layers", "hidden_size", "dropout"),
                        stacks=True),
     "lstm": NetworkKind("rul.models.recurrent.RecurrentRegressor", ("n_features",),

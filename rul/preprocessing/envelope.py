@@ -55,10 +55,12 @@ def _excess(values: np.ndarray, low: np.ndarray, high: np.ndarray, spread: np.nd
                         beyond / _spread_floor(spread, low, high, relative))
 
 
-def _worst(rows: pd.DataFrame, columns: list, labels: np.ndarray, low: np.ndarray,
-           high: np.ndarray, spread: np.ndarray, relative: float = _RELATIVE_FLOOR):
-    """Each row's largest excess over `columns` (_excess) and the column it is in (argmax:
-    the first of equal ones), computed ROWS_AT_ONCE rows at a time."""
+def _worst(rows: pd.DataFrame, columns: list, labels: np.ndarray, ranges: tuple,
+           relative: float = _RELATIVE_FLOOR):
+    """Each row's largest excess over `columns` (_excess against `ranges`: the training
+    (low, high, spread) per condition) and the column it is in (argmax: the first of equal
+    ones), computed ROWS_AT_ONCE rows at a time."""
+    low, high, spread = ranges
     worst = np.zeros(len(rows))
     column = np.zeros(len(rows), np.int64)
     if not len(columns):  # a data set without settings: nothing lies beyond
@@ -133,51 +135,64 @@ class Envelope:
         starts = np.r_[0, np.cumsum(lengths)[:-1]]
         from_end = np.repeat(starts + lengths, lengths) - np.arange(len(rows))  # 1 = last row
         read = np.ones(len(rows), bool) if whole_history else from_end <= window
-        cycles = rows["cycle"].to_numpy()
-        # each row's worst excess and its column, ROWS_AT_ONCE rows at a time (the excess of
-        # every value at once would take a kilobyte a row)
-        sensor, sensor_column = _worst(rows, self.columns, labels, self.low, self.high,
-                                       self.spread)
-        settings, _ = _worst(rows, list(self.settings), labels, self.settings_low,
-                             self.settings_high, self.settings_spread)
-        steps = np.r_[0, np.diff(cycles)]
-        steps[starts] = 0  # a unit's first row follows no cycle of its own
-        missing = np.where(read & (steps > self.max_cycle_step), steps - 1, 0)
-        worst_sensor = np.where(read, sensor, 0.0)
-        worst_settings = np.where(read, settings, 0.0)
-        unread, unread_column = np.zeros(len(rows)), np.zeros(len(rows), np.int64)
-        if self.unread:
-            unread, unread_column = _worst(rows, list(self.unread), labels, self.unread_low,
-                                           self.unread_high, self.unread_spread, UNREAD_FLOOR)
-        worst_unread = np.where(read, unread, 0.0)
-
+        worst = self._worst_rows(rows, labels, read, starts)
         reasons, beyond = [], []
         for start, length in zip(starts, lengths):
-            part = slice(start, start + length)
-            found = []
-            if length < window:
-                found.append(f"{length}-row history, shorter than the window ({window})")
-            if cycles[start] > self.max_first_cycle:
-                found.append(f"history starts at cycle {cycles[start]}")
-            if missing[part].sum():
-                found.append(f"{missing[part].sum()} cycles missing")
-            if worst_settings[part].max() > self.sd_limit:
-                row = start + int(worst_settings[part].argmax())
-                found.append(f"settings unlike the training conditions (cycle {cycles[row]})")
-            if worst_sensor[part].max() > self.sd_limit:
-                row = start + int(worst_sensor[part].argmax())
-                column = self.columns[int(sensor_column[row])]
-                found.append(f"{column} {_sd(sensor[row])} sd beyond the training range "
-                             f"(cycle {cycles[row]})")
-            if worst_unread[part].max() > self.sd_limit:
-                row = start + int(worst_unread[part].argmax())
-                column = self.unread[int(unread_column[row])]
-                found.append(f"{column} (not read) {_sd(unread[row])} sd beyond the "
-                             f"training range (cycle {cycles[row]})")
+            found = self._reasons(worst, slice(start, start + length), length, window)
             reasons.append("; ".join(found))
-            beyond.append(max(worst_settings[part].max(), worst_sensor[part].max())
+            part = slice(start, start + length)
+            beyond.append(max(worst["settings"][part].max(), worst["sensor"][part].max())
                           > self.sd_limit)
         return np.array([bool(r) for r in reasons], dtype=bool), reasons, np.array(beyond, bool)
+
+    def _worst_rows(self, rows: pd.DataFrame, labels: np.ndarray, read: np.ndarray,
+                    starts: np.ndarray) -> dict:
+        """Each row's worst excess (0 where not `read`) and its column, of the measured
+        features, the settings and the unread sensors; its cycles and the cycles missing
+        before it. Each row's worst and its column, ROWS_AT_ONCE rows at a time (the excess
+        of every value at once would take a kilobyte a row)."""
+        cycles = rows["cycle"].to_numpy()
+        sensor, sensor_column = _worst(rows, self.columns, labels,
+                                       (self.low, self.high, self.spread))
+        settings, _ = _worst(rows, list(self.settings), labels,
+                             (self.settings_low, self.settings_high, self.settings_spread))
+        steps = np.r_[0, np.diff(cycles)]
+        steps[starts] = 0  # a unit's first row follows no cycle of its own
+        unread, unread_column = np.zeros(len(rows)), np.zeros(len(rows), np.int64)
+        if self.unread:
+            unread, unread_column = _worst(
+                rows, list(self.unread), labels,
+                (self.unread_low, self.unread_high, self.unread_spread), UNREAD_FLOOR)
+        return {"cycles": cycles, "sensor_value": sensor, "sensor_column": sensor_column,
+                "sensor": np.where(read, sensor, 0.0),
+                "settings": np.where(read, settings, 0.0),
+                "unread_value": unread, "unread_column": unread_column,
+                "unread": np.where(read, unread, 0.0),
+                "missing": np.where(read & (steps > self.max_cycle_step), steps - 1, 0)}
+
+    def _reasons(self, worst: dict, part: slice, length: int, window: int) -> list[str]:
+        """Why the unit of rows `part` lies outside the fleet (none: inside)."""
+        cycles, found, start = worst["cycles"], [], part.start
+        if length < window:
+            found.append(f"{length}-row history, shorter than the window ({window})")
+        if cycles[start] > self.max_first_cycle:
+            found.append(f"history starts at cycle {cycles[start]}")
+        if worst["missing"][part].sum():
+            found.append(f"{worst['missing'][part].sum()} cycles missing")
+        if worst["settings"][part].max() > self.sd_limit:
+            row = start + int(worst["settings"][part].argmax())
+            found.append(f"settings unlike the training conditions (cycle {cycles[row]})")
+        if worst["sensor"][part].max() > self.sd_limit:
+            row = start + int(worst["sensor"][part].argmax())
+            column = self.columns[int(worst["sensor_column"][row])]
+            found.append(f"{column} {_sd(worst['sensor_value'][row])} sd beyond the training "
+                         f"range (cycle {cycles[row]})")
+        if worst["unread"][part].max() > self.sd_limit:
+            row = start + int(worst["unread"][part].argmax())
+            column = self.unread[int(worst["unread_column"][row])]
+            found.append(f"{column} (not read) {_sd(worst['unread_value'][row])} sd beyond "
+                         f"the training range (cycle {cycles[row]})")
+        return found
 
     def to_dict(self) -> dict:
         return {"columns": list(self.columns), "low": _json(self.low), "high": _json(self.high),

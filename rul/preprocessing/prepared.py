@@ -104,8 +104,7 @@ def prepare_data(config, split_seed: int, subset: Dataset | None = None) -> Prep
     train_rows = training_rows(config, subset, train_units, split_seed)
     preprocessor, choices = fitted_preprocessor(config, subset, train_rows)
     odd = check_odd_inputs(config, subset, preprocessor)
-    return _windows(config, subset, preprocessor, train_rows, val_units, odd=odd,
-                    choices=choices)
+    return _windows(config, Fitted(subset, preprocessor, odd, choices), train_rows, val_units)
 
 
 def load(config) -> Dataset:
@@ -157,9 +156,9 @@ def prepare_folds(config, split_seed: int, subset: Dataset | None = None
     preprocessor, choices = fitted_preprocessor(config, subset, rows_of(subset.train, units))
     odd = check_odd_inputs(config, subset, preprocessor)
     test = _test_windows(config, subset, preprocessor)
-    return [_windows(config, subset, preprocessor,
-                     training_rows(config, subset, np.setdiff1d(units, fold), split_seed), fold,
-                     test, odd, choices)
+    fitted = Fitted(subset, preprocessor, odd, choices)
+    return [_windows(config, fitted, training_rows(config, subset, np.setdiff1d(units, fold),
+                                                   split_seed), fold, test)
             for fold in folds]
 
 
@@ -171,9 +170,19 @@ def prepare_members(config, split_seed: int, subset: Dataset | None = None
     return [prepare_data(config, split_seed, subset)] * config.ensemble
 
 
-def _windows(config, subset: Dataset, preprocessor: Preprocessor, train_rows,
-             val_units: np.ndarray, test: tuple[np.ndarray, WindowSet] | None = None,
-             odd: dict | None = None, choices: DataChoices | None = None) -> PreparedData:
+@dataclass(frozen=True)
+class Fitted:
+    """A data set and what was fitted and found on its training engines."""
+
+    subset: Dataset
+    preprocessor: Preprocessor
+    odd: dict
+    choices: DataChoices
+
+
+def _windows(config, fitted: Fitted, train_rows, val_units: np.ndarray,
+             test: tuple[np.ndarray, WindowSet] | None = None) -> PreparedData:
+    subset, preprocessor = fitted.subset, fitted.preprocessor
     train_units = np.unique(train_rows["unit"])
     val_rows = rows_of(subset.train, val_units)
     train, val = preprocessor.window_set(train_rows), preprocessor.window_set(val_rows)
@@ -188,7 +197,7 @@ def _windows(config, subset: Dataset, preprocessor: Preprocessor, train_rows,
             )
     test_units, test_windows = test or _test_windows(config, subset, preprocessor)
     return PreparedData(subset, preprocessor, train_units, val_units, train, val, test_windows,
-                        test_units, odd or {}, choices)
+                        test_units, fitted.odd or {}, fitted.choices)
 
 
 def known_targets(windows: WindowSet, censored, cap: float) -> WindowSet:

@@ -43,115 +43,120 @@ def raw_response(status: int, line: str, code: str, retry_after: int | None = No
     return ("\r\n".join(head) + "\r\n\r\n").encode() + payload
 
 
-def protocol(limits: Limits) -> type:
-    """uvicorn's h11 protocol with `limits`' deadlines and connection cap (uvicorn's
-    Config(http=...))."""
+class GuardedH11(H11Protocol):
+    """uvicorn's h11 protocol with deadlines for a request's headers and body, a connection
+    cap, and a client dropped that reads nothing of its answer (`limits`: set by
+    `protocol`)."""
 
-    class GuardedH11(H11Protocol):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self._deadline = None  # the header or body deadline armed now
-            self._stalled = None  # the write deadline, armed while the client reads nothing
-            self._refused = False
-            self._body_start = None
-            self._body_bytes = 0
+    limits: Limits
 
-        def connection_made(self, transport):
-            if len(self.connections) >= limits.max_connections:
-                self._refused = True
-                self.transport = transport
-                logger.warning("refused: a connection over the cap of %d open connections "
-                               "(503)", limits.max_connections)
-                transport.write(raw_response(
-                    503, f"server: more than {limits.max_connections} open connections; "
-                         "retry", "TEMPORARILY_UNAVAILABLE", RETRY_AFTER_S))
-                if transport.can_write_eof():
-                    transport.write_eof()
-                self.loop.call_later(LINGER_S, transport.close)
-                return
-            super().connection_made(transport)
-            self._arm(limits.header_timeout, self._headers_late)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._deadline = None  # the header or body deadline armed now
+        self._stalled = None  # the write deadline, armed while the client reads nothing
+        self._refused = False
+        self._body_start = None
+        self._body_bytes = 0
 
-        def data_received(self, data: bytes) -> None:
-            if self._refused:
-                return
-            super().data_received(data)
-            self._watch(len(data))
+    def connection_made(self, transport):
+        if len(self.connections) >= self.limits.max_connections:
+            self._refused = True
+            self.transport = transport
+            logger.warning("refused: a connection over the cap of %d open connections "
+                           "(503)", self.limits.max_connections)
+            transport.write(raw_response(
+                503, f"server: more than {self.limits.max_connections} open connections; "
+                     "retry", "TEMPORARILY_UNAVAILABLE", RETRY_AFTER_S))
+            if transport.can_write_eof():
+                transport.write_eof()
+            self.loop.call_later(LINGER_S, transport.close)
+            return
+        super().connection_made(transport)
+        self._arm(self.limits.header_timeout, self._headers_late)
 
-        def connection_lost(self, exc):
-            self._disarm()
-            if self._stalled is not None:
-                self._stalled.cancel()
-            if not self._refused:
-                super().connection_lost(exc)
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        super().data_received(data)
+        self._watch(len(data))
 
-        def pause_writing(self) -> None:
-            super().pause_writing()
-            if self._stalled is None:
-                self._stalled = self.loop.call_later(limits.header_timeout, self._not_reading)
+    def connection_lost(self, exc):
+        self._disarm()
+        if self._stalled is not None:
+            self._stalled.cancel()
+        if not self._refused:
+            super().connection_lost(exc)
 
-        def resume_writing(self) -> None:
-            super().resume_writing()
-            if self._stalled is not None:
-                self._stalled.cancel()
-                self._stalled = None
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stalled is None:
+            self._stalled = self.loop.call_later(self.limits.header_timeout, self._not_reading)
 
-        # -- deadlines
-        def _watch(self, received: int) -> None:
-            state = self.conn.their_state
-            if state is h11.SEND_BODY:
-                if self._body_start is None:  # the headers are in: the body's clock starts
-                    self._body_start, self._body_bytes = self.loop.time(), 0
-                    self._arm(limits.header_timeout, self._body_check)
-                self._body_bytes += received
-            elif state is h11.IDLE:
-                if self._deadline is None:  # a request's first bytes on a kept-alive one
-                    self._arm(limits.header_timeout, self._headers_late)
-            else:  # the whole request is in
-                self._body_start = None
-                self._disarm()
-
-        def _arm(self, seconds: float, then) -> None:
-            self._disarm()
-            self._deadline = self.loop.call_later(max(seconds, 0.05), then)
-
-        def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
-
-        def _headers_late(self) -> None:
-            self._deadline = None
-            if self.conn.their_state is not h11.IDLE or self.transport.is_closing():
-                return
-            logger.warning("refused: request headers not complete within %g s (408)",
-                           limits.header_timeout)
-            self._close_with(408, f"headers: not complete within {limits.header_timeout:g} s",
-                             "REQUEST_TIMEOUT")
-
-        def _body_check(self) -> None:
-            self._deadline = None
-            if self._body_start is None or self.transport.is_closing():
-                return
-            grace = limits.header_timeout
-            owed = limits.min_rate * (self.loop.time() - self._body_start - grace)
-            if self._body_bytes >= owed:  # in time: look again when what came is not enough
-                due = self._body_start + grace + (self._body_bytes + 1) / limits.min_rate
-                self._arm(due - self.loop.time(), self._body_check)
-                return
-            logger.warning("refused: a body slower than %g KB/s (408)", limits.min_rate_kb)
-            self._close_with(408, f"body: arrived slower than {limits.min_rate_kb:g} KB/s",
-                             "REQUEST_TIMEOUT")
-
-        def _not_reading(self) -> None:
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stalled is not None:
+            self._stalled.cancel()
             self._stalled = None
-            logger.warning("dropped: a client read nothing of its answer for %g s",
-                           limits.header_timeout)
-            self.transport.abort()  # close() would wait for the client to read the rest
 
-        def _close_with(self, status: int, line: str, code: str) -> None:
-            if self.cycle is None or not self.cycle.response_started:
-                self.transport.write(raw_response(status, line, code))
-            self.transport.close()
+    # -- deadlines
+    def _watch(self, received: int) -> None:
+        state = self.conn.their_state
+        if state is h11.SEND_BODY:
+            if self._body_start is None:  # the headers are in: the body's clock starts
+                self._body_start, self._body_bytes = self.loop.time(), 0
+                self._arm(self.limits.header_timeout, self._body_check)
+            self._body_bytes += received
+        elif state is h11.IDLE:
+            if self._deadline is None:  # a request's first bytes on a kept-alive one
+                self._arm(self.limits.header_timeout, self._headers_late)
+        else:  # the whole request is in
+            self._body_start = None
+            self._disarm()
 
-    return GuardedH11
+    def _arm(self, seconds: float, then) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(max(seconds, 0.05), then)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _headers_late(self) -> None:
+        self._deadline = None
+        if self.conn.their_state is not h11.IDLE or self.transport.is_closing():
+            return
+        logger.warning("refused: request headers not complete within %g s (408)",
+                       self.limits.header_timeout)
+        self._close_with(408, f"headers: not complete within {self.limits.header_timeout:g} s",
+                         "REQUEST_TIMEOUT")
+
+    def _body_check(self) -> None:
+        self._deadline = None
+        if self._body_start is None or self.transport.is_closing():
+            return
+        grace = self.limits.header_timeout
+        owed = self.limits.min_rate * (self.loop.time() - self._body_start - grace)
+        if self._body_bytes >= owed:  # in time: look again when what came is not enough
+            due = self._body_start + grace + (self._body_bytes + 1) / self.limits.min_rate
+            self._arm(due - self.loop.time(), self._body_check)
+            return
+        logger.warning("refused: a body slower than %g KB/s (408)", self.limits.min_rate_kb)
+        self._close_with(408, f"body: arrived slower than {self.limits.min_rate_kb:g} KB/s",
+                         "REQUEST_TIMEOUT")
+
+    def _not_reading(self) -> None:
+        self._stalled = None
+        logger.warning("dropped: a client read nothing of its answer for %g s",
+                       self.limits.header_timeout)
+        self.transport.abort()  # close() would wait for the client to read the rest
+
+    def _close_with(self, status: int, line: str, code: str) -> None:
+        if self.cycle is None or not self.cycle.response_started:
+            self.transport.write(raw_response(status, line, code))
+        self.transport.close()
+
+
+def protocol(limits: Limits) -> type:
+    """GuardedH11 with `limits`' deadlines and connection cap (uvicorn's Config(http=...))."""
+    return type("GuardedH11", (GuardedH11,), {"limits": limits})

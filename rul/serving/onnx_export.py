@@ -161,7 +161,8 @@ def save_runtime(folder: str | Path, network_spec, networks: list, preprocessor,
     names = ["network.onnx"] if members == 1 else [f"member_{i}.onnx" for i in range(members)]
     for network, name in zip(networks, names):
         export_onnx(network, folder / name, network_spec.window, network_spec.n_features)
-    spec = InferenceSpec.from_network(network_spec, interval, members, preprocessor.fitted(),
-                                      preprocessor.envelope_, names, layout)
+    spec = InferenceSpec.from_network(
+        network_spec, interval=interval, members=members, preprocessing=preprocessor.fitted(),
+        envelope=preprocessor.envelope_, onnx=tuple(names), layout=layout)
     spec.write(folder / SPEC_FILE)
     return spec

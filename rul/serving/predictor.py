@@ -14,6 +14,7 @@ An ensemble model holds `members` networks of one architecture; its prediction i
 """
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -127,86 +128,121 @@ def last_windows(preprocessing, rows: pd.DataFrame, ids, lengths):
     return np.concatenate(units), np.concatenate(windows)
 
 
-def predict_rows(preprocessing, predict_members: Callable[[np.ndarray], np.ndarray],
-                 rows: pd.DataFrame, source="input", params: dict | None = None,
-                 interval: Interval | None = None, envelope=None,
-                 layout: Layout = CMAPSS) -> pd.DataFrame:
+@dataclass(frozen=True)
+class ServedModel:
+    """What predicting rows needs of a model.
+
+    `preprocessing` transforms rows (rul.preprocessing.fitted.FittedPreprocessing, or the
+    Preprocessor that fitted it); `predict_members(windows)` gives each member's prediction
+    of each window, shape (members, windows); the `interval` gives bounds (and, "banded",
+    p_fail_within), the `envelope` flags units outside the training fleet, the `layout` names
+    the data set's columns (C-MAPSS's by default)."""
+
+    preprocessing: object
+    predict_members: Callable[[np.ndarray], np.ndarray]
+    interval: Interval | None = None
+    envelope: object = None  # rul.preprocessing.envelope.Envelope
+    layout: Layout = CMAPSS
+
+    @classmethod
+    def of_torch(cls, preprocessor, model, interval: Interval | None = None,
+                 envelope=None) -> "ServedModel":
+        """A model of torch networks: `model` is a network, or a list of networks (an
+        ensemble: `rul` is their mean, `rul_std` their spread per unit)."""
+        networks = list(model) if isinstance(model, (list, tuple)) else [model]
+        return cls(preprocessor, lambda windows: member_predictions(networks, windows),
+                   interval, envelope)
+
+
+def predict_rows(model: ServedModel, rows: pd.DataFrame, source="input",
+                 params: dict | None = None) -> pd.DataFrame:
     """RUL at the last cycle of each unit in `rows`, one row per unit: the columns of the
-    table (rul.serving.columns) this model gives, in its order: bounds with an `interval`
+    table (rul.serving.columns) `model` gives, in its order: bounds with an interval
     (clipped to [0, rul_cap] like rul), p_fail_within with a "banded" one, rul_std for
-    several members, the flags with an `envelope` (rul.preprocessing.envelope).
+    several members, the flags with an envelope (rul.preprocessing.envelope).
 
     `params` are the request's parameters (PARAMS; check_params fills the defaults):
     short_history, strict and horizon.
 
-    `preprocessing` transforms rows (rul.preprocessing.fitted.FittedPreprocessing, or the
-    Preprocessor that fitted it); `predict_members(windows)` gives each member's prediction
-    of each window, shape (members, windows).
-
-    `rows` are raw rows with `layout`'s columns under the data set's names (C-MAPSS's 26 by
-    default; integer or float columns), checked by validate_rows: each unit's rows
-    contiguous with strictly increasing cycles; the output's first column is the data set's
-    unit column. Give each unit's whole history,
-    not only its last window: sensors are smoothed causally from a unit's first row.
-    A unit with fewer rows than the window is front-padded with its first row and flagged
-    `padded` (short_history="pad", the default), or rejected (short_history="reject").
-    `strict` refuses the request when a unit lies outside the envelope; without it a unit
-    with a value beyond the fleet's range gets the interval [0, rul_cap] and p_fail_within
-    NaN. p_fail_within is the
-    probability of failing within `horizon` cycles, 0 < horizon < rul_cap. Units come out in
-    the order they come in.
+    `rows` are raw rows with the model's layout's columns under the data set's names
+    (C-MAPSS's 26 by default; integer or float columns), checked by validate_rows: each
+    unit's rows contiguous with strictly increasing cycles; the output's first column is the
+    data set's unit column. Give each unit's whole history, not only its last window: sensors
+    are smoothed causally from a unit's first row. A unit with fewer rows than the window is
+    front-padded with its first row and flagged `padded` (short_history="pad", the default),
+    or rejected (short_history="reject"). `strict` refuses the request when a unit lies
+    outside the envelope; without it a unit with a value beyond the fleet's range gets the
+    interval [0, rul_cap] and p_fail_within NaN. p_fail_within is the probability of failing
+    within `horizon` cycles, 0 < horizon < rul_cap. Units come out in the order they come in.
     """
     params = check_params(params)
-    short_history, strict = params["short_history"], params["strict"]
-    horizon = check_horizon(params["horizon"], preprocessing.rul_cap)
-    rows = validate_rows(rows, source, layout)
+    horizon = check_horizon(params["horizon"], model.preprocessing.rul_cap)
+    rows = validate_rows(rows, source, model.layout)
     deadline.check()
     ids, lengths = unit_lengths(rows["unit"].to_numpy())
-    window = preprocessing.window
-    padded = lengths < window
-    if short_history == "reject" and padded.any():
-        listed = ", ".join(f"{layout.unit} {u} has {n} rows"
-                           for u, n in zip(ids[padded], lengths[padded]))
-        raise DataError(source, f"history shorter than the window ({window} "
-                                f"cycles): {listed}")
-    if envelope is not None:
-        labels = preprocessing.conditions(rows[list(layout.settings)].to_numpy())
-        flagged, reasons, beyond = envelope.check(
-            rows, labels, window, whole_history=preprocessing.smoothing_alpha < 1)
-        if strict and flagged.any():
-            raise DataError(source, refusal(ids, reasons, flagged, layout.unit))
+    padded = lengths < model.preprocessing.window
+    if params["short_history"] == "reject" and padded.any():
+        raise DataError(source, _too_short(model, ids[padded], lengths[padded]))
+    flags = _flags(model, rows, ids, params["strict"], source)
     deadline.check()
-    units, windows = last_windows(preprocessing, rows, ids, lengths)
+    units, windows = last_windows(model.preprocessing, rows, ids, lengths)
     deadline.check()
-    member_rul = np.asarray(predict_members(windows), dtype=np.float64)
+    member_rul = np.asarray(model.predict_members(windows), dtype=np.float64)
     rul, spread = average_members(member_rul)
     values = {"unit": units.astype(np.int64), "rul": rul, "padded": padded, "rul_std": spread}
-    # A value or the settings beyond the fleet's range put a unit outside what the interval
-    # was calibrated on: it says so with the widest interval, [0, rul_cap], and an unknown
-    # (NaN) probability of failure, never a narrower interval or a confident 0.
-    unknown = beyond if envelope is not None else np.zeros(len(rul), bool)
-    given = served(interval.method if interval is not None else None, len(member_rul),
-                   envelope is not None)
-    names = {column.name for column in given}
-    output = [layout.unit if column.name == "unit" else column.name for column in given]
-    if "rul_lower" in names:
-        lower, upper = interval.bounds(rul, high=preprocessing.rul_cap)
-        values["rul_lower"] = np.where(unknown, 0.0, lower)
-        values["rul_upper"] = np.where(unknown, float(preprocessing.rul_cap), upper)
-    if "p_fail_within" in names:
-        values["p_fail_within"] = np.where(
-            unknown, np.nan, interval.failure_probability(rul, horizon))
-    if envelope is not None:
-        values["flagged"], values["flag_reason"] = flagged, reasons
+    given = served(model.interval.method if model.interval is not None else None,
+                   len(member_rul), model.envelope is not None)
+    values.update(_uncertainty(model, rul, flags, horizon,
+                               {column.name for column in given}))
+    output = [model.layout.unit if c.name == "unit" else c.name for c in given]
     return pd.DataFrame({name: values[column.name]
                          for name, column in zip(output, given, strict=True)})
 
 
-def predict_frame(preprocessor, model, rows: pd.DataFrame, source="input",
-                  params: dict | None = None, interval: Interval | None = None,
-                  envelope=None, layout: Layout = CMAPSS) -> pd.DataFrame:
+def _too_short(model: ServedModel, ids, lengths) -> str:
+    listed = ", ".join(f"{model.layout.unit} {u} has {n} rows" for u, n in zip(ids, lengths))
+    return (f"history shorter than the window ({model.preprocessing.window} cycles): "
+            f"{listed}")
+
+
+def _flags(model: ServedModel, rows: pd.DataFrame, ids, strict: bool, source):
+    """(flagged, reasons, beyond) of each unit, from the model's envelope (None without one);
+    `strict` refuses the rows when a unit is flagged."""
+    if model.envelope is None:
+        return None
+    preprocessing, layout = model.preprocessing, model.layout
+    labels = preprocessing.conditions(rows[list(layout.settings)].to_numpy())
+    flagged, reasons, beyond = model.envelope.check(
+        rows, labels, preprocessing.window, whole_history=preprocessing.smoothing_alpha < 1)
+    if strict and flagged.any():
+        raise DataError(source, refusal(ids, reasons, flagged, layout.unit))
+    return flagged, reasons, beyond
+
+
+def _uncertainty(model: ServedModel, rul: np.ndarray, flags, horizon: float,
+                 names: set) -> dict:
+    """The bounds, p_fail_within and flags `names` asks for. A value or the settings beyond
+    the fleet's range put a unit outside what the interval was calibrated on: it says so
+    with the widest interval, [0, rul_cap], and an unknown (NaN) probability of failure,
+    never a narrower interval or a confident 0."""
+    values = {}
+    unknown = flags[2] if flags is not None else np.zeros(len(rul), bool)
+    cap = float(model.preprocessing.rul_cap)
+    if "rul_lower" in names:
+        lower, upper = model.interval.bounds(rul, high=cap)
+        values["rul_lower"] = np.where(unknown, 0.0, lower)
+        values["rul_upper"] = np.where(unknown, cap, upper)
+    if "p_fail_within" in names:
+        values["p_fail_within"] = np.where(
+            unknown, np.nan, model.interval.failure_probability(rul, horizon))
+    if flags is not None:
+        values["flagged"], values["flag_reason"] = flags[0], flags[1]
+    return values
+
+
+def predict_frame(preprocessor, model, rows: pd.DataFrame, params: dict | None = None,
+                  interval: Interval | None = None, envelope=None) -> pd.DataFrame:
     """predict_rows with torch networks: `model` is a network, or a list of networks (an
     ensemble: `rul` is their mean, `rul_std` their spread per unit)."""
-    networks = list(model) if isinstance(model, (list, tuple)) else [model]
-    return predict_rows(preprocessor, lambda windows: member_predictions(networks, windows),
-                        rows, source, params, interval, envelope, layout)
+    return predict_rows(ServedModel.of_torch(preprocessor, model, interval, envelope), rows,
+                        params=params)

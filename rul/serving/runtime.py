@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from rul.serving import deadline
-from rul.serving.predictor import predict_rows
+from rul.serving.predictor import ServedModel, predict_rows
 from rul.serving.spec import SPEC_FILE, InferenceSpec
 
 RUNTIME_FOLDER = "inference"  # the pyfunc artifact holding the spec and the ONNX files
@@ -84,5 +84,6 @@ class LeanModel:
         and horizon (p_fail_within's cycles, default 20). Bad rows or parameters raise
         ValueError (rul.data.errors.DataError) naming row, column or unit."""
         spec = self.spec
-        return predict_rows(spec.preprocessing, self.member_predictions, rows, source,
-                            params, spec.interval, spec.envelope, spec.layout)
+        model = ServedModel(spec.preprocessing, self.member_predictions, spec.interval,
+                            spec.envelope, spec.layout)
+        return predict_rows(model, rows, source, params)

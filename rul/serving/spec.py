@@ -51,16 +51,13 @@ class InferenceSpec:
     layout: Layout = CMAPSS  # the columns the model reads, under the data set's names
 
     @classmethod
-    def from_network(cls, network, interval: Interval | None = None, members: int = 1,
-                     preprocessing: FittedPreprocessing | None = None,
-                     envelope: Envelope | None = None, onnx=(), layout: Layout = CMAPSS
-                     ) -> "InferenceSpec":
-        """The spec of a trained rul.models.NetworkSpec (with its interval, members, fitted
-        preprocessing, envelope, ONNX files and the data set's layout)."""
+    def from_network(cls, network, **trained) -> "InferenceSpec":
+        """The spec of a trained rul.models.NetworkSpec, with what else training gives
+        (`trained`: interval, members, preprocessing, envelope, onnx, layout); its track
+        follows from the preprocessing."""
         return cls(network.kind, network.window, network.rul_cap, network.n_features,
-                   dict(network.architecture), interval=interval, members=members,
-                   preprocessing=preprocessing, envelope=envelope, onnx=tuple(onnx),
-                   track=_track_of(preprocessing), layout=layout)
+                   dict(network.architecture), **trained,
+                   track=_track_of(trained.get("preprocessing")))
 
     @classmethod
     def from_dict(cls, values: dict, defaults: dict | None = None) -> "InferenceSpec":
