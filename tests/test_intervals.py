@@ -20,6 +20,8 @@ from rul.evaluation import figures
 from rul.evaluation.conformal import (
     ERROR_LEVELS,
     Interval,
+    Spans,
+    Weighting,
     conformal_quantile,
     fit_banded,
     fit_conformal,
@@ -31,6 +33,7 @@ from rul.evaluation.intervals import (
     BAND_EDGES,
     TAIL_SHARE,
     CalibrationSet,
+    IntervalRecipe,
     calibration_level,
     fit_interval,
 )
@@ -168,7 +171,7 @@ def test_calibration_weighs_engines_not_windows():
     band = Interval(0.9, None, 1, "banded", BAND_EDGES).band([60.0])[0]
     test_like = fit_interval(CalibrationSet(predicted, true, units, 30), 0.9, seed=0,
                              rul_cap=125.0)
-    every_window = fit_banded(predicted, true, 0.9, BAND_EDGES, engines=units)
+    every_window = fit_banded(predicted, true, 0.9, BAND_EDGES, Weighting(engines=units))
     assert (test_like.lower[band], test_like.upper[band]) == (0.0, 20.0)
     assert (every_window.lower[band], every_window.upper[band]) == (0.0, 1.0)
     assert test_like.n_calibration == every_window.n_calibration == 2
@@ -183,10 +186,11 @@ def test_the_shipped_interval_is_cut_at_the_level_validation_chose():
     predicted = np.full(len(units), 60.0)
     calibration = CalibrationSet(predicted, predicted + units - 50.0, units, 30)
     band = Interval(0.9, None, 1, "banded", BAND_EDGES).band([60.0])[0]
-    central = fit_interval(calibration, 0.9, seed=0, rul_cap=125.0, shortest=False)
+    central = fit_interval(calibration, 0.9, seed=0, rul_cap=125.0,
+                           recipe=IntervalRecipe(shortest=False))
     assert (central.lower[band], central.upper[band]) == (-47.0, 46.0)
-    plain = fit_interval(calibration, 0.9, seed=0, rul_cap=125.0, tail_share=1.0,
-                         shortest=False)
+    plain = fit_interval(calibration, 0.9, seed=0, rul_cap=125.0,
+                         recipe=IntervalRecipe(tail_share=1.0, shortest=False))
     assert (plain.lower[band], plain.upper[band]) == (-45.0, 44.0)
     shipped = fit_interval(calibration, 0.9, seed=0, rul_cap=125.0)
     assert shipped.upper[band] - shipped.lower[band] == 92.0  # 93 engines' errors, one apart
@@ -202,9 +206,9 @@ def test_the_shortest_span_leaves_out_what_the_cap_would_cut_anyway():
     lowest 10 % out: 39 wide, and it still holds 90 % of the errors."""
     errors = np.arange(-40.0, 20.0, 0.1)  # 600 errors, evenly spread
     predicted = np.full(len(errors), 120.0)
-    kwargs = dict(level=0.9, high=125.0)
-    central = fit_banded(predicted, predicted + errors, 0.9, (), **kwargs)
-    shortest = fit_banded(predicted, predicted + errors, 0.9, (), shortest=True, **kwargs)
+    central = fit_banded(predicted, predicted + errors, 0.9, (), spans=Spans(0.9, high=125.0))
+    shortest = fit_banded(predicted, predicted + errors, 0.9, (),
+                          spans=Spans(0.9, shortest=True, high=125.0))
     assert central.lower[0] == pytest.approx(-37.0, abs=0.11)
     assert shortest.lower[0] == pytest.approx(-34.0, abs=0.11)
     width = {name: float(np.diff(np.ravel(interval.bounds([120.0], high=125.0)))[0])
@@ -214,7 +218,8 @@ def test_the_shortest_span_leaves_out_what_the_cap_would_cut_anyway():
     held = (errors >= shortest.lower[0]) & (errors <= shortest.upper[0])
     assert held.mean() >= 0.9
     # without the clip the errors are even: every span is as wide, and the central one is kept
-    unclipped = fit_banded(predicted, predicted + errors, 0.9, (), level=0.9, shortest=True)
+    unclipped = fit_banded(predicted, predicted + errors, 0.9, (),
+                           spans=Spans(0.9, shortest=True))
     assert (unclipped.lower, unclipped.upper) == (central.lower, central.upper)
 
 
@@ -230,7 +235,7 @@ def test_the_shortest_span_of_errors_leaning_one_way_is_narrower_and_still_cover
     errors = draw(20000)
     predicted = np.full(len(errors), 60.0)
     central = fit_banded(predicted, predicted + errors, 0.9, ())
-    shortest = fit_banded(predicted, predicted + errors, 0.9, (), shortest=True)
+    shortest = fit_banded(predicted, predicted + errors, 0.9, (), spans=Spans(shortest=True))
     assert (shortest.upper[0] - shortest.lower[0]
             < 0.93 * (central.upper[0] - central.lower[0]))
     fresh = draw(20000)
@@ -306,7 +311,7 @@ def test_a_wider_level_cuts_the_bounds_further_out_and_stretches_the_distributio
     that p_fail read at a bound is the promised tail."""
     errors = np.arange(-500.0, 500.0)  # 1000 errors, one per cycle: quantiles read exactly
     predicted = np.full(1000, 60.0)
-    interval = fit_banded(predicted, predicted + errors, 0.9, (), level=0.92)
+    interval = fit_banded(predicted, predicted + errors, 0.9, (), spans=Spans(0.92))
     assert (interval.lower[0], interval.upper[0]) == (-460.0, 459.0)
     plain = fit_banded(predicted, predicted + errors, 0.9, ())
     assert (plain.lower[0], plain.upper[0]) == (-450.0, 449.0)
@@ -315,7 +320,7 @@ def test_a_wider_level_cuts_the_bounds_further_out_and_stretches_the_distributio
     assert interval.failure_probability([1000.0], 1000 - 460.0)[0] == pytest.approx(0.05,
                                                                                      abs=0.002)
     with pytest.raises(ValueError, match="level between it and 1"):
-        fit_banded(predicted, predicted + errors, 0.9, (), level=0.8)
+        fit_banded(predicted, predicted + errors, 0.9, (), spans=Spans(0.8))
 
 
 def test_failure_probability_reads_the_bands_predictive_distribution():
@@ -352,7 +357,7 @@ def test_failure_probability_is_calibrated_on_exchangeable_engines():
         return predicted.ravel(), true.ravel(), np.repeat(np.arange(n), 30)
 
     predicted, true, units = engines(300)
-    interval = fit_banded(predicted, true, 0.9, BAND_EDGES, engines=units)
+    interval = fit_banded(predicted, true, 0.9, BAND_EDGES, Weighting(engines=units))
     assert interval.n_calibration == 300
     fresh_predicted, fresh_true, _ = engines(1000)
     p_fail = interval.failure_probability(fresh_predicted, 20.0)
@@ -451,7 +456,7 @@ def banded_interval() -> Interval:
     rng = np.random.default_rng(3)
     predicted = rng.uniform(0, 125, 2000)
     return fit_banded(predicted, predicted + rng.normal(0, 5, 2000), 0.9, BAND_EDGES,
-                      engines=np.repeat(np.arange(20), 100))
+                      Weighting(engines=np.repeat(np.arange(20), 100)))
 
 
 def test_spec_stores_a_banded_interval_as_plain_numbers_and_reads_it_back(tmp_path):

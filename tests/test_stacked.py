@@ -19,9 +19,7 @@ from rul.training.run import train
 from rul.training.seeding import seed_everything
 from rul.training.stacked import (
     MemberTraining,
-    StackedMembers,
     build_members,
-    fit_members,
     member_training,
     stacking_problem,
     train_members,
@@ -75,6 +73,22 @@ def test_without_dropout_each_member_trains_as_it_trains_alone(members):
     assert len({round(s.metrics["test_rmse"], 6) for s in stacked}) == 3
 
 
+def test_the_loss_written_once_trains_a_run_and_stacked_members(members, monkeypatch):
+    """The training loss has one home (rul.training.step.rul_loss): changed there, a run and
+    stacked members both train on the new loss, and still agree."""
+    plans = members(epochs=1, ensemble=2)
+    before = [train(plans[0], progress=False).state, *[s.state for s in train_members(plans)]]
+    import rul.training.step
+
+    plain = rul.training.step.rul_loss
+    monkeypatch.setattr(rul.training.step, "rul_loss", lambda *args: 4 * plain(*args))
+    after = [train(plans[0], progress=False).state, *[s.state for s in train_members(plans)]]
+    for old, new in zip(before, after, strict=True):  # the first step: the same weights
+        assert new.history[0]["train_loss_epoch"] != old.history[0]["train_loss_epoch"]
+        np.testing.assert_allclose(new.grad_norms[0], 4 * old.grad_norms[0], rtol=1e-5)
+    np.testing.assert_allclose(after[1].grad_norms, after[0].grad_norms, rtol=1e-5)
+
+
 def test_stacked_members_with_dropout_are_reproducible(members):
     plans = members(dropout=0.5, epochs=2)
     first = [s.state for s in train_members(plans)]
@@ -112,7 +126,7 @@ def test_what_cannot_stack_is_said_and_refused(members, changes, reason):
     plans = members(**changes)
     assert stacking_problem(plans) == reason
     with pytest.raises(ValueError, match=f"members cannot train stacked: {reason[:20]}"):
-        fit_members([plan.network.build() for plan in plans], plans)
+        train_members(plans)
 
 
 def test_what_precision_auto_picked_is_named_when_it_cannot_stack(members, monkeypatch):
@@ -252,12 +266,14 @@ def test_an_interrupted_stacked_ensemble_ends_every_run_killed(write_cmapss, mlf
                                                                monkeypatch):
     seen = []
 
-    def interrupted(self, val, batch_size=4096):  # after the first epoch's steps
+    def interrupted(model, val, batch_size=4096):  # after the first epoch's steps
         seen.extend(r.info.status for r in MlflowClient().search_runs(
             [MlflowClient().get_experiment_by_name(config.experiment_name).experiment_id]))
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(StackedMembers, "validation_rmse", interrupted)
+    import rul.training.engine
+
+    monkeypatch.setattr(rul.training.engine, "validation_rmse", interrupted)
     config = cfg.load(None, {**TINY, "ensemble": 2, "data_dir": str(write_cmapss()),
                              "ensemble_training": "stacked", "register": True})
     assert _interrupted(config) == {"parent": "KILLED", "0": "KILLED", "1": "KILLED"}

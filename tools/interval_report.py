@@ -33,6 +33,8 @@ from rul.data import load_subset
 from rul.evaluation.conformal import (
     DEFAULT_HORIZON,
     Interval,
+    Spans,
+    Weighting,
     fit_banded,
     fit_conformal,
     weighted_quantile,
@@ -136,9 +138,9 @@ def banded(edges, tail_share=1.0, shortest=False):
     """Mondrian bands by predicted RUL, each band's bounds its central span of the errors or
     (`shortest`) its narrowest once clipped to [0, cap]."""
     def fit(calibration, weights, spread, cap):
-        return fit_banded(calibration.predicted, calibration.targets, 0.9, edges, weights,
-                          calibration.units, calibration_level(0.9, tail_share),
-                          shortest=shortest, high=cap), _no_spread
+        return fit_banded(calibration.predicted, calibration.targets, 0.9, edges,
+                          Weighting(weights, calibration.units),
+                          Spans(calibration_level(0.9, tail_share), shortest, cap)), _no_spread
     return fit
 
 
@@ -218,7 +220,7 @@ def fitted_on_test(model: dict) -> dict:
     90 % banded interval of this model could be at best. A bound for reading the widths, never
     a model's interval (nothing is selected on the test units)."""
     interval = fit_banded(model["test_predicted"], model["test_capped"], 0.9, BAND_EDGES,
-                          level=0.9, shortest=True, high=model["cap"])
+                          spans=Spans(0.9, shortest=True, high=model["cap"]))
     return interval_metrics(interval, model["test_predicted"], model["test_capped"],
                             model["cap"])
 

@@ -180,28 +180,77 @@ def fit_conformal(residuals, coverage: float, spread=None) -> Interval:
                     method)
 
 
-def fit_banded(predicted, true, coverage: float, band_edges, weights=None,
-               engines=None, level: float | None = None, shortest: bool = False,
-               high: float | None = None) -> Interval:
+@dataclass(frozen=True)
+class Weighting:
+    """Each calibration point's weight (default equal) and engine (default: every point its
+    own; the engines are counted in n_calibration)."""
+
+    weights: object = None
+    engines: object = None
+
+    def of(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        weights = (np.ones(n) if self.weights is None
+                   else np.asarray(self.weights, dtype=np.float64).ravel())
+        engines = np.arange(n) if self.engines is None else np.asarray(self.engines).ravel()
+        return weights, engines
+
+
+@dataclass(frozen=True)
+class Spans:
+    """How a band's bounds are cut from its errors. `level` (default the coverage, at least
+    it) is the share of the errors the bounds hold, where more than the coverage is needed to
+    cover that share of new engines. `shortest` picks the span of `level` of the band's errors
+    with the narrowest bounds once clipped to [0, `high`] (no upper clip when None; ties go to
+    the most central span), instead of the central one."""
+
+    level: float | None = None
+    shortest: bool = False
+    high: float | None = None
+
+    def bounds(self, errors, weights, predicted, level: float) -> tuple[float, float]:
+        if self.shortest:
+            return _shortest_span(errors, weights, predicted, level, self.high)
+        return _span(errors, weights, (1 - level) / 2, level)
+
+
+def fit_banded(predicted, true, coverage: float, band_edges,
+               weighting: Weighting = Weighting(), spans: Spans = Spans()) -> Interval:
     """The "banded" interval of `coverage` from calibration predictions and their true
-    (capped) RUL: each point weighs `weights` (default equal); `engines` names the engine of
-    each (default: every point its own), counted in n_calibration. A band no calibration
-    point falls in takes the distribution of all of them.
+    (capped) RUL, each point weighed and assigned an engine by `weighting`, each band's bounds
+    cut by `spans`. A band no calibration point falls in takes the distribution of all of
+    them.
 
     The bounds always contain the prediction (a band whose errors all have one sign gets 0 as
-    its bound on the other side). `level` (default `coverage`, at least it) is the share of
-    the errors the bounds hold, where more than `coverage` is needed to cover `coverage` of
-    new engines. `shortest` picks, in each band, the span of `level` of its
-    errors with the narrowest bounds once clipped to [0, `high`] (no upper clip when None;
-    ties go to the most central span), instead of the central one. The stored predictive
-    distribution is stretched alike, its quantile at p the errors' at 0.5 + (p - 0.5) x
-    level / coverage, so that its central `coverage` is the central interval."""
+    its bound on the other side). The stored predictive distribution is stretched as the
+    bounds are, its quantile at p the errors' at 0.5 + (p - 0.5) x level / coverage, so that
+    its central `coverage` is the central interval."""
     predicted = np.asarray(predicted, dtype=np.float64).ravel()
     errors = np.asarray(true, dtype=np.float64).ravel() - predicted
-    weights = (np.ones(len(errors)) if weights is None
-               else np.asarray(weights, dtype=np.float64).ravel())
-    engines = np.arange(len(errors)) if engines is None else np.asarray(engines).ravel()
-    level = coverage if level is None else level
+    weights, engines = weighting.of(len(errors))
+    level = coverage if spans.level is None else spans.level
+    _check_calibration(coverage, level, errors, weights)
+    edges = tuple(float(e) for e in band_edges)
+    if list(edges) != sorted(set(edges)):
+        raise ValueError(f"band edges must increase, got {list(edges)}")
+    band = Interval(float(coverage), None, 0, "banded", edges).band(predicted)
+    lower, upper, quantiles = [], [], []
+    used = weights > 0
+    stretched = 0.5 + (ERROR_LEVELS - 0.5) * level / coverage
+    for index in range(len(edges) + 1):
+        inside = (band == index) & used
+        if not inside.any():
+            inside = used
+        e, w = errors[inside], weights[inside]
+        low, up = spans.bounds(e, w, predicted[inside], level)
+        lower.append(low)
+        upper.append(up)
+        quantiles.append(tuple(float(e.min()) if p <= 0 else weighted_quantile(e, w, min(p, 1))
+                               for p in stretched))
+    return Interval(float(coverage), None, len(np.unique(engines[used])), "banded", edges,
+                    tuple(lower), tuple(upper), tuple(quantiles))
+
+
+def _check_calibration(coverage: float, level: float, errors, weights) -> None:
     if not 0 < coverage <= level < 1:
         raise ValueError(f"coverage must be strictly between 0 and 1 and level between it and "
                          f"1, got {coverage!r} and {level!r}")
@@ -209,27 +258,6 @@ def fit_banded(predicted, true, coverage: float, band_edges, weights=None,
             and weights.sum() > 0):
         raise ValueError("calibration errors and weights must be finite, weights >= 0, "
                          "not all 0")
-    edges = tuple(float(e) for e in band_edges)
-    if list(edges) != sorted(set(edges)):
-        raise ValueError(f"band edges must increase, got {list(edges)}")
-    interval = Interval(float(coverage), None, 0, "banded", edges)
-    band = interval.band(predicted)
-    lower, upper, quantiles = [], [], []
-    used = weights > 0
-    for index in range(len(edges) + 1):
-        inside = (band == index) & used
-        if not inside.any():
-            inside = used
-        e, w = errors[inside], weights[inside]
-        low, up = (_shortest_span(e, w, predicted[inside], level, high) if shortest
-                   else _span(e, w, (1 - level) / 2, level))
-        lower.append(low)
-        upper.append(up)
-        stretched = 0.5 + (ERROR_LEVELS - 0.5) * level / coverage
-        quantiles.append(tuple(float(e.min()) if p <= 0 else weighted_quantile(e, w, min(p, 1))
-                               for p in stretched))
-    return Interval(float(coverage), None, len(np.unique(engines[used])), "banded", edges,
-                    tuple(lower), tuple(upper), tuple(quantiles))
 
 
 def _span(errors, weights, below: float, level: float) -> tuple[float, float]:

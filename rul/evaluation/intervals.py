@@ -19,7 +19,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from rul.evaluation.conformal import DEFAULT_HORIZON, Interval, fit_banded, interval_scores
+from rul.evaluation.conformal import (
+    DEFAULT_HORIZON,
+    Interval,
+    Spans,
+    Weighting,
+    fit_banded,
+    interval_scores,
+)
 from rul.evaluation.truncation import truncation_weights
 
 # Upper edges of the predicted-RUL bands, chosen on validation engines (docs: Concepts,
@@ -66,16 +73,25 @@ def calibration_level(coverage: float, tail_share: float = TAIL_SHARE) -> float:
     return 1 - (1 - coverage) * tail_share
 
 
+@dataclass(frozen=True)
+class IntervalRecipe:
+    """How training cuts its interval: the bands by predicted RUL, the share of the tails
+    left out (calibration_level) and, in each band, the shortest span of its errors once
+    clipped as served (`shortest=False`: the central one)."""
+
+    band_edges: tuple = BAND_EDGES
+    tail_share: float = TAIL_SHARE
+    shortest: bool = True
+
+
 def fit_interval(calibration: CalibrationSet, coverage: float, seed: int, rul_cap: float,
-                 band_edges=BAND_EDGES, tail_share: float = TAIL_SHARE,
-                 shortest: bool = True) -> Interval:
+                 recipe: IntervalRecipe = IntervalRecipe()) -> Interval:
     """The banded interval of `coverage`, its weights drawn with `seed` (the run's split
-    seed): in each band the shortest span of its errors once the bounds are clipped to
-    [0, rul_cap] as served (`shortest=False`: the central one)."""
+    seed), cut by `recipe` with the bounds clipped to [0, rul_cap] as served."""
     weights = truncation_weights(calibration.units, calibration.window, seed)
-    return fit_banded(calibration.predicted, calibration.targets, coverage, band_edges,
-                      weights, calibration.units, calibration_level(coverage, tail_share),
-                      shortest=shortest, high=rul_cap)
+    spans = Spans(calibration_level(coverage, recipe.tail_share), recipe.shortest, rul_cap)
+    return fit_banded(calibration.predicted, calibration.targets, coverage, recipe.band_edges,
+                      Weighting(weights, calibration.units), spans)
 
 
 def interval_metrics(interval: Interval, predicted, true_capped, rul_cap: float,

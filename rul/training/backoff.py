@@ -58,8 +58,7 @@ class BackoffStep:
                 global_total: int | None = None) -> StepResult:
         """The step at the current micro-batch size, once, with no back-off (what a CUDA
         graph captures: it reads no random state back)."""
-        micro_batches, weights = rank_share(self.data,
-                                            list(indices.split(self.micro_batch_size)),
-                                            global_total or len(indices),
-                                            self.settings.world_size)
+        micro_batches, weights = rank_share(  # stacked members: (members, batch) indices
+            self.data, list(indices.split(self.micro_batch_size, dim=-1)),
+            global_total or indices.shape[-1], self.settings.world_size)
         return optimizer_step(model, optimizer, scaler, micro_batches, self.settings, weights)

@@ -58,6 +58,15 @@ def effective_batches(n: int, batch_size: int, seed: int, epoch: int, world: Wor
         yield batch[world.rank::world.size]
 
 
+def member_batches(n: int, batch_size: int, seeds: list[int], epoch: int,
+                   device: torch.device | None = None):
+    """Yield, per optimizer step, each of stacked members' effective batch of indices as
+    effective_batches draws it for that member's shuffle seed: (members, batch) indices."""
+    orders = [effective_batches(n, batch_size, seed, epoch, device=device) for seed in seeds]
+    for indices in zip(*orders, strict=True):
+        yield torch.stack(indices)
+
+
 def micro_batch_split(effective_batch_size: int, micro_batch_size: int) -> str | None:
     """'256 + 244' (or '62 x 8 + 4') when the micro-batches do not divide the effective
     batch, so that its last micro-batch is short; None when B = micro x K."""

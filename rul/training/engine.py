@@ -9,15 +9,16 @@ outside world hears (listener.py).
 """
 
 import time
+from functools import partial
 
 import torch
-from tqdm.auto import tqdm
 
 from rul.training import checkpoint, cuda_graph
 from rul.training.backoff import BackoffStep
-from rul.training.batching import WindowBatches, effective_batches
+from rul.training.batching import WindowBatches
 from rul.training.distributed import collectives, epoch_seed, global_batch_size
 from rul.training.listener import TrainingListener
+from rul.training.members import Members
 from rul.training.optim import TrainingParts, steps_per_epoch
 from rul.training.peak_memory import peak_memory_mb
 from rul.training.predict import validation_rmse
@@ -37,53 +38,79 @@ def fit(model, plan, listener: TrainingListener | None = None, checkpointer=None
     On CUDA the loop never waits for the GPU inside an epoch: each step's record stays on
     the device and is read once at the epoch's end, with validation (`StepLog`); a run of
     one process replays each step from a CUDA graph (cuda_graph.py)."""
+    parts = TrainingParts(model, plan.config, plan.precision, _total_steps(plan))
+    members = Members([plan], [listener], [_resumed(parts, plan)])
+    _train(parts, plan, members, checkpointer, progress)
+    members.state.restore_best(model)
+    return members.state
+
+
+def fit_members(stacked, plans: list, listeners: list | None = None,
+                progress: bool = False) -> list[TrainState]:
+    """Train an ensemble's members at once, `stacked` into one network
+    (rul.models.stacking.StackedNetwork), each `plans[i]` with its own batch order, early
+    stopping and listener, by the same epoch loop and step as one run; return their states
+    (their best weights: state.best_weights; the stack holds the last ones)."""
+    plan = plans[0]
+    parts = TrainingParts(stacked, plan.config, plan.precision, _total_steps(plan))
+    members = Members(plans, listeners or [None] * len(plans), [TrainState() for _ in plans])
+    _train(parts, plan, members, None, progress)
+    return members.states
+
+
+def _total_steps(plan) -> int:
+    return plan.config.epochs * steps_per_epoch(len(plan.data.train), plan.global_batch_size)
+
+
+def _train(parts: TrainingParts, plan, members: Members, checkpointer, progress: bool) -> None:
+    """The epoch loop: each epoch's steps, validation, early stopping and checkpoint."""
     config, world, device = plan.config, plan.world, plan.device
-    listener = listener or TrainingListener()
     train, val = WindowBatches(plan.data.train, device), WindowBatches(plan.data.val, device)
-    batch_size = plan.global_batch_size
-    per_epoch = steps_per_epoch(len(train), batch_size)
-    parts = TrainingParts(model, config, plan.precision, config.epochs * per_epoch)
     step = BackoffStep(train, StepSettings.of(config, plan.precision, world.size),
                        config.micro_batch_size, config.effective_batch_size)  # halves on OOM
-    state = _resumed(parts, plan)
-    steps = RunSteps(world.wrap(model), parts, step, world)  # DDP: rank 0's weights everywhere
-
-    while state.epoch < config.epochs and state.bad_epochs < config.patience:
-        model.train()
+    steps = RunSteps(world.wrap(parts.model), parts, step, world,  # DDP: rank 0's weights
+                     graph=not members.stacked)
+    while members.training(config.epochs, config.patience):
+        parts.model.train()
         if world.distributed:  # dropout: seeded per rank and epoch (distributed.py)
-            torch.manual_seed(epoch_seed(plan.seeds.torch, world.rank, state.epoch))
-        started, sizes, results = time.perf_counter(), [], []
-        batches = effective_batches(len(train), batch_size, plan.seeds.shuffle, state.epoch,
-                                    world, device)
-        bar = _progress_bar(batches, per_epoch, state, config.epochs, progress)
-        for indices in bar:
-            sizes.append(global_batch_size(len(train), batch_size, len(sizes)))
-            with collectives():
-                result = steps(indices, sizes[-1])
-                if result is not None:  # decided on the host (a CPU): recorded now
-                    _record(state, listener, result)
-                    results.append(result)
-                    bar.set_postfix(loss=f"{result.loss:.4f}", grad=f"{result.grad_norm:.2f}",
-                                    refresh=False)
-        for result in steps.read():  # decided on the device: the epoch's records, read once
-            _record(state, listener, result)
-            results.append(result)
+            torch.manual_seed(epoch_seed(plan.seeds.torch, world.rank, members.state.epoch))
+        started = time.perf_counter()
+        sizes = _epoch_steps(steps, members, train, plan, progress)
         parts.end_epoch()
         seconds = time.perf_counter() - started
         # rank 0's validation RMSE on every rank: they all stop at the same epoch
         val_rmse = world.broadcast(validation_rmse(parts.evaluated, val))
-        state.end_epoch(val_rmse, parts.evaluated)
-        metrics = epoch_metrics(results, sizes, seconds, val_rmse,
-                                (step.micro_batch_size, step.accumulation_steps), device)
-        state.history.append(metrics)
+        split = (step.micro_batch_size, step.accumulation_steps)
+        metrics = members.end_epoch(val_rmse, parts.evaluated, partial(
+            epoch_metrics, sizes=sizes, seconds=seconds, split=split, device=device))
         if progress:
-            _print_epoch(state, metrics)
+            members.print_epoch(metrics)
         if checkpointer is not None:
-            checkpointer.save(parts, state)
-        listener.on_epoch(state.epoch, state.step, metrics)
+            checkpointer.save(parts, members.state)
+        members.tell()
 
-    state.restore_best(model)
-    return state
+
+def _epoch_steps(steps: "RunSteps", members: Members, train: WindowBatches, plan,
+                 progress: bool) -> list[int]:
+    """One epoch's steps, each result recorded (on the host at once; on the device, read at
+    its end); returns each step's global batch size."""
+    batch_size, epoch = plan.global_batch_size, members.state.epoch
+    batches = members.batches(len(train), batch_size, epoch, plan.world, plan.device)
+    bar = members.progress_bar(batches, steps_per_epoch(len(train), batch_size),
+                               plan.config.epochs, progress)
+    sizes = []
+    for indices in bar:
+        sizes.append(global_batch_size(len(train), batch_size, len(sizes)))
+        with collectives():
+            result = steps(indices, sizes[-1])
+            if result is not None:  # decided on the host (a CPU): recorded now
+                members.record(result)
+                if not members.stacked:
+                    bar.set_postfix(loss=f"{result.loss:.4f}", grad=f"{result.grad_norm:.2f}",
+                                    refresh=False)
+    for result in steps.read():  # decided on the device: the epoch's records, read once
+        members.record(result)
+    return sizes
 
 
 class RunSteps:
@@ -92,12 +119,13 @@ class RunSteps:
     kept there until `read` at the epoch's end, replayed from a CUDA graph in a run of one
     process. The schedule and weight average follow each step (TrainingParts.after_step)."""
 
-    def __init__(self, trained, parts: TrainingParts, step: BackoffStep, world):
+    def __init__(self, trained, parts: TrainingParts, step: BackoffStep, world,
+                 graph: bool = True):
         self.trained, self.parts, self.step, self.world = trained, parts, step, world
         self.device = step.settings.precision.device
         self.log = StepLog()
         self.graphed = None  # one process on CUDA: each batch size replays its captured step
-        if (parts.on_device and self.device.type == "cuda" and not world.distributed
+        if (graph and parts.on_device and self.device.type == "cuda" and not world.distributed
                 and cuda_graph.ENABLED):
             self.graphed = cuda_graph.GraphedStep(self._eager, self._captured, self.device)
 
@@ -159,18 +187,3 @@ def _resumed(parts: TrainingParts, plan) -> TrainState:
     return TrainState.from_dict(plan.resume["train_state"])
 
 
-def _record(state: TrainState, listener: TrainingListener, result: StepResult) -> None:
-    state.record_step(result)
-    listener.on_step(state.step, result)
-
-
-def _progress_bar(batches, total: int, state: TrainState, epochs: int, progress: bool):
-    last = f"  last val RMSE {state.history[-1]['val_rmse']:.2f}" if state.history else ""
-    return tqdm(batches, total=total, disable=not progress, leave=False, unit="step",
-                desc=f"epoch {state.epoch + 1}/{epochs}{last}")
-
-
-def _print_epoch(state: TrainState, metrics: dict) -> None:
-    tqdm.write(f"epoch {state.epoch:3d}  train_loss {metrics['train_loss_epoch']:.5f}  "
-               f"val_rmse {metrics['val_rmse']:6.2f}  best {state.best_val_rmse:6.2f}"
-               f"@{state.best_epoch}  {metrics['samples_per_s']:,.0f} samples/s")

@@ -116,13 +116,15 @@ class TrainingParts:
         return self.average.module if self.average is not None else self.model
 
     def after_step(self, result: StepResult) -> None:
-        """Schedule and weight average move only when the optimizer really stepped."""
+        """Schedule and weight average move only when the optimizer really stepped (stacked
+        members: unless every member's step was skipped)."""
         if self.on_device:
+            skipped = ~result.stepped
             if self.schedule is not None:
-                self.schedule.after_step(result.skipped)
+                self.schedule.after_step(skipped)
             if self.average is not None:
-                average_on_device(self.average, self.model, result.skipped, self.decay)
-        elif not result.skipped:
+                average_on_device(self.average, self.model, skipped, self.decay)
+        elif result.stepped:
             if self.scheduler is not None:
                 self.scheduler.step()
             if self.average is not None:

@@ -9,9 +9,11 @@ from rul.training.batching import WindowBatches
 
 @torch.inference_mode()
 def _predicted(model, batches: WindowBatches, batch_size: int) -> torch.Tensor | None:
+    """The predictions in order along the last axis ((members, windows) for stacked members:
+    rul.models.stacking)."""
     model.eval()
     outputs = [model(x).float() for x, _ in batches.in_order(batch_size)]
-    return torch.cat(outputs) if outputs else None
+    return torch.cat(outputs, dim=-1) if outputs else None
 
 
 def predict_windows(model, batches: WindowBatches, batch_size: int = 4096):
@@ -25,13 +27,19 @@ def predict_windows(model, batches: WindowBatches, batch_size: int = 4096):
 
 
 @torch.inference_mode()
-def validation_rmse(model, batches: WindowBatches, batch_size: int = 4096) -> float:
-    """The RMSE of `model` over `batches` (float64, as evaluation.metrics.rmse). On a GPU it is
-    computed there and one number is read: the epoch's only wait for the device."""
+def validation_rmse(model, batches: WindowBatches, batch_size: int = 4096) -> float | list:
+    """The RMSE of `model` over `batches` (float64, as evaluation.metrics.rmse; stacked
+    members: one each, a list). On a GPU it is computed there and read at once: the epoch's
+    only wait for the device."""
     if batches.targets.device.type == "cpu":
-        return rmse(predict_windows(model, batches, batch_size), batches.targets)
+        predicted = predict_windows(model, batches, batch_size)
+        if predicted.ndim == 2:
+            return [rmse(member, batches.targets) for member in predicted]
+        return rmse(predicted, batches.targets)
     predicted = _predicted(model, batches, batch_size)
     if predicted is None:
         return float("nan")
     error = predicted.double() - batches.targets.double()
+    if error.dim() == 2:
+        return error.square().mean(dim=-1).sqrt().tolist()
     return error.square().mean().sqrt().item()
