@@ -180,3 +180,22 @@ def test_a_missing_store_is_one_line_and_writes_nothing(tmp_path):
     assert result.output.strip() == (f"Error: sqlite:///{tmp_path}/none.db: no MLflow store "
                                      "there (set --tracking-uri or MLFLOW_TRACKING_URI)")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_fleets_evaluation_has_its_own_section_not_fd001s_tables():
+    from rul.reporting.pages import results_page
+    from rul.reporting.records import ResultRecord
+
+    def record(dataset, rmse):
+        return ResultRecord(config=f"{dataset}.yaml", include_cycle=False, recipe=dataset,
+                            seeds=[0, 1], metrics={"test_rmse": (rmse, 0.5)}, machine="m",
+                            precision="fp32", torch="2.13.0", commit="abc1234",
+                            date="2026-11-28", command=f"rul evaluate {dataset}.yaml",
+                            source="run 1234abcd", dataset=dataset)
+
+    page = results_page([record("FD001", 12.5), record("fleet", 17.25)], [], "rul report",
+                        "mlflow.db", [])
+    fd001, fleet = page.split("## Data set `fleet`")
+    assert "17.25" not in fd001 and "12.50" in fd001.split("## Sensors only")[1]
+    assert "17.25" in fleet.split("### Sensors only")[1] and "12.50" not in fleet
+    assert "published" not in fleet and "not comparable with FD001's" in fleet

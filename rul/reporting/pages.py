@@ -104,9 +104,33 @@ def decisions_list(decisions: list[dict]) -> list[str]:
     return lines
 
 
+COMPARED = "FD001"  # the data set of the page's main tables and of the published figures
+
+
+def dataset_sections(records: list[ResultRecord]) -> list[str]:
+    """A section per other data set (another C-MAPSS subset, a user's own fleet): its rows on
+    each track, measured on its own test engines (given, or held out and cut off as C-MAPSS's
+    are), never compared with FD001's published figures."""
+    lines = []
+    for name in sorted({r.dataset for r in records}):
+        mine = [r for r in records if r.dataset == name]
+        lines += [f"## Data set `{name}`", "",
+                  f"Evaluations on `{name}`'s own test engines (its test file, or the share of "
+                  "its engines held out by the seeded split and cut off as C-MAPSS's test "
+                  "engines are: [Train on your own fleet](guides/fleet.md)). Its figures are "
+                  "not comparable with FD001's.", ""]
+        for include_cycle, title in TRACKS.items():
+            chosen = _order([r for r in mine if r.include_cycle == include_cycle])
+            if chosen:
+                lines += [f"### {title.capitalize()}", "", *track_tables(chosen)]
+    return lines
+
+
 def results_page(records: list[ResultRecord], decisions: list[dict], command: str,
                  store: str, figures: list[tuple[str, str]]) -> str:
     runs = sum(r.source != "recorded" for r in records)
+    others = [r for r in records if r.dataset != COMPARED]
+    records = [r for r in records if r.dataset == COMPARED]
     lines = [
         NOTICE.format(command=command), "",
         "# Results", "",
@@ -137,6 +161,7 @@ def results_page(records: list[ResultRecord], decisions: list[dict], command: st
                       "`make train CONFIG=experiments/fd001_age.yaml` trains this track, "
                       "`make train` the sensors alone.", ""]
         lines += track_tables(chosen) if chosen else ["No evaluation on this track yet.", ""]
+    lines += dataset_sections(others)
     if figures:
         lines += ["## What the predictions look like", ""]
         for path, caption in figures:

@@ -53,6 +53,7 @@ class ResultRecord:
     source: str  # "run <id>" or "recorded"
     note: str = ""
     extra: dict = field(default_factory=dict)
+    dataset: str = "FD001"  # the data set's name: C-MAPSS's subset, or a data: section's name
 
     @property
     def track(self) -> str:
@@ -130,6 +131,7 @@ def evaluation_record(client, run) -> ResultRecord:
         torch=seed_tags.get("torch_version", NA), commit=commit,
         date=started.strftime("%Y-%m-%d"), command=evaluate_command(config_file, diff, n_seeds),
         source=f"run {run.info.run_id[:8]}", extra={"run_id": run.info.run_id},
+        dataset=config.dataset_name,
         note=f"{n_seeds} seed(s): indicative only" if n_seeds < FEW_SEEDS else "")
 
 
@@ -163,7 +165,7 @@ def read_recorded(path: Path) -> tuple[list[ResultRecord], list[dict]]:
                 torch=str(entry.get("torch", NA)), commit=str(entry.get("commit", NA)),
                 date=str(entry.get("date", NA)),
                 command=evaluate_command(config_file, overrides, len(entry["seeds"])),
-                source="recorded", note=entry.get("note", "")))
+                source="recorded", note=entry.get("note", ""), dataset=config.dataset_name))
         except (KeyError, TypeError, ValueError, IndexError) as error:
             raise cfg.ConfigError(f"{where}: {error}") from None
     return records, list(data.get("decisions", []))
