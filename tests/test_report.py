@@ -199,3 +199,10 @@ def test_a_fleets_evaluation_has_its_own_section_not_fd001s_tables():
     assert "17.25" not in fd001 and "12.50" in fd001.split("## Sensors only")[1]
     assert "17.25" in fleet.split("### Sensors only")[1] and "12.50" not in fleet
     assert "published" not in fleet and "not comparable with FD001's" in fleet
+
+
+def test_a_data_sections_params_rebuild_its_config():
+    from rul.tracking.run_logging import config_params
+
+    config = cfg.load(ROOT / "experiments" / "fleet.yaml", {"epochs": 3})
+    assert config_from_params(config_params(config)) == config

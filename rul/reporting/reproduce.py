@@ -16,7 +16,12 @@ EXTRA_PARAMS = {"seeds", "world_size"}
 
 def config_from_params(params: dict[str, str]) -> cfg.TrainConfig:
     """The evaluated TrainConfig rebuilt from a run's params (strings as MLflow keeps them)."""
-    values = {k: yaml.safe_load(v) for k, v in params.items() if k not in EXTRA_PARAMS}
+    values = {}
+    for key, value in params.items():  # a section (data:) was logged one param per key
+        if key not in EXTRA_PARAMS:
+            section, _, sub = key.partition(".")
+            into = values.setdefault(section, {}) if sub else values
+            into[sub or key] = yaml.safe_load(value)
     return cfg.build(values, source="params")
 
 
