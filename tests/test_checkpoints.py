@@ -247,6 +247,18 @@ def left_running(client, run_id: str) -> None:
     client.update_run(run_id, status="RUNNING")
 
 
+def _left_running(store, config):
+    """(client, run): the seed's run, RUNNING because the store could not take its end, and
+    marked as its process having ended."""
+    client = MlflowClient(store.uri)
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name(config.experiment_name).experiment_id],
+        filter_string=f"params.seed = '{config.seed}'")
+    assert run.info.status == "RUNNING"  # the store could not take it
+    left_running(client, run.info.run_id)  # and its process ended
+    return client, run
+
+
 def resume(args, *more):
     return CliRunner().invoke(main, ["train", *args, "--no-progress", "--resume", *more])
 
@@ -436,12 +448,7 @@ def test_a_full_disk_is_one_line_leaves_no_part_file_and_the_run_is_closed(synth
            "disk is full); the next rul command in this experiment closes it" in lines[-2]
     assert "Traceback" not in result.output
     assert not list(Path(config.checkpoint_dir).glob("*.part"))
-    client = MlflowClient(store.uri)
-    (run,) = client.search_runs(
-        [client.get_experiment_by_name(config.experiment_name).experiment_id],
-        filter_string=f"params.seed = '{config.seed}'")
-    assert run.info.status == "RUNNING"  # the store could not take it
-    left_running(client, run.info.run_id)  # and its process ended
+    client, run = _left_running(store, config)
     other = [a for a in args if not a.startswith("seed=")] + [f"seed={config.seed + 7}"]
     again = CliRunner().invoke(main, ["train", *other, "--no-progress"])
     assert again.exit_code == 0, again.output
@@ -653,12 +660,7 @@ def test_a_store_that_turns_read_only_mid_run_is_one_line_and_resume_logs_every_
                          "database): make it writable, then run the command again (a run with a "
                          "checkpoint continues with --resume)")
     assert len(lines) <= 3 and "Traceback" not in result.output, lines
-    client = MlflowClient(store.uri)
-    (run,) = client.search_runs(
-        [client.get_experiment_by_name(config.experiment_name).experiment_id],
-        filter_string=f"params.seed = '{config.seed}'")
-    assert run.info.status == "RUNNING"  # the store could not take it
-    left_running(client, run.info.run_id)  # and its process ended
+    client, run = _left_running(store, config)
 
     again = resume(args)
     assert again.exit_code == 0, again.output
