@@ -6,8 +6,6 @@ micro-batch under `accelerator.accumulate(model)` with `accelerator.backward`,
 micro-batch (Accelerate skips them between syncs); the validation RMSE after each epoch.
 Accelerate divides each micro-batch's loss by K and syncs at the end of the DataLoader."""
 
-import time
-
 import torch
 
 from bench.peers.common import EpochClock, MicroBatches, Setup, last_val_rmse, measured
@@ -20,7 +18,8 @@ def train(setup: Setup) -> dict:
 
     config, device = setup.config, setup.device
     model = setup.model()
-    started = time.perf_counter()
+    setup.baton.turn()
+    started = setup.start()
     accelerator = Accelerator(gradient_accumulation_steps=config.accumulation_steps,
                               mixed_precision=MIXED_PRECISION[setup.precision.name],
                               cpu=device.type == "cpu")
@@ -30,6 +29,8 @@ def train(setup: Setup) -> dict:
     model, optimizer, loader, schedule = accelerator.prepare(model, optimizer, loader,
                                                              setup.schedule(optimizer))
     for epoch in range(config.epochs):
+        if epoch:
+            setup.baton.turn()
         micro.set_epoch(epoch)
         model.train()
         clock.start()
@@ -43,6 +44,6 @@ def train(setup: Setup) -> dict:
                 optimizer.zero_grad(set_to_none=True)
         clock.stop()
         last_val_rmse(setup, model)  # each epoch's validation (in the prepared precision)
-    wall = time.perf_counter() - started
+    wall = setup.seconds_since(started)
     final = accelerator.unwrap_model(model, keep_fp32_wrapper=False)  # float32, as rul's
     return measured(setup, wall, clock.seconds, last_val_rmse(setup, final))

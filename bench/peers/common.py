@@ -35,6 +35,25 @@ def bench_config(epochs: int, dry: bool, device: str):
     return cfg.load(RECIPE, {**changes, **(TINY if dry else {})})
 
 
+class Baton:
+    """Whose turn it is: each loop's process trains one epoch (its validation included) per
+    turn, the others waiting, so that a busy machine slows every loop alike (bench/peers/
+    runner.py deals the turns). A loop takes a turn before its setup and before each epoch
+    but the first; the seconds it waits are not its time. Without a connection (one loop
+    alone) every turn is at once."""
+
+    def __init__(self, conn=None):
+        self.conn, self.waited = conn, 0.0
+
+    def turn(self) -> None:
+        if self.conn is None:
+            return
+        started = time.perf_counter()
+        self.conn.send(("turn", None))
+        self.conn.recv()
+        self.waited += time.perf_counter() - started
+
+
 @dataclass
 class Setup:
     """One loop's inputs, identical in every loop's process."""
@@ -44,9 +63,20 @@ class Setup:
     data: object  # rul.preprocessing.prepared.PreparedData
     network: object  # rul.models.spec.NetworkSpec
     precision: object  # rul.training.precision.Precision
+    baton: Baton = field(default_factory=Baton)
+
+    def start(self) -> tuple[float, float]:
+        """Now, for `seconds_since`: the time, and the seconds waited for turns so far."""
+        return time.perf_counter(), self.baton.waited
+
+    def seconds_since(self, started: tuple[float, float]) -> float:
+        """Seconds since `started` (`start()`) less those spent waiting for a turn since."""
+        synchronize(self.device)
+        at, waited = started
+        return time.perf_counter() - at - (self.baton.waited - waited)
 
     @classmethod
-    def of(cls, epochs: int, dry: bool) -> "Setup":
+    def of(cls, epochs: int, dry: bool, baton: Baton | None = None) -> "Setup":
         from rul.data import load_subset
         from rul.models.spec import NetworkSpec
         from rul.preprocessing.prepared import prepare_data
@@ -64,7 +94,7 @@ class Setup:
         precision = resolve_precision(config.precision, resolve_device(config.device),
                                       config.model)
         return cls(config, seeds, data, NetworkSpec.of(config, data.preprocessor.n_features),
-                   precision)
+                   precision, baton or Baton())
 
     @property
     def device(self) -> torch.device:

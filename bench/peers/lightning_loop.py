@@ -6,7 +6,6 @@ rul's loop here does none of those either. Lightning divides each micro-batch's 
 steps on the epoch's last micro-batch even when its accumulation is short."""
 
 import logging
-import time
 import warnings
 
 import torch
@@ -33,6 +32,8 @@ def _module(setup: Setup, model, micro: MicroBatches, clock: EpochClock):
             return (self.model(x).float() - y).square().sum()
 
         def on_train_epoch_start(self):
+            if self.current_epoch:
+                setup.baton.turn()
             micro.set_epoch(self.current_epoch)
             clock.start()
 
@@ -67,7 +68,8 @@ def train(setup: Setup) -> dict:
     warnings.filterwarnings("ignore", module="lightning")
     config, device = setup.config, setup.device
     model = setup.model()
-    started = time.perf_counter()
+    setup.baton.turn()
+    started = setup.start()
     micro, clock = MicroBatches(setup), EpochClock(device)
     loader = torch.utils.data.DataLoader(micro, batch_size=None, shuffle=False)
     val = torch.utils.data.DataLoader(InOrder(setup.batches("val")), batch_size=None)
@@ -78,5 +80,5 @@ def train(setup: Setup) -> dict:
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, num_sanity_val_steps=0)
     trainer.fit(_module(setup, model, micro, clock), loader, val)
-    wall = time.perf_counter() - started
+    wall = setup.seconds_since(started)
     return measured(setup, wall, clock.seconds, last_val_rmse(setup, model))

@@ -4,8 +4,6 @@ unscale, clip, step, update, zero_grad(set_to_none=True); torch's cosine schedul
 validation RMSE after each epoch. (nanoGPT runs a CPU without autocast; here the precision is
 rul's, bf16 autocast on a CPU with native bf16.)"""
 
-import time
-
 import torch
 
 from bench.peers.common import EpochClock, Setup, last_val_rmse, measured
@@ -14,13 +12,16 @@ from bench.peers.common import EpochClock, Setup, last_val_rmse, measured
 def train(setup: Setup) -> dict:
     config, device = setup.config, setup.device
     model = setup.model()
-    started = time.perf_counter()
+    setup.baton.turn()
+    started = setup.start()
     windows = setup.batches("train")
     optimizer = setup.optimizer(model)
     schedule = setup.schedule(optimizer)
     scaler = torch.amp.GradScaler(device.type, enabled=setup.precision.name == "fp16")
     k, clock = config.accumulation_steps, EpochClock(device)
     for epoch in range(config.epochs):
+        if epoch:
+            setup.baton.turn()
         model.train()
         clock.start()
         for micro_batches in setup.effective_batches(epoch):
@@ -37,5 +38,4 @@ def train(setup: Setup) -> dict:
             schedule.step()
         clock.stop()
         val_rmse = last_val_rmse(setup, model)  # each epoch's validation, as every loop's
-    wall = time.perf_counter() - started
-    return measured(setup, wall, clock.seconds, val_rmse)
+    return measured(setup, setup.seconds_since(started), clock.seconds, val_rmse)
