@@ -5,6 +5,7 @@ slows every loop alike (as bench/speed.py interleaves its paths). The figures si
 as ratios to the plain loop."""
 
 import multiprocessing
+import os
 import time
 
 import torch
@@ -112,13 +113,15 @@ def bench_peers(epochs: int = 5, dry: bool = False) -> dict:
     if dry:
         epochs = 2
     loops, skipped = chosen_loops()
-    started = time.perf_counter()
+    started, load = time.perf_counter(), os.getloadavg()[0]
     results = run_loops(loops, epochs, dry)
+    load = f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     first = results[REFERENCE]
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     where = (f"{first['device']} {first['precision']}, {epochs} epochs of {first['windows']} "
              f"windows{' (dry run: 10 engines, a tiny DCNN)' if dry else ''}, "
-             f"{torch.get_num_threads()} CPU threads, {gpu}, torch {torch.__version__}")
+             f"{torch.get_num_threads()} CPU threads ({load} over {os.cpu_count()} CPUs), "
+             f"{gpu}, torch {torch.__version__}")
     print(f"peers: {where}; {time.perf_counter() - started:.0f} s in all")
     rows = rows_of(results)
     print(f"{COLUMNS[0]:20} " + " ".join(f"{c:>18}" for c in COLUMNS[1:]))
