@@ -16,14 +16,19 @@
   members   5 ensemble members trained at once (stacked) vs one alone and vs the 5 one after
             another (fp32, and at precision auto): time, and each member's per-step
             difference from training it alone (bench/members.py)
+  peers     the default recipe trained by rul's loop, PyTorch Lightning, Hugging Face
+            Accelerate and a plain nanoGPT-style loop, each in its own process: samples/s and
+            wall time as ratios to the plain loop, and the validation RMSE each reaches
+            (bench/peers/; Lightning and Accelerate from the `peers` extra, skipped when
+            missing; --epochs N (5), --dry-run: 2 epochs of 10 engines, a tiny DCNN)
   serving   the served model (default network, 1 epoch): peak memory per body format, the
             worst body and FD001's rows; one-engine latency alone and with a maximal body in
             flight; hostile clients (1,000 slow connections, 4 maximal bodies at once, each
             thing clients do wrong) (bench/serving.py; --quick: smaller; ~5 min)
 
-python -m bench [data|engine|tracking|accuracy|memory|speed|mistakes|lean|members|serving
-                 ...]
-                [--quick] [--compile] [--json DIR]
+python -m bench [data|engine|tracking|accuracy|memory|speed|mistakes|lean|members|peers|
+                 serving ...]
+                [--quick] [--compile] [--epochs N] [--dry-run] [--json DIR]
 (default: data engine tracking memory speed)
 
 --json DIR writes each bench's result to DIR/<bench>-<UTC time>.json with the machine it ran
@@ -264,6 +269,12 @@ def bench_members():
     return run(epochs=1 if QUICK else 3)
 
 
+def bench_peers():
+    from bench.peers.runner import bench_peers as run
+
+    return run(epochs=EPOCHS, dry=DRY_RUN)
+
+
 def _summary(values: dict) -> dict:
     """A bench whose result is a few named figures: one table of what and measured."""
     return {"columns": ["what", "measured"], "rows": [[k, v] for k, v in values.items()]}
@@ -296,32 +307,45 @@ def write_result(folder: Path, name: str, result: dict, argv: list[str],
     return path
 
 
-QUICK = COMPILE = False
+QUICK = COMPILE = DRY_RUN = False
+EPOCHS = 5  # bench peers
+
+
+def _option(argv: list[str], flag: str, example: str) -> tuple[str | None, list[str]]:
+    """The value after `flag` in `argv` (None without the flag), and argv without both."""
+    if flag not in argv:
+        return None, argv
+    at = argv.index(flag)
+    if at + 1 >= len(argv):
+        sys.exit(f"{flag} needs a value, e.g. {flag} {example}")
+    return argv[at + 1], argv[:at] + argv[at + 2:]
 
 
 def main(argv):
-    global QUICK, COMPILE
+    global QUICK, COMPILE, DRY_RUN, EPOCHS
     given = list(argv)
-    json_dir = None
-    if "--json" in argv:
-        at = argv.index("--json")
-        if at + 1 >= len(argv):
-            sys.exit("--json needs a folder, e.g. --json bench/results")
-        json_dir = Path(argv[at + 1])
-        argv = argv[:at] + argv[at + 2:]
-    QUICK, COMPILE = "--quick" in argv, "--compile" in argv
+    folder, argv = _option(argv, "--json", "bench/results")
+    json_dir = Path(folder) if folder is not None else None
+    epochs, argv = _option(argv, "--epochs", "5")
+    if epochs is not None:
+        if not epochs.isdigit() or int(epochs) < 1:
+            sys.exit(f"--epochs {epochs}: must be a whole number >= 1")
+        EPOCHS = int(epochs)
+    QUICK, COMPILE, DRY_RUN = "--quick" in argv, "--compile" in argv, "--dry-run" in argv
     if "--sensors-only" in argv:  # the default model without the engine's age (14 inputs):
         os.environ["RUL_BENCH_FEATURES"] = "14"  # memory and speed, as measured before it
-    argv = [a for a in argv if a not in ("--quick", "--compile", "--sensors-only")]
+    argv = [a for a in argv if a not in ("--quick", "--compile", "--sensors-only", "--dry-run")]
     chosen = argv or ["data", "engine", "tracking", "memory", "speed"]
     benches = {"data": bench_data, "engine": bench_engine, "tracking": bench_tracking,
                "accuracy": bench_accuracy, "memory": bench_memory, "speed": bench_speed,
                "mistakes": bench_mistakes, "lean": bench_lean, "members": bench_members,
-               "serving": bench_serving}
+               "peers": bench_peers, "serving": bench_serving}
     unknown = [c for c in chosen if c not in benches]
     if unknown:
         sys.exit(f"unknown bench {unknown}; choose from {', '.join(benches)}")
-    options = [a for a in given if a.startswith("--") and a != "--json"]
+    options = [a for a in given if a.startswith("--") and a not in ("--json", "--epochs")]
+    if epochs is not None:
+        options += ["--epochs", epochs]
     for name in chosen:
         result = benches[name]()
         if json_dir is not None:

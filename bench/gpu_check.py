@@ -13,6 +13,11 @@ one table; the exit code is 1 when a promise fails.
               against the same steps run eagerly: bit for bit
   train       `make train` as a user runs it (tracked, checkpointed, registered): wall time
   tune        a 3-trial `rul tune` with micro_batch_size and precision auto
+  peers       `python -m bench peers` (bench/peers/): the default recipe, 5 epochs, by rul's loop
+              (the CUDA graph), Lightning, Accelerate and a plain loop, each in its own
+              process: samples/s against the fastest peer (target: rul >= 1.5x) and the
+              validation RMSE each reaches; a peer not installed (the `peers` extra) is one
+              skipped row
   members     5 ensemble members trained at once (stacked, fp32, dropout 0, 3 epochs) vs one
               alone: the time ratio; vs the 5 one after another in fp32 and at precision auto
               (what decides ensemble_training: auto on a GPU); and their first steps against
@@ -303,6 +308,20 @@ def check_members(check: Check, subset, dry: bool):
               "<= 1e-3", worst <= 1e-3)
 
 
+def check_peers(check: Check, dry: bool):
+    from bench.peers.runner import bench_peers, rul_vs_fastest_peer
+
+    result = bench_peers(epochs=5, dry=dry)
+    for loop, speed, ratio, wall, _, rmse in result["rows"]:
+        check.add("peers", f"{loop}: samples/s (vs plain), wall",
+                  f"{speed:,} ({ratio:.2f}x), {wall:.1f} s, val RMSE {rmse:.2f}")
+    for loop in filter(None, result["summary"].get("skipped", "").split(", ")):
+        check.add("peers", f"{loop}: skipped", "not installed (pip install -e '.[peers]')")
+    peer, ratio = rul_vs_fastest_peer(result["loops"])
+    check.add("peers", "rul vs the fastest peer", f"{ratio:.2f}x samples/s ({peer})",
+              ">= 1.5x" if not dry else "", dry or ratio >= 1.5)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", metavar="DIR", help="write the results there")
@@ -332,7 +351,8 @@ def main(argv=None) -> int:
                 "rerun": lambda: check_rerun(check, subset, dry),
                 "train": lambda: check_train(check, dry),
                 "tune": lambda: check_tune(check, dry),
-                "members": lambda: check_members(check, subset, dry)}
+                "members": lambda: check_members(check, subset, dry),
+                "peers": lambda: check_peers(check, dry)}
     for name, run in sections.items():
         if args.only and name not in args.only:
             continue

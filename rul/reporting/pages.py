@@ -201,6 +201,16 @@ SECTIONS = (("gpu-check", "The GPU path",
              "512 as 256 × 2, AdamW, clipping) on each path, each in a process of its own, and "
              "divides by the reference path (the fp32 DCNN before the CPU work); `speed ratio` "
              "is the path `precision: auto` takes on that machine."),
+            ("peers", "Against the loops a user would pick instead",
+             "`python -m bench peers` (bench/peers/) trains the default recipe's DCNN on the "
+             "same FD001 windows, from the same initial weights, with the same micro-batches "
+             "(256 × 2), AdamW, cosine schedule, clipping and precision, for the same epochs, "
+             "by rul's loop, PyTorch Lightning, Hugging Face Accelerate and a plain "
+             "nanoGPT-style loop, each in a process of its own; only the loop differs. "
+             "Samples/s (every epoch but the first, validation excluded) and wall time are "
+             "ratios to the plain loop; the validation RMSE shows they train the same thing. "
+             "Lightning and Accelerate come with the `peers` extra (`pip install -e "
+             "'.[peers]'`), never with rul itself."),
             ("memory", "Memory: splitting the effective batch",
              "`python -m bench memory`: one effective batch of 512 split into micro-batches, "
              "peak memory and speed of each split as a ratio to 512 × 1. The model is the same "
