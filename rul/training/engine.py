@@ -13,6 +13,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from rul.console import duration
 from rul.training import checkpoint, cuda_graph
 from rul.training.backoff import BackoffStep
 from rul.training.batching import WindowBatches, effective_batches
@@ -47,6 +48,7 @@ def fit(model, plan, listener: TrainingListener | None = None, checkpointer=None
                        config.micro_batch_size, config.effective_batch_size)  # halves on OOM
     state = _resumed(parts, plan)
     steps = RunSteps(world.wrap(model), parts, step, world)  # DDP: rank 0's weights everywhere
+    clock = (time.perf_counter(), state.epoch)  # this process's start: the bar's estimate
 
     while state.epoch < config.epochs and state.bad_epochs < config.patience:
         model.train()
@@ -55,7 +57,7 @@ def fit(model, plan, listener: TrainingListener | None = None, checkpointer=None
         started, sizes, results = time.perf_counter(), [], []
         batches = effective_batches(len(train), batch_size, plan.seeds.shuffle, state.epoch,
                                     world, device)
-        bar = _progress_bar(batches, per_epoch, state, config.epochs, progress)
+        bar = _progress_bar(batches, per_epoch, state, config.epochs, progress, clock)
         for indices in bar:
             sizes.append(global_batch_size(len(train), batch_size, len(sizes)))
             with collectives():
@@ -164,10 +166,24 @@ def _record(state: TrainState, listener: TrainingListener, result: StepResult) -
     listener.on_step(state.step, result)
 
 
-def _progress_bar(batches, total: int, state: TrainState, epochs: int, progress: bool):
+def _progress_bar(batches, total: int, state: TrainState, epochs: int, progress: bool,
+                  clock: tuple[float, int]):
     last = f"  last val RMSE {state.history[-1]['val_rmse']:.2f}" if state.history else ""
     return tqdm(batches, total=total, disable=not progress, leave=False, unit="step",
-                desc=f"epoch {state.epoch + 1}/{epochs}{last}")
+                desc=f"epoch {state.epoch + 1}/{epochs}{last}"
+                     f"{estimate(clock, state.epoch, epochs, time.perf_counter())}")
+
+
+def estimate(clock: tuple[float, int], done: int, epochs: int, now: float) -> str:
+    """`  about 4.1 min for 12 epochs (1.2 min left)`: the epochs this process trained so far
+    (`clock`: when it started and the epochs done then) at their mean time; empty before one
+    ended. Early stopping may end the run sooner."""
+    started, done_then = clock
+    if done <= done_then:
+        return ""
+    each = (now - started) / (done - done_then)
+    return (f"  about {duration(each * epochs)} for {epochs} epochs "
+            f"({duration(each * (epochs - done))} left)")
 
 
 def _print_epoch(state: TrainState, metrics: dict) -> None:
