@@ -54,6 +54,27 @@ def pytest_configure(config):
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // workers))
+    _fixed_precision_probe(config)
+
+
+# What the suite's `precision: auto` reads on a CPU with native bf16 (rul.training.cpu_probe's
+# cache, in this and every process the tests start): fixed figures, bf16 the faster as the flag
+# alone used to decide, so no test measures and none depends on the machine's load.
+PROBED = {"fp32": 10000.0, "bf16": 15000.0}
+
+
+def _fixed_precision_probe(config) -> None:
+    import json
+    import shutil
+    import tempfile
+
+    from rul.training.cpu_probe import machine_key
+
+    folder = tempfile.mkdtemp(prefix="rul-precision-")
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    path = Path(folder) / "precision.json"
+    path.write_text(json.dumps({machine_key(): PROBED}))
+    os.environ["RUL_PRECISION_CACHE"] = str(path)
 
 
 def pytest_collection_modifyitems(config, items):
