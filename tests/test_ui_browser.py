@@ -216,6 +216,8 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, mlflow_ui,
             lines = _lines_when(page, version_shown)
             assert run_name in lines
             _in_model_training_view(lines)
+            # its description: the batch as trained and the seeds, beside the metrics
+            assert any("effective batch" in line and "micro-batch" in line for line in lines)
             for metric in ("train/loss", "train/grad_norm", "val/rmse"):
                 assert metric in lines, metric
                 shown = float(_value_after(lines, metric))  # the latest value, as stored
