@@ -29,6 +29,9 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 BENCH_RESULTS ?= bench/results
 REPORT_ARGS   ?=
 DOCS_STAMP := $(VENV)/.docs-installed
+# A long command stopped with Ctrl-C (exit 130) has said what it kept: make adds no "Error 130"
+# line. (From a terminal make is interrupted too, and says "Interrupt" as it always does.)
+STOPPED_OK := || test $$? -eq 130
 
 # Use the C-MAPSS copy beside this checkout when there is one (see docs: Getting started, Data).
 ifneq ($(wildcard ../shared/cmapss/train_FD001.txt),)
@@ -52,16 +55,17 @@ $(STAMP): pyproject.toml
 
 train: $(STAMP)
 ifeq ($(NPROC),1)
-	$(BIN)/rul train $(CONFIG) $(ARGS)
+	$(BIN)/rul train $(CONFIG) $(ARGS) $(STOPPED_OK)
 else
-	$(BIN)/torchrun --nproc-per-node $(NPROC) --standalone -m rul train $(CONFIG) $(ARGS)
+	$(BIN)/torchrun --nproc-per-node $(NPROC) --standalone -m rul train $(CONFIG) $(ARGS) \
+		$(STOPPED_OK)
 endif
 
 evaluate: $(STAMP)
-	$(BIN)/rul evaluate $(CONFIG) $(ARGS) --seeds $(SEEDS) --jobs $(JOBS)
+	$(BIN)/rul evaluate $(CONFIG) $(ARGS) --seeds $(SEEDS) --jobs $(JOBS) $(STOPPED_OK)
 
 tune: $(STAMP)
-	$(BIN)/rul tune $(TUNE_CONFIG) $(ARGS)
+	$(BIN)/rul tune $(TUNE_CONFIG) $(ARGS) $(STOPPED_OK)
 
 # The suite in two tiers, in parallel worker processes (pytest-xdist), one per core up to 4,
 # each test file on one worker (its module fixtures are built once), the longest files first
@@ -83,8 +87,10 @@ test-all: $(STAMP)
 	$(BIN)/python -m pytest $(PARALLEL) $(ARGS)
 
 # The UI of a local store (default ./mlflow.db; STORE= another, e.g. the MLFLOW_TRACKING_URI
-# a run used); `rul train` prints this command, with the store and port it used. Ctrl-C stops
-# it and every process it started (rul.tracking.ui).
+# a run used); `rul train` prints this command, with the store and port it used. It prints each
+# experiment's address once it answers; a new browser opens on the runs in the Model training
+# view. One web worker, no job consumers, no usage data sent; Ctrl-C stops it and every
+# process it started, exit 0 (rul.tracking.ui).
 UI_PORT ?= 5000
 STORE   ?= sqlite:///mlflow.db
 ui: $(STAMP)

@@ -304,6 +304,17 @@ def evaluate(config_path, overrides, n_seeds, data_dir, jobs, no_progress):
                        "start it over"):
         evaluation = evaluate_seeds(config, n_seeds, jobs, progress=not no_progress)
     click.echo("\n" + summary_table(evaluation))
+    click.echo(_browse_line(config))
+
+
+def _browse_line(config) -> str:
+    """`browse: ...`: where the experiment's runs are seen (browse_hint)."""
+    from mlflow.tracking import MlflowClient
+
+    from rul.tracking_uri import store_uri
+
+    experiment = MlflowClient().get_experiment_by_name(config.experiment_name)
+    return f"browse: {browse_hint(store_uri(config.tracking_uri), experiment.experiment_id)}"
 
 
 def _signal_name(interruption: KeyboardInterrupt) -> str:
@@ -319,9 +330,10 @@ def browse_hint(tracking_uri: str, experiment_id: str) -> str:
     import shutil
 
     from rul.tracking.store import DEFAULT_URI, sqlite_path
+    from rul.tracking.ui import experiment_page
     from rul.urls import masked
 
-    page = f"/#/experiments/{experiment_id}?workflowType=machine_learning"
+    page = experiment_page(experiment_id)
     if tracking_uri.startswith(("http://", "https://")):
         return masked(tracking_uri).rstrip("/") + page
     port = os.environ.get("RUL_UI_PORT", "5000")
@@ -427,6 +439,7 @@ def tune(config_path, overrides, data_dir, **study):
                        "command again to continue it", on_first_signal=quiet_optuna):
         summary = run_study(config, **study)
     click.echo(summary)
+    click.echo(_browse_line(config.train))
 
 
 main.add_command(report)  # rul/reporting/cli.py

@@ -19,6 +19,13 @@ from rul.urls import scrubbed
 _shown: set[str] = set()
 
 
+def duration(seconds: float) -> str:
+    """A time as a person reads it on a progress line: `47 s`, `2.3 min`, `1.5 h`."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
 def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     text = str(message).strip().splitlines()[0] if str(message).strip() else category.__name__
     text = scrubbed(text)

@@ -54,6 +54,27 @@ def pytest_configure(config):
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // workers))
+    _fixed_precision_probe(config)
+
+
+# What the suite's `precision: auto` reads on a CPU with native bf16 (rul.training.cpu_probe's
+# cache, in this and every process the tests start): fixed figures, bf16 the faster as the flag
+# alone used to decide, so no test measures and none depends on the machine's load.
+PROBED = {"fp32": 10000.0, "bf16": 15000.0}
+
+
+def _fixed_precision_probe(config) -> None:
+    import json
+    import shutil
+    import tempfile
+
+    from rul.training.cpu_probe import machine_key
+
+    folder = tempfile.mkdtemp(prefix="rul-precision-")
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    path = Path(folder) / "precision.json"
+    path.write_text(json.dumps({machine_key(): PROBED}))
+    os.environ["RUL_PRECISION_CACHE"] = str(path)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -347,13 +368,15 @@ def _sigint_ignored():
 
 
 @contextlib.contextmanager
-def serve_mlflow_ui(store, started: list) -> Iterator[str]:
-    """`make ui`'s command (python -m rul.tracking.ui) over `store` on a free port; yields its
-    base URL, then stops it as Ctrl-C does (SIGINT). It starts with SIGINT ignored, as a
-    background job of a non-interactive shell (some CI runners) starts: Ctrl-C must stop it
-    all the same. `started` gets the processes it ran, found just before the stop. A UI that
-    does not stop within UI_STOP_S, or leaves a process running, is killed with its tree and
-    fails the test."""
+def serve_mlflow_ui(store, started: list, stopped: dict | None = None) -> Iterator[str]:
+    """`make ui`'s command (python -m rul.tracking.ui) over `store` on a free port (its output
+    in `store.root / "ui.log"`); yields its base URL, then stops it as Ctrl-C does (SIGINT).
+    It starts with SIGINT ignored, as a background job of a non-interactive shell (some CI
+    runners) starts: Ctrl-C must stop it all the same. `started` gets the processes it ran,
+    found just before the stop; `stopped`, when given, the seconds from Ctrl-C until it and
+    every process it started were gone (`seconds`) and its exit code (`returncode`). A UI
+    that does not stop within UI_STOP_S, or leaves a process running, is killed with its
+    tree and fails the test."""
     port = _free_port()
     log_path = store.root / "ui.log"
     with open(log_path, "wb") as log:
@@ -370,9 +393,14 @@ def serve_mlflow_ui(store, started: list) -> Iterator[str]:
             if server.poll() is None:
                 started.extend((p, " ".join(p.cmdline()))  # the job consumers start late
                                for p in psutil.Process(server.pid).children(recursive=True))
+                signalled = time.monotonic()
                 server.send_signal(signal.SIGINT)  # Ctrl-C
                 try:
                     server.wait(timeout=UI_STOP_S)
+                    psutil.wait_procs([p for p, _ in started], timeout=UI_STOP_S)
+                    if stopped is not None:
+                        stopped.update(seconds=time.monotonic() - signalled,
+                                       returncode=server.returncode)
                 except subprocess.TimeoutExpired:  # leave nothing behind, then fail below
                     for process, _ in [*started, (psutil.Process(server.pid), "")]:
                         with contextlib.suppress(psutil.NoSuchProcess):

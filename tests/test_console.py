@@ -63,6 +63,14 @@ def test_a_warning_shows_its_first_line_once(capsys):
     assert capsys.readouterr().err == "warning: first line\nwarning: DeprecationWarning\n"
 
 
+# What `rul tune` says while it works (rul.tuning.progress): a trial's start and end, then the
+# study's time estimate.
+TUNE_PROGRESS = [r"trial (\d+) \((\d+) of 2\): lr=0\.00\d+",
+                 r"trial (\d+): complete, 1 epoch, best val RMSE [\d.]+, \d+ s",
+                 r"study tiny-study: (\d+) of 2 trials ended, [\d.]+ (?:s|min) each: about "
+                 r"[\d.]+ (?:s|min) in all, [\d.]+ (?:s|min) left"]
+
+
 # Every line `rul train` and `rul tune` may print (stdout and stderr) on a first run: rul's
 # own. A line of MLflow's, Optuna's or Python's warning machinery fails the test below.
 ALLOWED = [r"a new MLflow store: sqlite:///(mlflow|\S+/a)\.db",
@@ -74,6 +82,7 @@ ALLOWED = [r"a new MLflow store: sqlite:///(mlflow|\S+/a)\.db",
            r"run [0-9a-f]{32} in experiment 'rul-fd001'",
            r"browse: .*mlflow ui --backend-store-uri .* --port \d+, then http://.*",
            r"study tiny-study: (new|continuing \(\d+ trials so far\))",
+           *TUNE_PROGRESS,
            r"study tiny-study: \d+ trials complete \d+.*",
            r"best trial \d+: val_rmse [\d.]+ with \{.*\}",
            r"registered rul-fd001 v\d+ \(champion moved: (true|false)\)"]
@@ -91,7 +100,7 @@ def test_train_and_tune_print_only_rul_s_own_lines(write_cmapss, tmp_path):
     (tmp_path / "tune.yaml").write_text(
         "study_name: tiny-study\nn_trials: 2\nsearch_space:\n"
         "  lr: {type: float, low: 0.001, high: 0.003}\n")
-    printed = []
+    printed, said = [], {}
     commands = [["train", *tiny, "--no-progress", f"tracking_uri=sqlite:///{tmp_path}/a.db"],
                 ["tune", str(tmp_path / "tune.yaml"), *tiny]]  # side by side: two stores
     processes = [subprocess.Popen([sys.executable, "-m", "rul", *args], cwd=tmp_path,
@@ -101,7 +110,39 @@ def test_train_and_tune_print_only_rul_s_own_lines(write_cmapss, tmp_path):
         out, err = process.communicate(timeout=600)
         assert process.returncode == 0, err[-1500:]
         printed += (out + err).splitlines()
+        said[process.args[3]] = err.splitlines()
     foreign = [line for line in printed if line.strip()
                and not any(re.fullmatch(pattern, line) for pattern in ALLOWED)]
     assert foreign == []
     assert any(line.startswith("registered rul-fd001 version 1") for line in printed)
+    # the tune's progress, trial by trial, in order: start (its place), end, the estimate
+    progress = [line for line in said["tune"]
+                if any(re.fullmatch(pattern, line) for pattern in TUNE_PROGRESS)]
+    numbers = [re.fullmatch(pattern, line).groups() for line, pattern
+               in zip(progress, TUNE_PROGRESS * 2, strict=True)]  # fails if out of order
+    assert numbers == [("0", "1"), ("0",), ("1",), ("1", "2"), ("1",), ("2",)], progress
+
+
+def test_the_training_bar_estimates_the_run_from_the_epochs_it_has_seen():
+    """`rul train`'s bar: nothing before an epoch ended, then the run in all and what is left
+    at the mean time of this process's epochs (a resumed run counts only its own)."""
+    from rul.training.members import estimate
+
+    assert estimate((10.0, 0), 0, 12, 50.0) == ""
+    assert estimate((0.0, 0), 2, 12, 20.0) == "  about 2.0 min for 12 epochs (1.7 min left)"
+    assert estimate((100.0, 3), 5, 12, 120.0) == "  about 2.0 min for 12 epochs (1.2 min left)"
+
+
+def test_a_trial_s_end_says_its_state_epochs_best_rmse_and_time(monkeypatch):
+    from rul.tuning import progress
+
+    monkeypatch.setattr(progress.time, "monotonic", lambda: 100.0)
+    watch = progress.TrialWatch()
+    for epoch, rmse in ((1, 30.0), (2, 21.456), (3, 25.0)):
+        watch.on_epoch(epoch, 10 * epoch, {"val_rmse": rmse})
+    monkeypatch.setattr(progress.time, "monotonic", lambda: 283.4)
+    assert progress.ended_line(7, "pruned", watch, "pruned at epoch 3: val_rmse 25.000") == (
+        "trial 7: pruned (pruned at epoch 3: val_rmse 25.000), 3 epochs, best val RMSE 21.46, "
+        "183 s")
+    assert progress.ended_line(7, "complete", watch) == (
+        "trial 7: complete, 3 epochs, best val RMSE 21.46, 183 s")

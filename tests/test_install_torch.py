@@ -17,7 +17,9 @@ FAKE_PYTHON = """#!/bin/sh
 echo "$*" >> "$CALLS"
 case "$*" in
   "-c import torch") [ -n "${HAS_TORCH:-}" ] && exit 0 || exit 1 ;;
-  *--index-url*) [ -n "${INDEX_DOWN:-}" ] && exit 1 || exit 0 ;;
+  "-c import sys, urllib.request"*)
+    [ -n "${REAL_PYTHON:-}" ] && exec "$REAL_PYTHON" "$@"
+    [ -n "${INDEX_DOWN:-}" ] && exit 1 || exit 0 ;;
 esac
 exit 0
 """
@@ -42,22 +44,48 @@ def install(tmp_path, gpu=False, **env) -> tuple[subprocess.CompletedProcess, li
     return done, calls.read_text().splitlines() if calls.exists() else []
 
 
-@pytest.mark.skipif(shutil.which("nvidia-smi") is not None
-                    or Path("/proc/driver/nvidia/version").exists()
-                    or os.uname().sysname != "Linux", reason="needs Linux without NVIDIA GPU")
+CPU_ONLY_LINUX = pytest.mark.skipif(shutil.which("nvidia-smi") is not None
+                                    or Path("/proc/driver/nvidia/version").exists()
+                                    or os.uname().sysname != "Linux",
+                                    reason="needs Linux without NVIDIA GPU")
+
+
+@CPU_ONLY_LINUX
 def test_a_cpu_only_linux_machine_gets_the_cpu_build_or_a_line_with_the_size(tmp_path):
     done, calls = install(tmp_path, TORCH_CPU_INDEX="https://example.invalid/cpu")
     assert done.returncode == 0, done.stderr
-    assert calls[-1] == ("-m pip install -q --retries 1 --timeout 30 --index-url "
+    probe = calls[-2].split()  # the index asked once, with a short timeout, then pip
+    assert probe[-2:] == ["https://example.invalid/cpu/torch/", "5"]
+    assert calls[-1] == ("-m pip install -q --retries 0 --timeout 30 --index-url "
                          "https://example.invalid/cpu torch>=2.4,<=2.14.1")  # pyproject's pin
     assert "installing torch's CPU build from https://example.invalid/cpu" in done.stdout
-    assert "could not be reached" not in done.stdout
+    assert "did not answer" not in done.stdout
 
     done, calls = install(tmp_path, INDEX_DOWN="1")
     assert done.returncode == 0
-    said = done.stdout.splitlines()
-    assert len(said) == 2 and said[1].startswith("PyTorch's CPU index could not be reached")
-    assert "about 6.3 GB installed" in said[1]
+    assert not any("--index-url" in call for call in calls)  # no pip retrying a dead host
+    said = done.stdout.splitlines()  # one line
+    assert len(said) == 1 and said[0].startswith(
+        "PyTorch's CPU index https://download.pytorch.org/whl/cpu did not answer within 5 s")
+    assert "about 6.3 GB installed" in said[0]
+    assert done.stderr == ""
+
+
+@CPU_ONLY_LINUX
+def test_an_unreachable_cpu_index_is_one_line_within_seconds(tmp_path):
+    """The probe itself (run by this python) against an address that never answers: one
+    line within its timeout, where pip would retry for a minute."""
+    import sys
+    import time
+
+    started = time.monotonic()
+    done, calls = install(tmp_path, REAL_PYTHON=sys.executable, PROBE_S="1",
+                          TORCH_CPU_INDEX="http://10.255.255.1/cpu")
+    assert time.monotonic() - started < 10
+    assert done.stdout.splitlines() == [done.stdout.splitlines()[0]]
+    assert done.stdout.startswith(
+        "PyTorch's CPU index http://10.255.255.1/cpu did not answer within 1 s")
+    assert not any("--index-url" in call for call in calls)
 
 
 def test_given_torch_installed_torch_and_a_gpu_are_respected(tmp_path):

@@ -125,6 +125,17 @@ def test_tune_ends_parent_and_trial_runs_killed_on_a_signal(tmp_path, real_data_
             JournalFileBackend(storage)))
     states = {t.state for t in study.trials}
     assert optuna.trial.TrialState.RUNNING not in states
+    # the interrupted trial: FAIL in Optuna, KILLED in MLflow, the same reason in both
+    said = "interrupted (SIGINT)" if signum == signal.SIGINT else "interrupted (SIGTERM)"
+    stopped = [t for t in study.trials if t.user_attrs.get("reason") == said]
+    assert stopped and all(t.state == optuna.trial.TrialState.FAIL for t in stopped)
+    by_id = {r.info.run_id: r for r in runs}
+    for trial in stopped:
+        run = by_id[trial.user_attrs["mlflow_run_id"]]
+        assert run.info.status == "KILLED"
+        assert run.data.tags["optuna.trial_state"] == "FAIL"
+        assert run.data.tags["optuna.reason"] == said
+        assert f"trial {trial.number}: {said}, " in err  # and on the console
 
 
 @pytest.mark.parametrize(("first", "then", "raised"), [

@@ -14,6 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rul.data.schema import COLUMNS
+from rul.serving.predictor import REQUEST_PARAMS, check_params
 from rul.tracking import registry
 from rul.tracking.registry import (
     CHAMPION,
@@ -121,6 +122,10 @@ def test_registered_model_and_version_are_described_and_tagged(store, name):
     assert "Remaining useful life" in model.description
     assert ", ".join(COLUMNS) in model.description  # the input columns, in order
     assert f'mlflow.pyfunc.load_model("models:/{name}@champion")' in model.description
+    for param in REQUEST_PARAMS:  # every parameter the model takes, from the code's table
+        assert f"- `{param.name}` ({param.type}, default " in model.description, param.name
+        assert param.meaning in model.description
+    assert [param.name for param in REQUEST_PARAMS] == list(check_params({}))
 
     lines = version.description.splitlines()
     assert lines[0] == ("Validation RMSE 11.988 cycles. Test RMSE 12.345, MAE 9.250, "

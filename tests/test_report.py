@@ -206,3 +206,31 @@ def test_a_data_sections_params_rebuild_its_config():
 
     config = cfg.load(ROOT / "experiments" / "fleet.yaml", {"epochs": 3})
     assert config_from_params(config_params(config)) == config
+
+
+def test_make_train_is_a_table_by_machine_with_where_and_when_each_was_measured():
+    """`python -m bench accuracy` results and the recorded `make train` ones: one row per
+    machine, the fastest first, with its precision, torch, commit and date; none: no table."""
+    from rul.reporting.benches import BenchResult
+    from rul.reporting.pages import TRAIN_ANCHOR, performance_page, train_times
+
+    def measured(bench, machine, seconds, commit):
+        return BenchResult(bench, "python -m bench accuracy" if bench == "accuracy"
+                           else "make train", machine, "2.13.0+cpu", commit, "2026-11-28", [],
+                           [], {"wall time (s)": seconds, "test RMSE": 12.1,
+                                "precision": "fp32"}, source="x.json")
+
+    results = [measured("accuracy", "Intel Xeon, 2 CPUs, avx512_bf16", 250, "abc1234"),
+               measured("make train", "AMD EPYC, 2 CPUs", 115.5, "def5678"),
+               BenchResult("speed", "python -m bench speed", "AMD EPYC", "2.13.0", "1", "d",
+                           ["path"], [["x"]])]
+    lines = train_times(results)
+    assert lines[0] == f"## `make train` by machine {{#{TRAIN_ANCHOR}}}"
+    rows = [line for line in lines if line.startswith("| ") and "2026-11-28" in line]
+    assert [row.split(" | ")[0] for row in rows] == ["| AMD EPYC, 2 CPUs",
+                                                      "| Intel Xeon, 2 CPUs, avx512_bf16"]
+    assert rows[1] == ("| Intel Xeon, 2 CPUs, avx512_bf16 | fp32 | 250 s | 12.1 | 2.13.0+cpu | "
+                       "abc1234 | 2026-11-28 | `python -m bench accuracy` |")
+    page = performance_page(results, [], "rul report")
+    assert page.count("abc1234") == 1  # in the table, not again under "Other benches"
+    assert train_times(results[2:]) == []

@@ -95,6 +95,13 @@ def test_tags_record_seeds_code_data_and_environment(fd001_client, trained, real
     assert tags["data.sha256.train"] == digest
     assert tags["torch_version"] == torch.__version__
     assert tags["device_name"]
+    # the run's description: the batch as trained, the seeds and the precision at a glance
+    c, plan = trained.config, trained.outcome.plan
+    assert tags["mlflow.note.content"] == (
+        f"**{c.model}**, effective batch **{c.micro_batch_size * c.accumulation_steps}** = "
+        f"micro-batch {c.micro_batch_size} × K {c.accumulation_steps}; seed **{c.seed}** "
+        f"(split {seeds.split}, shuffle {seeds.shuffle}, torch {seeds.torch}, numpy "
+        f"{seeds.numpy}, python {seeds.python}); precision {plan.precision.name}")
 
 
 def test_metric_histories_have_one_entry_per_step_and_epoch(fd001_client, trained):

@@ -8,14 +8,17 @@ run page's metrics and registered model, the model metrics tab opening on the tr
 the model page's `champion` alias and description. Nothing is downloaded: Chromium comes from
 apt (.ci/run installs it), playwright only drives it.
 
-MLflow 3.17's UI picks the GenAI or the model-training view from one global switch in its
-sidebar (kept in the browser), not from the experiment's `mlflow.experimentKind` tag; a fresh
-browser starts on GenAI. The test therefore flips that switch to "Model training" once, as a
-user does, and checks the experiment then opens on its runs.
+The browser starts from a fresh profile, as a new user's does, and opens the address `make ui`
+printed: MLflow 3.17's UI keeps its view (GenAI or Model training) per browser, default GenAI,
+and opens its Assistant on a first visit; `make ui` serves it with the Model training view and
+the Assistant closed as a new browser's defaults (rul.tracking.ui_app). The test asserts that
+view from the page itself, also after clicking through to the run (whose address no longer
+names the view), without touching the sidebar's switch.
 
 With RUL_SCREENSHOTS=<folder> (`make screenshots`) the test also saves the pictures of the docs
-there: the runs view (mlflow_runs.png) and a run's charts (mlflow_run_charts.png), of a tiny
-training given a few more epochs so that its curves show.
+there: the runs view (mlflow_runs.png) and a run's charts (mlflow_run_charts.png), of the
+default recipe (`make train`'s run name and network) trained for a few epochs, so that the
+pictures show what a user's first run shows.
 """
 
 import os
@@ -26,6 +29,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rul import config as cfg
+from rul.serving.predictor import REQUEST_PARAMS
 from rul.tracking.registry import CHAMPION, registered_model_name
 from rul.tracking.store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
 from rul.workflows.train import train_tracked
@@ -41,8 +45,12 @@ TINY = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
         "micro_batch_size": 1024, "accumulation_steps": 1, "patience": 5}
 PAGE_S = 90  # a page's data arrives through several REST calls
 SCREENSHOTS = os.environ.get("RUL_SCREENSHOTS")  # a folder: save the docs' pictures there
-if SCREENSHOTS:
-    TINY = {**TINY, "epochs": 12, "patience": 12}
+if SCREENSHOTS:  # the default recipe, a few epochs: the run a user's `make train` makes
+    TINY = {"epochs": 8, "patience": 8}
+PRINTED_S = 120  # `make ui` prints the experiments' addresses once it answers
+# What only the GenAI view shows (its sidebar and overview), and the Assistant's open panel.
+GENAI_ONLY = ("Training runs", "Observability", "Evaluation runs", "Judges", "Token Usage")
+ASSISTANT_PANEL = "Ask questions about your experiments, traces, evaluations, and more."
 FIRST_CHARTS = ["grad_norm", "loss", "loss_epoch", "lr", "rmse"]  # train/..., then val/rmse
 
 
@@ -79,6 +87,7 @@ def tracked(tmp_path_factory, real_data_dir, mlflow_store_at):
         _, run_id = train_tracked(config, progress=False)
         store.run = MlflowClient(tracking_uri=store.uri).get_run(run_id)
         store.model_name = registered_model_name(config.subset)
+        store.run_experiment = config.experiment_name
         yield store
 
 
@@ -115,12 +124,33 @@ def _version_row(lines: list[str], version: str) -> list[str]:
     return lines[start:end]
 
 
+def _printed_page(log: Path, experiment: str) -> str:
+    """The address `make ui` printed for `experiment` once it answered."""
+    deadline = time.monotonic() + PRINTED_S
+    prefix = f"experiment {experiment}: "
+    while time.monotonic() < deadline:
+        found = [line.removeprefix(prefix) for line in log.read_text().splitlines()
+                 if line.startswith(prefix)]
+        if found:
+            return found[0]
+        time.sleep(0.5)
+    raise AssertionError(f"make ui printed no address for {experiment}: "
+                         f"{log.read_text()[-1500:]}")
+
+
+def _in_model_training_view(lines: list[str]) -> None:
+    """The page shows the Model training view (its sidebar: Runs, Models), nothing of the
+    GenAI view, and the Assistant's panel closed."""
+    assert "Model training" in lines and "Runs" in lines and "Models" in lines, lines[:20]
+    shown = [line for line in GENAI_ONLY if line in lines]
+    assert shown == [], shown
+    assert not any("Detect Issues" in line for line in lines)  # GenAI's popover
+    assert ASSISTANT_PANEL not in lines
+
+
 def _save_screenshot(page, name: str) -> None:
-    """The page as the docs show it, into RUL_SCREENSHOTS: without the assistant's panel."""
+    """The page as the docs show it, into RUL_SCREENSHOTS (as a new browser sees it)."""
     page.set_viewport_size({"width": 1400, "height": 700})
-    close = page.get_by_label("Close", exact=True)
-    if close.count():
-        close.first.click()
     page.wait_for_timeout(1000)
     page.screenshot(path=str(Path(SCREENSHOTS) / name))
     page.set_viewport_size({"width": 1600, "height": 1000})
@@ -151,33 +181,43 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, mlflow_ui,
 
     started = []
     with mlflow_ui(tracked, started) as base:
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        printed = _printed_page(tracked.root / "ui.log", tracked.run_experiment)
+        assert printed == f"{base}/#/experiments/{experiment_id}?workflowType=machine_learning"
+        context = browser.new_context(viewport={"width": 1600, "height": 1000})  # a fresh
+        page = context.new_page()  # profile: nothing kept from an earlier visit
         page.set_default_timeout(PAGE_S * 1000)
         try:
-            # the experiment: switch the UI to model training once, then it opens on runs
-            page.goto(f"{base}/#/experiments/{experiment_id}")
-            switch = page.get_by_text("Model training", exact=True)
-            switch.wait_for()
-            switch.click()
-            page.goto(f"{base}/#/experiments/{experiment_id}")
+            # the UI's home as a new browser first sees it: Model training, no Assistant
+            page.goto(f"{base}/")
+            page.get_by_text("Model training", exact=True).first.wait_for()
+            page.wait_for_timeout(3000)  # the Assistant opened itself by now, were it to
+            assert ASSISTANT_PANEL not in _lines(page)
+
+            # the address make ui printed: the experiment's runs table
+            page.goto(printed)
             page.get_by_text(run_name, exact=True).first.wait_for()
             page.wait_for_url(f"**/experiments/{experiment_id}/runs**")
-            assert "workflowType=machine_learning" in page.url
             lines = _lines_when(page, version_shown)
             assert "Run Name" in lines  # the runs table's header ...
             assert run_name in lines  # ... our run and its registered version
             assert version_shown(lines)
-            assert "Token Usage" not in lines  # not the GenAI overview
+            _in_model_training_view(lines)
             page.screenshot(path=str(tmp_path / "experiment.png"))
             if SCREENSHOTS:
                 _save_screenshot(page, "mlflow_runs.png")
 
-            # the run page: its name, the training metrics, the registered model
-            page.goto(f"{base}/#/experiments/{experiment_id}/runs/{run_id}")
+            # the run page, as a user gets there (a click: its address names no view): its
+            # name, the training metrics, the registered model, still in Model training
+            page.get_by_text(run_name, exact=True).first.click()
+            page.wait_for_url(f"**/experiments/{experiment_id}/runs/{run_id}**")
+            assert "workflowType" not in page.url
             page.get_by_text("val/rmse", exact=True).first.wait_for()
             page.get_by_text("Registered models", exact=True).first.wait_for()
             lines = _lines_when(page, version_shown)
             assert run_name in lines
+            _in_model_training_view(lines)
+            # its description: the batch as trained and the seeds, beside the metrics
+            assert any("effective batch" in line and "micro-batch" in line for line in lines)
             for metric in ("train/loss", "train/grad_norm", "val/rmse"):
                 assert metric in lines, metric
                 shown = float(_value_after(lines, metric))  # the latest value, as stored
@@ -209,7 +249,10 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, mlflow_ui,
             for column in ("unit", "rul", "rul_lower", "rul_upper", "padded", "flagged",
                            "flag_reason"):  # every output column described
                 assert any(line.startswith(f"{column} (") for line in lines), column
+            for param in REQUEST_PARAMS:  # and every request parameter
+                assert any(line.startswith(f"{param.name} ({param.type}") for line in lines)
             page.screenshot(path=str(tmp_path / "model.png"), full_page=True)
         finally:
-            page.close()
-    assert any("huey" in command for _, command in started)  # MLflow's job consumers, ended
+            context.close()
+    assert not any("huey" in command for _, command in started)  # no job consumers
+    assert len(started) <= 2, started  # `mlflow ui` and its one web worker

@@ -4,8 +4,9 @@
 #   torch already installed    kept;
 #   Linux without an NVIDIA GPU
 #                              the CPU build from PyTorch's CPU index ($TORCH_CPU_INDEX);
-#                              if that index cannot be reached, a line saying that torch will
-#                              come with the other requirements, and how big that download is;
+#                              the index is asked once first (PROBE_S seconds, no retry):
+#                              where it does not answer, one line saying that torch will come
+#                              with the other requirements, and how big that download is;
 #   otherwise                  nothing here: pip takes torch (with CUDA on Linux) from the
 #                              package index with the other requirements.
 # Usage: tools/install_torch.sh PYTHON   (the virtualenv's python)
@@ -26,10 +27,16 @@ if [ "$(uname -s)" != Linux ] || command -v nvidia-smi >/dev/null 2>&1 \
         || [ -e /proc/driver/nvidia/version ]; then
     exit 0
 fi
-echo "no NVIDIA GPU: installing torch's CPU build from $index (the virtualenv ends near 2.2 GB)"
-if "$python" -m pip install -q --retries 1 --timeout 30 --index-url "$index" "$spec"; then
-    exit 0
+probe_s="${PROBE_S:-5}"
+# One request to the index, PROBE_S seconds at most: pip would retry an unknown host for a
+# minute and print a warning per attempt.
+if "$python" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2]))" \
+        "$index/torch/" "$probe_s" >/dev/null 2>&1; then
+    echo "no NVIDIA GPU: installing torch's CPU build from $index (the virtualenv ends near 2.2 GB)"
+    if "$python" -m pip install -q --retries 0 --timeout 30 --index-url "$index" "$spec"; then
+        exit 0
+    fi
 fi
-echo "PyTorch's CPU index could not be reached: torch comes from the package index with the" \
+echo "PyTorch's CPU index $index did not answer within ${probe_s} s: torch comes from the package index with the" \
      "other requirements, on Linux the CUDA build (about 6.3 GB installed, 5 minutes measured);" \
      "make clean, then TORCH='torch==<version>+cpu' or TORCH_CPU_INDEX=<a mirror> avoids it"

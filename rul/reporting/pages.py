@@ -238,6 +238,31 @@ SECTIONS = (("gpu-check", "The GPU path",
              "a minimal hand-written one, and the cost of tracking."))
 
 
+# The default `make train` measured whole, one row per machine: `python -m bench accuracy`'s
+# results (its summary: wall time, test RMSE, precision) and the recorded ones of that shape.
+TRAIN_BENCHES = ("accuracy", "make train")
+TRAIN_ANCHOR = "make-train-by-machine"  # the README links it
+TRAIN_COLUMNS = ["machine", "precision", "wall time", "test RMSE", "torch", "commit", "date",
+                 "measured by"]
+
+
+def train_times(results: list[BenchResult]) -> list[str]:
+    """The default recipe's time by machine, the fastest first; [] without a measurement."""
+    found = [r for r in results if r.bench in TRAIN_BENCHES and "wall time (s)" in r.summary]
+    if not found:
+        return []
+    found.sort(key=lambda r: float(r.summary["wall time (s)"]))
+    rows = [[r.machine, r.summary.get("precision", NA), f"{r.summary['wall time (s)']} s",
+             r.summary.get("test RMSE", NA), r.torch, r.commit, r.date,
+             f"`{r.command}`" + (f": {r.note}" if r.note else "")] for r in found]
+    return [f'## `make train` by machine {{#{TRAIN_ANCHOR}}}', "",
+            "The default recipe (`make train`: experiments/fd001.yaml, seed 42, `precision: "
+            "auto`) trained whole, wall clock, on each kind of machine measured: "
+            "`python -m bench accuracy` (untracked) or `make train` itself. A shared machine "
+            "is slower: the note says when it was.", "",
+            *table(TRAIN_COLUMNS, rows), ""]
+
+
 def performance_page(results: list[BenchResult], decisions: list[dict], command: str) -> str:
     fresh = sum(r.source != "recorded" for r in results)
     lines = [
@@ -249,7 +274,8 @@ def performance_page(results: list[BenchResult], decisions: list[dict], command:
         "by ±20 % between runs on shared 2-core machines: compare rows of one table, not "
         "across tables.", "",
     ]
-    named = {s[0] for s in SECTIONS if s[0]}
+    lines += train_times(results)
+    named = {s[0] for s in SECTIONS if s[0]} | set(TRAIN_BENCHES)
     for bench, title, intro in SECTIONS:
         chosen = [r for r in results if (r.bench == bench if bench else r.bench not in named)]
         if not chosen:

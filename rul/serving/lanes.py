@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import multiprocessing
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -40,8 +41,12 @@ def trim_memory() -> None:
 
 
 def _load(path: str) -> None:
+    """The worker's start: its model loaded. Ctrl-C reaches the terminal's whole process
+    group; the server ends this worker itself when it stops (no traceback of its own)."""
     global _model
     import mlflow.pyfunc
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     _model = mlflow.pyfunc.load_model(path)
 

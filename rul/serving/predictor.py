@@ -30,8 +30,33 @@ from rul.serving.columns import served
 from rul.serving.spec import InferenceSpec  # noqa: F401 (its home before spec.py)
 
 SHORT_HISTORY = ("pad", "reject")
-# The request parameters and their defaults (the pyfunc signature's params say the same).
-PARAMS = {"short_history": "pad", "strict": False, "horizon": DEFAULT_HORIZON}
+
+
+@dataclass(frozen=True)
+class Param:
+    """A request parameter: its name, MLflow's type for it (the pyfunc signature's), its
+    default and what it does (the registered model's description says it)."""
+
+    name: str
+    type: str
+    default: object
+    meaning: str
+
+
+# The request parameters: what check_params accepts, the signature declares
+# (rul.serving.signature) and the registered model's description lists (rul.tracking.registry).
+REQUEST_PARAMS = (
+    Param("short_history", "string", "pad",
+          "`pad` front-pads a unit shorter than the window (flagged `padded`); `reject` "
+          "refuses the request when a unit is that short"),
+    Param("strict", "boolean", False,
+          "`true` refuses the request when a unit lies outside the training fleet (otherwise "
+          "it is flagged, with its reason)"),
+    Param("horizon", "double", DEFAULT_HORIZON,
+          "cycles ahead for `p_fail_within`, the probability that the engine fails within "
+          "them; between 0 and the model's RUL cap"),
+)
+PARAMS = {param.name: param.default for param in REQUEST_PARAMS}  # the defaults
 MAX_UNITS_NAMED = 5  # a refusal names this many units, then counts the rest
 # ... and no more than fit in this many characters, so that the served 400's one line
 # (rul.serving.request_errors.MAX_LINE, 180, with the input's name before it) keeps its count

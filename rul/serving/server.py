@@ -109,6 +109,8 @@ def main(argv=None) -> None:
               f"({describe(limits)})", file=sys.stderr, flush=True)
         try:
             asyncio.run(_serve(uvicorn.Server(config)))
+        except KeyboardInterrupt:  # Ctrl-C, after uvicorn's shutdown: the normal end, exit 0
+            print("stopped", file=sys.stderr)  # (uvicorn raises the signal again once done)
         finally:
             guard.lanes.close()
 

@@ -13,13 +13,10 @@ from mlflow.models import ModelSignature
 from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
 
 from rul.serving.columns import served
-from rul.serving.predictor import PARAMS
+from rul.serving.predictor import REQUEST_PARAMS
 
-PARAMS_SCHEMA = ParamSchema([
-    ParamSpec("short_history", "string", PARAMS["short_history"]),
-    ParamSpec("strict", "boolean", PARAMS["strict"]),
-    ParamSpec("horizon", "double", PARAMS["horizon"]),
-])
+PARAMS_SCHEMA = ParamSchema([ParamSpec(param.name, param.type, param.default)
+                             for param in REQUEST_PARAMS])
 
 
 def signature(interval: str | None = "banded", members: int = 1,

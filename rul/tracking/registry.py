@@ -10,6 +10,7 @@ from mlflow.tracking import MlflowClient
 from rul.console import said_in_one_line
 from rul.data.schema import COLUMNS
 from rul.serving.columns import meaning
+from rul.serving.predictor import REQUEST_PARAMS
 from rul.tracking.metric_names import read
 
 COLUMNS_TAG = "data.columns"  # a run's input columns, when its data set is one's own
@@ -36,6 +37,13 @@ def output_lines(outputs) -> list[str]:
     return lines
 
 
+def param_lines() -> list[str]:
+    """One line per request parameter the model takes (rul.serving.predictor.REQUEST_PARAMS):
+    name, type, default and what it does."""
+    return [f"- `{param.name}` ({param.type}, default `{str(param.default).lower()}`): "
+            f"{param.meaning}" for param in REQUEST_PARAMS]
+
+
 def model_description(name: str, outputs=None, inputs: list[str] | None = None,
                       dataset: str = "NASA C-MAPSS") -> str:
     """The registered model's description; `outputs`: the newest version's output schema,
@@ -49,11 +57,11 @@ def model_description(name: str, outputs=None, inputs: list[str] | None = None,
         f"Input: raw rows, one per engine cycle, columns {', '.join(inputs)}; give "
         "each unit's whole history (sensors are smoothed causally from its first cycle).\n\n"
         f"Output: one row per unit:\n{columns}\n\n"
-        "Parameters: `short_history` (`pad` or `reject` a unit shorter than the window), "
-        "`strict` (refuse units outside the training fleet).\n\n"
+        f"Parameters (`predict(rows, params={{...}})`, `rul predict`'s options):\n"
+        f"{chr(10).join(param_lines())}\n\n"
         f"Load: `mlflow.pyfunc.load_model(\"models:/{name}@{CHAMPION}\").predict(rows)`, or "
         f"`rul predict --model models:/{name}@{CHAMPION} --input "
-        f"{'test_FD001.txt' if inputs == COLUMNS else 'rows.csv'}`.\n\n"
+        f"{'data/cmapss/test_FD001.txt' if inputs == COLUMNS else 'rows.csv'}`.\n\n"
         f"The `{CHAMPION}` alias points at the version with the lowest validation RMSE "
         "(tag `val_rmse`)."
     )

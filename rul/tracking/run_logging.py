@@ -96,8 +96,21 @@ def log_plan(plan, tags: dict) -> None:
            if world.distributed else {}),
         **data_tags(plan.data), **environment_tags(), **tags,
         "precision.resolved": plan.precision.name, "precision.reason": plan.precision.reason,
+        mlflow_tags.MLFLOW_RUN_NOTE: run_description(plan),
     })
     _log_split(plan.split)
+
+
+def run_description(plan) -> str:
+    """The run's description (MLflow shows it on the run's page, above its charts): the
+    batch as trained, the seeds and the precision, which otherwise sit among the params and
+    tags. Markdown."""
+    config, seeds = plan.config, plan.seeds
+    processes = f" × {plan.world.size} processes" if plan.world.size > 1 else ""
+    derived = ", ".join(f"{k} {v}" for k, v in seeds.as_dict().items() if k != "seed")
+    return (f"**{config.model}**, effective batch **{plan.global_batch_size}** = micro-batch "
+            f"{config.micro_batch_size} × K {config.accumulation_steps}{processes}; "
+            f"seed **{seeds.seed}** ({derived}); precision {plan.precision.name}")
 
 
 def _log_split(split) -> None:

@@ -48,10 +48,11 @@ def auto_precision(device: torch.device, model: str) -> tuple[str, str]:
     to keep accuracy there. A GPU of compute capability 8.0 or more (bf16 tensor cores): bf16
     autocast for the DCNN, measured the fastest there at fp32's 3-seed accuracy by `make
     gpu-check` (docs: Performance); fp16 + GradScaler, rul's reference AMP path, for the other
-    models (not measured) and on older GPUs. A CPU with native bf16 (AVX512-BF16/AMX): bf16
-    autocast for the DCNN, whose 5-seed accuracy in bf16 was measured against fp32 (docs:
-    Performance); fp32 for the other models (not measured). A CPU without: fp32 (bf16 autocast
-    is emulated there, ~0.15x fp32's samples/s in `python -m bench speed`)."""
+    models (not measured) and on older GPUs. A CPU with native bf16 (AVX512-BF16/AMX): for
+    the DCNN, whose 5-seed accuracy in bf16 was measured against fp32 (docs: Performance), the
+    faster of the two as timed on this machine (rul.training.cpu_probe: once, then cached);
+    fp32 for the other models (not measured). A CPU without: fp32 (bf16 autocast is emulated
+    there, ~0.15x fp32's samples/s in `python -m bench speed`)."""
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
         if major >= 8 and model == "cnn":
@@ -64,10 +65,22 @@ def auto_precision(device: torch.device, model: str) -> tuple[str, str]:
         return "fp32", ("CPU without native bf16 (AVX512-BF16/AMX): bf16 autocast would be ~7x "
                         "slower")
     if model == "cnn":
-        return "bf16", ("CPU with native bf16: bf16 autocast, 1.4-2.1x fp32's speed for the DCNN "
-                        "at the same 5-seed accuracy (docs: Performance)")
+        return _measured_cpu_precision()
     return "fp32", (f"CPU with native bf16: fp32 for model={model} (bf16's speed and accuracy "
                     "measured for the DCNN only; precision=bf16 opts in)")
+
+
+def _measured_cpu_precision() -> tuple[str, str]:
+    """The DCNN on a CPU with native bf16: fp32 or bf16, whichever ran the default step faster
+    here (cpu_probe), the figures in the reason."""
+    from rul.training.cpu_probe import measured
+
+    found = measured()
+    when = "measured now" if found.fresh else f"measured before, kept in {found.cache}"
+    same = (" at the same 5-seed accuracy (docs: Performance)" if found.faster == "bf16"
+            else "")
+    return found.faster, (f"CPU with native bf16: the default step on {found.machine} "
+                          f"({when}): {found.figures()}; {found.faster} is the faster{same}")
 
 
 def keep_freed_memory() -> bool:

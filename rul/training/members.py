@@ -6,8 +6,11 @@ its own, as if trained alone. A member that has stopped still computes, unread, 
 last one stops. For one network every call is the one the loop makes for a run.
 """
 
+import time
+
 from tqdm.auto import tqdm
 
+from rul.console import duration
 from rul.training.batching import effective_batches, member_batches
 from rul.training.listener import TrainingListener
 from rul.training.state import TrainState
@@ -31,6 +34,7 @@ class Members:
         self.states = states
         self.active: list[int] = []  # the members still training this epoch
         self.results: list[list[StepResult]] = []  # each active member's, this epoch
+        self.clock = (time.perf_counter(), states[0].epoch)  # the start: the bar's estimate
 
     @property
     def stacked(self) -> bool:
@@ -89,8 +93,9 @@ class Members:
         state = self.state
         last = f"  last val RMSE {state.history[-1]['val_rmse']:.2f}" if state.history else ""
         trained = f", {len(self.plans)} members stacked" if self.stacked else ""
+        left = estimate(self.clock, state.epoch, epochs, time.perf_counter())
         return tqdm(batches, total=total, disable=not progress, leave=False, unit="step",
-                    desc=f"epoch {state.epoch + 1}/{epochs}{trained}{last}")
+                    desc=f"epoch {state.epoch + 1}/{epochs}{trained}{last}{left}")
 
     def print_epoch(self, metrics: list[dict]) -> None:
         if not self.stacked:
@@ -104,3 +109,15 @@ class Members:
                    f"stacked ({len(self.active)} training)  best val_rmse {min(best):6.2f} to "
                    f"{max(best):6.2f}  {metrics[0]['samples_per_s'] * len(self.states):,.0f} "
                    "member-samples/s")
+
+
+def estimate(clock: tuple[float, int], done: int, epochs: int, now: float) -> str:
+    """`  about 4.1 min for 12 epochs (1.2 min left)`: the epochs this process trained so far
+    (`clock`: when it started and the epochs done then) at their mean time; empty before one
+    ended. Early stopping may end the run sooner."""
+    started, done_then = clock
+    if done <= done_then:
+        return ""
+    each = (now - started) / (done - done_then)
+    return (f"  about {duration(each * epochs)} for {epochs} epochs "
+            f"({duration(each * (epochs - done))} left)")

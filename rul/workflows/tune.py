@@ -21,7 +21,13 @@ from mlflow.tracking import MlflowClient
 
 from rul.config import TuningConfig
 from rul.errors import ConfigError
-from rul.interrupts import deferred, exit_code, immediate, interrupts_as_exceptions
+from rul.interrupts import (
+    Terminated,
+    deferred,
+    exit_code,
+    immediate,
+    interrupts_as_exceptions,
+)
 from rul.plan import plan_run
 from rul.tracking.lifecycle import run_ends_cleanly
 from rul.tracking.registry import (
@@ -31,7 +37,9 @@ from rul.tracking.registry import (
 )
 from rul.tracking.run_owner import owner_tags, reopen
 from rul.tracking.store import Store, open_store
+from rul.training.listener import Listeners
 from rul.tuning import objectives as objs
+from rul.tuning import progress
 from rul.tuning.report import format_pareto_table, log_figures, log_pareto_table, pareto_table
 from rul.tuning.space import suggest, trial_overrides
 from rul.tuning.storage import check_url, has_heartbeat, open_storage, study_lock, wait_for_server
@@ -168,11 +176,16 @@ def _register_best(best, value: float, parent_run_id: str, config: TuningConfig)
             f" (champion moved: {record['champion_promoted']})"]
 
 
-def objective_for(base: TuningConfig, parent_run_id: str, store: Store):
+def objective_for(base: TuningConfig, parent_run_id: str, store: Store,
+                  target: int | None = None):
+    """The study's objective: a trial trains as a tracked run (its start and end said in a
+    line each, rul.tuning.progress; `target`: the counted trials the study works towards)."""
     multi = objs.is_multi(base.objectives)
 
     def objective(trial: optuna.Trial) -> float | list[float]:
         values = suggest(trial, base.search_space)
+        progress.say(progress.started_line(trial, counted_trials(trial.study), target))
+        watch = progress.TrialWatch()
         changes, reason = trial_overrides(base, values)
         if reason:
             _pruned_before_training(trial, reason)
@@ -190,22 +203,22 @@ def objective_for(base: TuningConfig, parent_run_id: str, store: Store):
                     plan = plan_run(config)
                 except ConfigError as error:  # the data refuses it: a window over every unit
                     _pruned_before_training(trial, str(error))
-                outcome, _ = track(plan, role, store, None if multi else
-                                   PruningListener(trial), progress=False)
+                outcome, _ = track(plan, role, store, Listeners(
+                    watch, None if multi else PruningListener(trial)), progress=False)
         except optuna.TrialPruned as pruned:
-            _mark(trial, "PRUNED", str(pruned))
+            _mark(trial, "PRUNED", str(pruned), watch)
             raise
         except Exception as error:
             if _is_out_of_memory(error):
                 reason = f"CUDA out of memory at micro_batch_size={config.micro_batch_size}"
-                _mark(trial, "PRUNED", reason)
+                _mark(trial, "PRUNED", reason, watch)
                 raise optuna.TrialPruned(reason) from None
-            _mark(trial, "FAIL", f"{type(error).__name__}: {error}")
+            _mark(trial, "FAIL", f"{type(error).__name__}: {error}", watch)
             raise
         except KeyboardInterrupt as interruption:
-            _mark(trial, "FAIL", f"interrupted ({type(interruption).__name__})")
+            _mark(trial, "FAIL", interrupted_reason(interruption), watch)
             raise
-        _mark(trial, "COMPLETE", "")
+        _mark(trial, "COMPLETE", "", watch)
         if multi:
             return objs.trial_values(base.objectives, outcome.state)
         return outcome.state.best_val_rmse
@@ -227,7 +240,20 @@ def _pruned_before_training(trial: optuna.Trial, reason: str) -> None:
     raise optuna.TrialPruned(reason)
 
 
-def _mark(trial, state: str, reason: str) -> None:
+def interrupted_reason(interruption: KeyboardInterrupt) -> str:
+    """What an interrupted trial's records say, in Optuna (the trial's `reason`, state FAIL)
+    and in MLflow (its run's `optuna.reason`, `optuna.trial_state` FAIL, status KILLED)."""
+    return "interrupted (SIGTERM)" if isinstance(interruption, Terminated) \
+        else "interrupted (SIGINT)"
+
+
+def _mark(trial, state: str, reason: str, watch: progress.TrialWatch | None = None) -> None:
+    """The trial's end on its records (its reason in Optuna, its state and reason on its
+    MLflow run) and, with its `watch`, in a line on the console."""
+    if watch is not None and "prune_reason" not in trial.user_attrs:  # else said already
+        interrupted = reason.startswith("interrupted")  # `interrupted (SIGINT)`
+        progress.say(progress.ended_line(trial.number, reason if interrupted else state.lower(),
+                                         watch, "" if interrupted else reason))
     run_id = trial.user_attrs.get("mlflow_run_id")
     if reason:
         trial.set_user_attr("reason", reason[:1000])
@@ -278,12 +304,23 @@ def _worker(work: StudyWork, worker: int):
         if left is not None and left <= 0:
             break
         with deferred():  # Optuna's own storage writes are never cut; trials are `immediate`
-            study.optimize(objective_for(config, work.parent_run_id, work.store), timeout=left,
-                           catch=(Exception,), callbacks=[stop_at(target)])
+            study.optimize(objective_for(config, work.parent_run_id, work.store, target),
+                           timeout=left, catch=(Exception,),
+                           callbacks=[stop_at(target), _estimate(target, work.workers)])
         if not has_heartbeat(storage):
             break
         # A dead worker's trial, retried, is short of the target again: run it too.
         await_running_trials(study, config.heartbeat_interval)
+
+
+def _estimate(target: int | None, workers: int):
+    """After each trial, once Optuna has stored its end: the study's time in all and left."""
+    def callback(study: optuna.Study, trial) -> None:
+        line = progress.estimate_line(study, target, workers)
+        if line:
+            progress.say(line)
+
+    return callback
 
 
 def _worker_process(*args) -> None:
