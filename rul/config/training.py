@@ -143,6 +143,11 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         description="a number > 0, or null to disable clipping")] = 1.0
     """Gradients are clipped to this global L2 norm after unscaling, once per optimizer step;
     null disables clipping."""
+    val_weights: _one_of("windows", "truncation") = "windows"
+    """How the validation RMSE (early stopping, a study's objective, the val RMSE reported)
+    weighs the validation windows: every full window once (windows), or as the test units are
+    cut off, each validation engine counting once at points drawn over its life (truncation:
+    the interval's calibration weights, rul.evaluation.truncation)."""
     ema_decay: _number("a number in [0, 1) (0 turns the weight average off)",
                        ge=0, lt=1) = 0.99  # evaluate a moving average of the weights
     """Decay of the exponential moving average of the weights used for validation, early stopping
@@ -364,7 +369,7 @@ KEY_ROLES = {
 # A network kind's new architecture key goes here too (tests/test_model_kinds.py checks it).
 OMITTED_AT_DEFAULT = ("memory_budget", "ensemble", "ensemble_split", "ensemble_training",
                       "include_cycle", "late_start_max", "strict_data", "max_data_mb", "data",
-                      "warmup_epochs")
+                      "warmup_epochs", "val_weights")
 
 
 def keys_with(*roles: str) -> tuple[str, ...]:

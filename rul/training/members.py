@@ -6,6 +6,7 @@ its own, as if trained alone. A member that has stopped still computes, unread, 
 last one stops. For one network every call is the one the loop makes for a run.
 """
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from rul.training.batching import effective_batches, member_batches
@@ -40,6 +41,16 @@ class Members:
     def state(self) -> TrainState:
         """The first member's state (the only one of a run)."""
         return self.states[0]
+
+    @property
+    def val_weights(self):
+        """Each validation window's weight in the validation RMSE (RunPlan.val_weights): one
+        array, or one row per stacked member (each drawn with its own split seed, as trained
+        alone); None when every window counts once."""
+        weights = [plan.val_weights for plan in self.plans]
+        if weights[0] is None:
+            return None
+        return np.stack(weights) if self.stacked else weights[0]
 
     def training(self, epochs: int, patience: int) -> bool:
         """Whether any member trains another epoch; starts it for those that do."""
