@@ -226,6 +226,11 @@ TRAIN_ERRORS = [
     ("model=mlp", "model='mlp': must be one of cnn, lstm, gru, transformer"),
     ("scheduler=step", "scheduler='step': must be one of none, cosine, onecycle"),
     ("device=tpu", "device='tpu': must be one of auto, cpu, cuda"),
+    (["scheduler=onecycle", "warmup_epochs=2"], "warmup_epochs=2: scheduler='onecycle' warms "
+                                                "up itself: give warmup_epochs=0 or another"),
+    (["epochs=5", "warmup_epochs=5"], "warmup_epochs=5: must be less than epochs=5"),
+    ("warmup_epochs=-1", "warmup_epochs=-1: must be a non-negative integer"),
+    ("val_weights=last", "val_weights='last': must be one of windows, truncation"),
     ("normalization=robust", "normalization='robust': must be one of minmax, zscore"),
     ("subset=FD009", "subset='FD009': must be one of FD001, FD002, FD003, FD004"),
     ("features=[s_99]", "features=['s_99']: unknown feature columns ['s_99']"),

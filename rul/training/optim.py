@@ -120,7 +120,7 @@ class TrainingParts:
         self.on_device = decides_on_device(self.optimizer)
         self.scaler = precision.grad_scaler()
         self.schedule = None
-        if self.on_device and config.scheduler != "none":
+        if self.on_device and (config.scheduler != "none" or config.warmup_epochs):
             self.schedule = DeviceSchedule(
                 self.optimizer, lambda host: make_scheduler(host, config, total_steps),
                 total_steps, config.lr)
