@@ -19,6 +19,7 @@ from rul.config import TrainConfig
 from rul.data import Dataset, load_dataset
 from rul.errors import ConfigError
 from rul.evaluation.conformal import min_calibration_size
+from rul.evaluation.truncation import validation_weights
 from rul.models.spec import NetworkSpec
 from rul.preprocessing.prepared import PreparedData, prepare_data, prepare_members
 from rul.training import checkpoint
@@ -57,6 +58,14 @@ class RunPlan:
     @property
     def device(self):
         return self.precision.device
+
+    @property
+    def val_weights(self):
+        """Each validation window's weight in the validation RMSE (config.val_weights);
+        None: every window once."""
+        val = self.data.val
+        return validation_weights(self.config.val_weights, val.units, val.window,
+                                  self.seeds.split)
 
     @property
     def global_batch_size(self) -> int:

@@ -226,6 +226,11 @@ TRAIN_ERRORS = [
     ("model=mlp", "model='mlp': must be one of cnn, lstm, gru, transformer"),
     ("scheduler=step", "scheduler='step': must be one of none, cosine, onecycle"),
     ("device=tpu", "device='tpu': must be one of auto, cpu, cuda"),
+    (["scheduler=onecycle", "warmup_epochs=2"], "warmup_epochs=2: scheduler='onecycle' warms "
+                                                "up itself: give warmup_epochs=0 or another"),
+    (["epochs=5", "warmup_epochs=5"], "warmup_epochs=5: must be less than epochs=5"),
+    ("warmup_epochs=-1", "warmup_epochs=-1: must be a non-negative integer"),
+    ("val_weights=last", "val_weights='last': must be one of windows, truncation"),
     ("normalization=robust", "normalization='robust': must be one of minmax, zscore"),
     ("subset=FD009", "subset='FD009': must be one of FD001, FD002, FD003, FD004"),
     ("features=[s_99]", "features=['s_99']: unknown feature columns ['s_99']"),
@@ -524,3 +529,18 @@ def test_a_mistake_is_answered_before_torch_and_mlflow_are_imported(mistake, wri
     code, line = done.stdout.splitlines()
     assert code == "2 False False", (done.stdout, done.stderr[-500:])
     assert line.startswith("Error: ") and ("line 3" in line if mistake == "bad-data" else True)
+
+
+def test_the_b512_study_searches_the_cards_own_recipe():
+    """experiments/tune_fd001_b512.yaml keeps `make train`'s 256 x 2 and patience and draws
+    only the rate, its warm-up, the epochs and the weight average; every draw is a valid
+    config (the longest warm-up is shorter than the fewest epochs)."""
+    study = cfg.load_tuning(ROOT / "experiments" / "tune_fd001_b512.yaml")
+    card = cfg.load(TRAIN_PATH)
+    keep = ("micro_batch_size", "accumulation_steps", "patience", "model", "window", "rul_cap")
+    assert {k: getattr(study.train, k, None) for k in keep} == {
+        k: getattr(card, k, None) for k in keep}
+    space = study.search_space
+    assert set(space) == {"lr", "warmup_epochs", "epochs", "ema_decay"}
+    assert space["warmup_epochs"].high < min(space["epochs"].choices)
+    assert space["lr"].low == card.lr  # today's rate is in the search

@@ -53,8 +53,11 @@ def test_each_member_starts_from_the_weights_it_starts_from_alone(members):
     assert not torch.equal(_flat(stacked[0]), _flat(stacked[1]))
 
 
-def test_without_dropout_each_member_trains_as_it_trains_alone(members):
-    plans = members()
+@pytest.mark.parametrize("val_weights", ["windows", "truncation"])
+def test_without_dropout_each_member_trains_as_it_trains_alone(members, val_weights):
+    """Validation weighed per window or as the test units are cut (each member's weights
+    drawn with its own split seed): the same validation RMSE as alone."""
+    plans = members(val_weights=val_weights)
     alone = [train(plan, progress=False) for plan in plans]
     stacked = train_members(plans)
     assert len(alone[0].state.grad_norms) >= 8  # steps enough for the rounding to show
@@ -266,7 +269,7 @@ def test_an_interrupted_stacked_ensemble_ends_every_run_killed(write_cmapss, mlf
                                                                monkeypatch):
     seen = []
 
-    def interrupted(model, val, batch_size=4096):  # after the first epoch's steps
+    def interrupted(model, val, batch_size=4096, weights=None):  # after the first epoch's steps
         seen.extend(r.info.status for r in MlflowClient().search_runs(
             [MlflowClient().get_experiment_by_name(config.experiment_name).experiment_id]))
         raise KeyboardInterrupt

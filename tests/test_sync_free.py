@@ -90,12 +90,15 @@ def test_only_a_fused_optimizer_with_a_rate_tensor_decides_on_the_device():
                                                 sync_free=True))  # beta1 moves: host
 
 
-@pytest.mark.parametrize("precision", ["fp32", "fp16"])
-def test_the_sync_free_step_trains_what_the_host_step_trains(windows, monkeypatch, precision):
-    """Cosine schedule, weight average and a skipped second step (an inf gradient in its first
-    micro-batch): the same steps are skipped, the rates are the host scheduler's, and losses,
-    weights and the weight average agree up to fused AdamW's rounding."""
-    config = tiny(precision=precision, scheduler="cosine")
+@pytest.mark.parametrize("precision, scheduler, warmup", [
+    ("fp32", "cosine", 0), ("fp16", "cosine", 0), ("fp32", "cosine", 1), ("fp32", "none", 1)])
+def test_the_sync_free_step_trains_what_the_host_step_trains(windows, monkeypatch, precision,
+                                                             scheduler, warmup):
+    """Cosine schedule (or a warm-up, then the cosine or a constant rate), weight average and a
+    skipped second step (an inf gradient in its first micro-batch): the same steps are
+    skipped, the rates are the host scheduler's, and losses, weights and the weight average
+    agree up to fused AdamW's rounding."""
+    config = tiny(precision=precision, scheduler=scheduler, warmup_epochs=warmup)
     host, host_steps, host_model = train(config, windows, False, monkeypatch, poison=3)
     device, device_steps, device_model = train(config, windows, True, monkeypatch, poison=3)
     assert host.step == device.step == 16 and host.skipped_steps == device.skipped_steps >= 1

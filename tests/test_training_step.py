@@ -389,3 +389,41 @@ def test_fp16_splits_skip_the_same_steps_and_move_the_scale_alike(fd001_windows,
     stock = functools.partial(torch.amp.GradScaler, "cpu")
     monkeypatch.setattr(Precision, "grad_scaler", lambda self: stock())
     assert [s.skipped for s in run(256, 2)][0] is not reference[0].skipped
+
+
+def rates_of(config, total_steps: int) -> list[float]:
+    """The learning rate of each of `total_steps` steps under make_scheduler."""
+    from rul.training.optim import make_scheduler
+
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=config.lr)
+    scheduler = make_scheduler(optimizer, config, total_steps)
+    rates = []
+    for _ in range(total_steps):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+    return rates
+
+
+@pytest.mark.parametrize("scheduler", ["cosine", "none"])
+def test_the_warm_up_rises_linearly_then_hands_over_to_the_schedule(scheduler):
+    """warmup_epochs=2 of 10 over 100 steps: 20 steps rising to lr (the 20th at lr), then the
+    cosine over the 80 left (CosineAnnealingLR's rates over 80 steps) or the constant lr."""
+    lr = 1e-2
+    config = cfg.load(None, {"epochs": 10, "warmup_epochs": 2, "lr": lr,
+                             "scheduler": scheduler})
+    rates = rates_of(config, 100)
+    assert rates[:20] == pytest.approx([lr * (n + 1) / 20 for n in range(20)], rel=1e-12)
+    after = (rates_of(config.replace(warmup_epochs=0, epochs=8), 80) if scheduler == "cosine"
+             else [lr] * 80)
+    assert rates[20:] == pytest.approx(after, rel=1e-9, abs=1e-15)
+
+
+def test_without_a_warm_up_the_schedule_is_the_one_it_was():
+    from rul.training.optim import make_scheduler
+
+    config = cfg.load(None, {"epochs": 10, "lr": 1e-2})
+    scheduler = make_scheduler(torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-2), config,
+                               100)
+    assert type(scheduler) is torch.optim.lr_scheduler.CosineAnnealingLR  # rates bit for bit

@@ -135,10 +135,19 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     scheduler: _one_of("none", "cosine", "onecycle") = "cosine"
     """Learning-rate schedule over all optimizer steps: constant, cosine decay to 0, or one-
     cycle."""
+    warmup_epochs: NonNegativeInt = 0
+    """Epochs over which the learning rate rises linearly to `lr` before the schedule (cosine:
+    decaying to 0 over the steps left; none: constant); 0 turns the warm-up off. A large
+    effective batch takes a larger rate, which a warm-up keeps from diverging early."""
     max_grad_norm: Annotated[_number("a number > 0", gt=0) | None, Field(
         description="a number > 0, or null to disable clipping")] = 1.0
     """Gradients are clipped to this global L2 norm after unscaling, once per optimizer step;
     null disables clipping."""
+    val_weights: _one_of("windows", "truncation") = "windows"
+    """How the validation RMSE (early stopping, a study's objective, the val RMSE reported)
+    weighs the validation windows: every full window once (windows), or as the test units are
+    cut off, each validation engine counting once at points drawn over its life (truncation:
+    the interval's calibration weights, rul.evaluation.truncation)."""
     ema_decay: _number("a number in [0, 1) (0 turns the weight average off)",
                        ge=0, lt=1) = 0.99  # evaluate a moving average of the weights
     """Decay of the exponential moving average of the weights used for validation, early stopping
@@ -257,6 +266,16 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         return self
 
     @model_validator(mode="after")
+    def _warmup_fits_the_schedule(self) -> "TrainConfig":
+        if self.warmup_epochs and self.scheduler == "onecycle":
+            raise rule_error(f"warmup_epochs={self.warmup_epochs}", "scheduler='onecycle' "
+                             "warms up itself: give warmup_epochs=0 or another scheduler")
+        if self.warmup_epochs >= self.epochs:
+            raise rule_error(f"warmup_epochs={self.warmup_epochs}",
+                             f"must be less than epochs={self.epochs}")
+        return self
+
+    @model_validator(mode="after")
     def _folds_need_members(self) -> "TrainConfig":
         if self.ensemble_split == "folds" and self.ensemble < 2:
             raise rule_error("ensemble_split='folds'", f"needs ensemble >= 2 (member i validates "
@@ -349,7 +368,8 @@ KEY_ROLES = {
 # Keys added after runs were first tracked, written only when they differ from their default.
 # A network kind's new architecture key goes here too (tests/test_model_kinds.py checks it).
 OMITTED_AT_DEFAULT = ("memory_budget", "ensemble", "ensemble_split", "ensemble_training",
-                      "include_cycle", "late_start_max", "strict_data", "max_data_mb", "data")
+                      "include_cycle", "late_start_max", "strict_data", "max_data_mb", "data",
+                      "warmup_epochs", "val_weights")
 
 
 def keys_with(*roles: str) -> tuple[str, ...]:

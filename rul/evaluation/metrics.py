@@ -5,8 +5,11 @@ import numpy as np
 from rul.preprocessing.target import cap_rul
 
 
-def rmse(predicted, true) -> float:
+def rmse(predicted, true, weights=None) -> float:
+    """The root of the mean squared error, each error weighted by `weights` when given."""
     d = np.asarray(predicted, dtype=np.float64) - np.asarray(true, dtype=np.float64)
+    if weights is not None:
+        return float(np.sqrt(np.average(d**2, weights=np.asarray(weights, dtype=np.float64))))
     return float(np.sqrt(np.mean(d**2)))
 
 

@@ -33,6 +33,18 @@ def truncation_points(window_units, window: int) -> tuple[np.ndarray, np.ndarray
     return window + position, np.repeat(window + counts - 1, counts)
 
 
+def validation_weights(how: str, window_units, window: int, seed: int) -> np.ndarray | None:
+    """The weight of each validation window in the validation RMSE (the config's
+    val_weights): None for "windows" (each window once), for "truncation" the weights above,
+    drawn with `seed` (the run's split seed), so that each engine counts once, as a test unit
+    does."""
+    if how == "windows":
+        return None
+    if how == "truncation":
+        return truncation_weights(window_units, window, seed)
+    raise ValueError(f"val_weights must be windows or truncation, got {how!r}")
+
+
 def truncation_weights(window_units, window: int, seed: int,
                       fraction: tuple[float, float] = LIFE_FRACTION,
                       draws: int = DRAWS) -> np.ndarray:

@@ -70,6 +70,7 @@ def _train(parts: TrainingParts, plan, members: Members, checkpointer, progress:
                        config.micro_batch_size, config.effective_batch_size)  # halves on OOM
     steps = RunSteps(world.wrap(parts.model), parts, step, world,  # DDP: rank 0's weights
                      graph=not members.stacked)
+    weights = members.val_weights  # None: every validation window counts once
     while members.training(config.epochs, config.patience):
         parts.model.train()
         if world.distributed:  # dropout: seeded per rank and epoch (distributed.py)
@@ -79,7 +80,7 @@ def _train(parts: TrainingParts, plan, members: Members, checkpointer, progress:
         parts.end_epoch()
         seconds = time.perf_counter() - started
         # rank 0's validation RMSE on every rank: they all stop at the same epoch
-        val_rmse = world.broadcast(validation_rmse(parts.evaluated, val))
+        val_rmse = world.broadcast(validation_rmse(parts.evaluated, val, weights=weights))
         split = (step.micro_batch_size, step.accumulation_steps)
         metrics = members.end_epoch(val_rmse, parts.evaluated, partial(
             epoch_metrics, sizes=sizes, seconds=seconds, split=split, device=device))

@@ -8,6 +8,7 @@ last one stops. For one network every call is the one the loop makes for a run.
 
 import time
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from rul.console import duration
@@ -44,6 +45,16 @@ class Members:
     def state(self) -> TrainState:
         """The first member's state (the only one of a run)."""
         return self.states[0]
+
+    @property
+    def val_weights(self):
+        """Each validation window's weight in the validation RMSE (RunPlan.val_weights): one
+        array, or one row per stacked member (each drawn with its own split seed, as trained
+        alone); None when every window counts once."""
+        weights = [plan.val_weights for plan in self.plans]
+        if weights[0] is None:
+            return None
+        return np.stack(weights) if self.stacked else weights[0]
 
     def training(self, epochs: int, patience: int) -> bool:
         """Whether any member trains another epoch; starts it for those that do."""

@@ -50,12 +50,32 @@ def load_optimizer_state(optimizer, saved: dict) -> None:
 
 
 def make_scheduler(optimizer, config, total_steps: int):
-    """Stepped once per real optimizer step (never after a skipped fp16 step); None = constant."""
+    """Stepped once per real optimizer step (never after a skipped fp16 step); None = constant.
+    With warmup_epochs, the rate rises linearly over those epochs' steps first (warmed_up)."""
+    warmup = total_steps * config.warmup_epochs // config.epochs
+    if warmup:
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, warmed_up(warmup, total_steps, config.scheduler == "cosine"))
     if config.scheduler == "cosine":
         return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
     if config.scheduler == "onecycle":
         return torch.optim.lr_scheduler.OneCycleLR(optimizer, config.lr, total_steps=total_steps)
     return None
+
+
+def warmed_up(warmup: int, total_steps: int, cosine: bool):
+    """The rate's factor at step n: (n + 1) / warmup over the first `warmup` steps (the last
+    of them at the full rate), then 1, or with `cosine` the cosine from 1 to 0 over the steps
+    left (CosineAnnealingLR's curve, in closed form)."""
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if not cosine:
+            return 1.0
+        return 0.5 * (1 + math.cos(math.pi * min(step - warmup, total_steps - warmup)
+                                   / max(total_steps - warmup, 1)))
+
+    return factor
 
 
 def ema_with_warmup(decay: float):
@@ -100,7 +120,7 @@ class TrainingParts:
         self.on_device = decides_on_device(self.optimizer)
         self.scaler = precision.grad_scaler()
         self.schedule = None
-        if self.on_device and config.scheduler != "none":
+        if self.on_device and (config.scheduler != "none" or config.warmup_epochs):
             self.schedule = DeviceSchedule(
                 self.optimizer, lambda host: make_scheduler(host, config, total_steps),
                 total_steps, config.lr)

@@ -27,19 +27,25 @@ def predict_windows(model, batches: WindowBatches, batch_size: int = 4096):
 
 
 @torch.inference_mode()
-def validation_rmse(model, batches: WindowBatches, batch_size: int = 4096) -> float | list:
+def validation_rmse(model, batches: WindowBatches, batch_size: int = 4096,
+                    weights=None) -> float | list:
     """The RMSE of `model` over `batches` (float64, as evaluation.metrics.rmse; stacked
-    members: one each, a list). On a GPU it is computed there and read at once: the epoch's
-    only wait for the device."""
+    members: one each, a list), each window weighted by `weights` when given
+    (rul.training.members.Members.val_weights: one row per stacked member). On a GPU it is
+    computed there and read at once: the epoch's only wait for the device."""
     if batches.targets.device.type == "cpu":
         predicted = predict_windows(model, batches, batch_size)
         if predicted.ndim == 2:
-            return [rmse(member, batches.targets) for member in predicted]
-        return rmse(predicted, batches.targets)
+            return [rmse(member, batches.targets, None if weights is None else weights[i])
+                    for i, member in enumerate(predicted)]
+        return rmse(predicted, batches.targets, weights)
     predicted = _predicted(model, batches, batch_size)
     if predicted is None:
         return float("nan")
-    error = predicted.double() - batches.targets.double()
-    if error.dim() == 2:
-        return error.square().mean(dim=-1).sqrt().tolist()
-    return error.square().mean().sqrt().item()
+    squared = (predicted.double() - batches.targets.double()).square()
+    if weights is None:
+        found = squared.mean(dim=-1).sqrt()
+    else:
+        weights = torch.as_tensor(weights, dtype=torch.float64, device=squared.device)
+        found = ((weights * squared).sum(dim=-1) / weights.sum(dim=-1)).sqrt()
+    return found.tolist() if squared.dim() == 2 else found.item()

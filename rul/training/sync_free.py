@@ -39,6 +39,8 @@ class DeviceSchedule:
                 table.step()
         self.rates = torch.tensor(rates, dtype=torch.float32, device=device)
         self.taken = torch.zeros((), dtype=torch.long, device=device)  # real steps so far
+        for group in optimizer.param_groups:  # the first step's rate (a warm-up's is < lr)
+            group["lr"].copy_(self.rates[0])
 
     def after_step(self, skipped: torch.Tensor) -> None:
         self.taken += (~skipped).long()
