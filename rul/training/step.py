@@ -128,7 +128,9 @@ def optimizer_step(model: nn.Module, optimizer, scaler, micro_batches, settings:
         scale = scaler._get_scale_async().clone()
     scaler.unscale_(optimizer)  # grads now true fp32 values; inf/NaN recorded for step()
     grad_norm = clip_gradients(model, settings.max_grad_norm)
-    grad_norm, skipped, clipped = _take_step(optimizer, scaler, grad_norm, scale,
+    step = (_step_on_device if on_device else _step_stacked if grad_norm.dim()
+            else _step_on_host)
+    grad_norm, skipped, clipped = _take_step(step, optimizer, scaler, grad_norm, scale,
                                              settings.max_grad_norm)
     optimizer.zero_grad(set_to_none=True)
     loss = loss if on_device else loss.cpu() if loss.dim() else loss.item()
@@ -151,11 +153,10 @@ def _accumulate(model, scaler, micro_batches, weights, settings: StepSettings) -
     return loss_sum
 
 
-def _take_step(optimizer, scaler, grad_norm: torch.Tensor, scale, max_grad_norm):
-    """Step (or skip) where the decision is taken: (grad_norm, skipped, clipped), floats and
-    bools on the host, tensors when decided on the device or for stacked members."""
-    if decides_on_device(optimizer) or grad_norm.dim():
-        step = _step_on_device if decides_on_device(optimizer) else _step_stacked
+def _take_step(step, optimizer, scaler, grad_norm: torch.Tensor, scale, max_grad_norm):
+    """Step (or skip) by `step`, where the decision is taken: (grad_norm, skipped, clipped),
+    floats and bools on the host, tensors when decided on the device or for stacked members."""
+    if step is not _step_on_host:
         skipped = step(optimizer, scaler, grad_norm, scale)
         clipped = ((grad_norm > max_grad_norm) & ~skipped if max_grad_norm is not None
                    else torch.zeros_like(skipped))
