@@ -18,6 +18,9 @@ one table; the exit code is 1 when a promise fails.
               process: samples/s against the fastest peer (target: rul >= 1.5x) and the
               validation RMSE each reaches; a peer not installed (the `peers` extra) is one
               skipped row
+  profile     where the recipe's time goes (bench/gpu_profile.py): kernels per step and the
+              share of the wall time the GPU is busy, with the CUDA graph and without; the
+              top kernels in profile.txt beside the JSON (CUDA only)
   members     5 ensemble members trained at once (stacked, fp32, dropout 0, 3 epochs) vs one
               alone: the time ratio; vs the 5 one after another in fp32 and at precision auto
               (what decides ensemble_training: auto on a GPU); and their first steps against
@@ -308,6 +311,22 @@ def check_members(check: Check, subset, dry: bool):
               "<= 1e-3", worst <= 1e-3)
 
 
+def check_profile(check: Check, subset, dry: bool, folder: Path | None):
+    from bench.gpu_profile import EPOCHS, profiled, write_tables
+
+    if dry:
+        check.add("profile", "kernels per step, GPU busy", "skipped: needs CUDA")
+        return
+    cfg_ = config({"precision": "auto", "seed": 42, "epochs": EPOCHS}, dry)
+    results = [profiled(lambda: trained(cfg_, subset), graphs) for graphs in (True, False)]
+    for result in results:
+        check.add("profile", f"{'CUDA graph' if result['graphs'] else 'eager'}: "
+                  f"{EPOCHS} epochs, precision auto",
+                  f"{result['kernels_per_step']:.0f} kernels/step, GPU busy "
+                  f"{result['busy']:.0%}, {result['wall_s']:.2f} s (profiled)")
+    write_tables(results, folder)
+
+
 def check_peers(check: Check, dry: bool):
     from bench.peers.runner import bench_peers, rul_vs_fastest_peer
 
@@ -351,6 +370,8 @@ def main(argv=None) -> int:
                 "rerun": lambda: check_rerun(check, subset, dry),
                 "train": lambda: check_train(check, dry),
                 "tune": lambda: check_tune(check, dry),
+                "profile": lambda: check_profile(check, subset, dry,
+                                                 Path(args.json) if args.json else None),
                 "members": lambda: check_members(check, subset, dry),
                 "peers": lambda: check_peers(check, dry)}
     for name, run in sections.items():
