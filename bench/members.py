@@ -6,14 +6,16 @@ fp32 (what stacks).
              5 members <= 1.5x one; on a CPU the arithmetic, not the launches, sets the time)
   against    the same members one after another, in fp32 and at precision auto (what
              `ensemble_training: auto` trains today): stacking pays where it beats the latter
-  exactness  with dropout 0 (dropout's masks are other draws when stacked), each member's
-             gradient norm over its first 10 steps against the same member trained alone: the
-             largest relative difference (later steps part further, as two roundings of any
-             one training do)
+  exactness  with dropout 0 (dropout's masks are other draws when stacked) and TF32 off (on
+             a GPU it rounds every fp32 product of either run to 10 bits), each member's
+             gradient norm over its first 10 steps of one epoch against the same member
+             trained alone: the largest relative difference (later steps part further, as
+             two roundings of any one training do)
 
 Untracked (no mlflow): what is timed is the training, not its logging.
 """
 
+import contextlib
 import time
 
 import numpy as np
@@ -27,6 +29,36 @@ FIRST_STEPS = 10
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def full_fp32():
+    """fp32 products in full fp32 on CUDA (TF32 off for cuBLAS and cuDNN), as on a CPU."""
+    flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
+
+
+def first_steps_difference(config, subset=None) -> float:
+    """The largest relative difference of a stacked member's gradient norm from the same
+    member's trained alone, over its first FIRST_STEPS steps (one epoch, TF32 off)."""
+    from rul.plan import plan_ensemble
+    from rul.training.run import train
+    from rul.training.stacked import train_members
+
+    plans = plan_ensemble(config.replace(epochs=1), subset).members
+    with full_fp32():
+        stacked = train_members(plans)
+        alone = [train(plan, progress=False) for plan in plans]
+    worst = 0.0
+    for a, s in zip(alone, stacked, strict=True):
+        x = np.asarray(a.state.grad_norms[:FIRST_STEPS])
+        y = np.asarray(s.state.grad_norms[:FIRST_STEPS])
+        worst = max(worst, float(np.max(np.abs(x - y) / np.abs(x))))
+    return worst
 
 
 def measure_members(config, subset=None) -> dict:
@@ -45,15 +77,16 @@ def measure_members(config, subset=None) -> dict:
     train(plans[0], progress=False)  # warm-up: first-use work of the device and allocator
     _sync(device)
     started = time.perf_counter()
-    alone = [train(plans[0], progress=False)]
+    train(plans[0], progress=False)
     _sync(device)
     one = time.perf_counter() - started
     started = time.perf_counter()
-    stacked = train_members(plans)
+    train_members(plans)
     _sync(device)
     together = time.perf_counter() - started
     started = time.perf_counter()
-    alone += [train(plan, progress=False) for plan in plans[1:]]  # and the exactness
+    for plan in plans[1:]:
+        train(plan, progress=False)
     _sync(device)
     sequential = one + time.perf_counter() - started
     auto = plan_ensemble(config.replace(precision="auto"), subset).members
@@ -62,11 +95,7 @@ def measure_members(config, subset=None) -> dict:
         train(plan, progress=False)
     _sync(device)
     at_auto = time.perf_counter() - started
-    worst = 0.0  # over the first steps: later ones part as any two roundings of one run do
-    for a, s in zip(alone, stacked, strict=True):
-        x = np.asarray(a.state.grad_norms[:FIRST_STEPS])
-        y = np.asarray(s.state.grad_norms[:FIRST_STEPS])
-        worst = max(worst, float(np.max(np.abs(x - y) / np.abs(x))))
+    worst = first_steps_difference(config, subset)
     return {"members": len(plans), "one alone (s)": round(one, 2),
             "stacked (s)": round(together, 2), "ratio": round(together / one, 2),
             "one after another (s)": round(sequential, 2),

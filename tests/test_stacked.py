@@ -311,8 +311,8 @@ def test_an_interruption_while_members_are_logged_keeps_a_logged_member_finished
 
 
 def test_auto_trains_members_one_after_another_and_says_why(members):
-    """On a CPU, by measurement; elsewhere until measured (a meta device stands in for a
-    GPU), or because they cannot stack."""
+    """On a CPU and on a GPU, by measurement; elsewhere until measured (a meta device), or
+    because they cannot stack."""
     plans = members()
     assert member_training("auto", plans).reason.startswith(
         "auto: on a CPU stacked members are slower than one after another (5 members: ")
@@ -320,6 +320,11 @@ def test_auto_trains_members_one_after_another_and_says_why(members):
                  for p in plans]
     assert member_training("auto", elsewhere) == MemberTraining(
         False, "auto: stacking is not measured on meta (ensemble_training=stacked opts in)")
+    on_gpu = [replace(p, precision=replace(p.precision, device=torch.device("cuda")))
+              for p in plans]
+    assert member_training("auto", on_gpu).reason.startswith(
+        "auto: on a GPU stacked members are slower than one after another (5 members on an "
+        "H200: ")
     assert member_training("auto", elsewhere, jobs=2) == MemberTraining(
         False, "auto: cannot stack (--jobs 2 trains them in separate processes)")
     assert member_training("stacked", elsewhere) == MemberTraining(True, "asked for")

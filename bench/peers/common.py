@@ -201,6 +201,7 @@ def last_val_rmse(setup: Setup, model: nn.Module) -> float:
     (rul.training.predict.validation_rmse): the same function for every loop."""
     from rul.training.predict import validation_rmse
 
+    model.to(setup.device)  # Lightning's Trainer hands a GPU-trained module back on the CPU
     return validation_rmse(model, setup.batches("val"))
 
 

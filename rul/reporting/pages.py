@@ -193,9 +193,12 @@ SECTIONS = (("gpu-check", "The GPU path",
              "and prints them as one table: the default recipe per precision (training time, "
              "test RMSE, skipped steps), the micro-batch split's effect per precision, samples/s "
              "and peak memory per split, resume and rerun bit for bit, the CUDA graph against "
-             "the same steps run eagerly, `make train` and a 3-trial `make tune`. On CUDA each "
-             "step decides on the device and is replayed from a CUDA graph "
-             "([precision](concepts/precision.md))."),
+             "the same steps run eagerly, `make train`, a 3-trial `make tune`, where the "
+             "recipe's time goes (kernels per step, the GPU's busy share), ensemble members "
+             "stacked against one after another, and the peers bench. On CUDA each step "
+             "decides on the device and is replayed from a CUDA graph "
+             "([precision](concepts/precision.md)). tools/gpu_session.sh runs it with the test "
+             "suite and a study on a lent GPU."),
             ("speed", "Speed of the training step",
              "`python -m bench speed` times the default training step (DCNN, effective batch "
              "512 as 256 × 2, AdamW, clipping) on each path, each in a process of its own, and "
