@@ -23,6 +23,7 @@ from rul.evaluation.ensemble import averaged, combine
 from rul.evaluation.intervals import CalibrationSet, fit_interval
 from rul.preprocessing.prepared import fitted_preprocessor, prepare_folds
 from rul.serving.predictor import predict_frame
+from rul.tracking.metric_names import logged
 from rul.tracking.parent_run import KIND_TAG
 from rul.tracking.registry import CHAMPION
 from rul.training.listener import TrainingListener
@@ -88,9 +89,10 @@ def test_parent_metrics_are_those_of_the_averaged_prediction(ensemble):
     members = np.array([m.predictions["predicted_rul"] for m in outcome.members])
     np.testing.assert_allclose(predicted, members.mean(axis=0), rtol=1e-6)
     capped = outcome.predictions["true_rul_capped"].to_numpy()
-    assert metrics["test_rmse"] == pytest.approx(np.sqrt(np.mean((predicted - capped) ** 2)))
+    assert metrics[logged("test_rmse")] == pytest.approx(
+        np.sqrt(np.mean((predicted - capped) ** 2)))
     assert metrics["member_test_rmse_mean"] == pytest.approx(
-        np.mean([m.data.metrics["test_rmse"] for m in ensemble.members]))
+        np.mean([m.data.metrics[logged("test_rmse")] for m in ensemble.members]))
 
 
 def test_one_member_ensemble_scores_like_the_single_run(ensemble):
@@ -105,7 +107,7 @@ def test_ensemble_is_registered_and_becomes_champion_when_better(ensemble, fd001
     tags = ensemble.parent.data.tags
     version = fd001_client.get_model_version(MODEL, tags["registered_version"])
     assert version.run_id == ensemble.run_id
-    poor = fd001_client.get_run(poor_single.run_id).data.metrics["best_val_rmse"]
+    poor = fd001_client.get_run(poor_single.run_id).data.metrics[logged("best_val_rmse")]
     assert ensemble.outcome.metrics["val_rmse"] < poor
     assert ensemble.champion_after == tags["registered_version"]
     assert tags["champion_promoted"] == "true"
@@ -140,7 +142,7 @@ def test_model_by_alias_averages_the_members_on_raw_rows(ensemble, fd001_client,
                                               [0], member.data.val), 0.9, member.plan.seeds.split,
                             ensemble.outcome.config.rul_cap)
     assert interval == expected != member.interval
-    assert ensemble.parent.data.metrics["interval_engines"] == 20
+    assert ensemble.parent.data.metrics[logged("interval_engines")] == 20
     lower, upper = interval.bounds(result["rul"].to_numpy(), high=ensemble.outcome.config.rul_cap)
     np.testing.assert_allclose(result["rul_lower"], lower)
     np.testing.assert_allclose(result["rul_upper"], upper)

@@ -40,6 +40,7 @@ from rul.evaluation.intervals import (
 from rul.evaluation.truncation import LIFE_FRACTION, truncation_points, truncation_weights
 from rul.inference import read_rows
 from rul.serving.predictor import InferenceSpec, predict_frame
+from rul.tracking.metric_names import logged
 from rul.workflows.train import train_tracked
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -571,19 +572,19 @@ def test_run_logs_interval_metrics_and_test_coverage(synthetic_run):
     p = outcome.predictions
     inside = (p.predicted_rul_lower <= p.true_rul_capped) & (p.true_rul_capped
                                                              <= p.predicted_rul_upper)
-    assert metrics["interval_coverage_target"] == 0.9
-    assert metrics["interval_engines"] == 2
-    assert metrics["test_interval_coverage"] == pytest.approx(inside.mean())
-    assert metrics["test_interval_width"] == pytest.approx(
+    assert metrics[logged("interval_coverage_target")] == 0.9
+    assert metrics[logged("interval_engines")] == 2
+    assert metrics[logged("test_interval_coverage")] == pytest.approx(inside.mean())
+    assert metrics[logged("test_interval_width")] == pytest.approx(
         (p.predicted_rul_upper - p.predicted_rul_lower).mean())
     assert (p.predicted_rul_lower >= 0).all() and (p.predicted_rul_upper <= 125).all()
     # per true-RUL band: 10, 17, 24 <= 25; 31 in 26-75; 90 > 75
     low = p.true_rul_capped <= 25
-    assert metrics["test_interval_coverage_rul_le25"] == pytest.approx(inside[low].mean())
-    assert metrics["test_interval_width_rul_gt75"] == pytest.approx(
+    assert metrics[logged("test_interval_coverage_rul_le25")] == pytest.approx(inside[low].mean())
+    assert metrics[logged("test_interval_width_rul_gt75")] == pytest.approx(
         (p.predicted_rul_upper - p.predicted_rul_lower)[p.true_rul_capped > 75].mean())
     failed = p.true_rul <= 20
-    assert metrics["test_p_fail_brier"] == pytest.approx(
+    assert metrics[logged("test_p_fail_brier")] == pytest.approx(
         np.mean((p.p_fail_within - failed) ** 2))
     tags = MlflowClient(store.uri).get_run(run_id).data.tags
     assert tags["rul.track"] == "sensors+age"  # experiments/fd001_age.yaml reads the age

@@ -16,18 +16,39 @@ def test_training_metrics_are_logged_by_group():
     assert names.logged_metrics({"train_loss": 1, "grad_norm": 2, "lr": 3, "val_rmse": 4,
                                  "samples_per_s": 5, "best_epoch": 6, "test_rmse": 7}) == {
         "train/loss": 1.0, "train/grad_norm": 2.0, "train/lr": 3.0, "val/rmse": 4.0,
-        "system/samples_per_s": 5.0, "best_epoch": 6.0, "test_rmse": 7.0}
+        "system/samples_per_s": 5.0, "val/best_epoch": 6.0, "test/rmse": 7.0}
     assert names.logged("val_rmse_mean") == "val/rmse_mean"
     assert names.logged("val_rmse_std") == "val/rmse_std"
-    assert names.logged("test_rmse_mean") == "test_rmse_mean"  # no group: as it is
+    assert names.logged("test_rmse_mean") == "test/rmse_mean"
     assert names.plain("val/rmse_mean") == "val_rmse_mean"
 
 
-def test_the_training_curves_sort_first():
-    """The UI orders sections (groups) alphabetically, ungrouped metrics last: only the
-    curves are grouped, and train/ comes first."""
-    groups = sorted({name.split("/")[0] for name in names.GROUPED.values()} - {"system"})
-    assert groups == ["train", "val"]
+def test_single_values_are_grouped_by_what_they_measure():
+    """A finished run's single numbers each in a section of their own: the interval's under
+    interval/ (its test figures too), the test figures under test/, the best epoch under val/;
+    only the per-step diagnostics and an ensemble's member summaries stay plain."""
+    expected = {"test_rmse_uncapped": "test/rmse_uncapped",
+                "test_p_fail_brier": "test/p_fail_brier",
+                "test_units_padded": "test/units_padded", "best_val_rmse": "val/best_rmse",
+                "interval_engines": "interval/engines",
+                "interval_coverage_target": "interval/coverage_target",
+                "test_interval_coverage": "interval/test_coverage",
+                "test_interval_width_rul_le25_std": "interval/test_width_rul_le25_std",
+                "member_test_rmse_mean": "member_test_rmse_mean", "clipped": "clipped",
+                "epoch": "epoch", "amp_scale": "amp_scale"}
+    for name, grouped in expected.items():
+        assert names.logged(name) == grouped, name
+        assert names.plain(grouped) == name, grouped
+        assert names.read({grouped: 1.0}, name) == names.read({name: 1.0}, grouped) == 1.0
+
+
+def test_the_sections_of_a_finished_run():
+    """The UI orders sections (groups) alphabetically, ungrouped metrics last: a finished
+    run's results (interval/, test/) before its curves (train/, val/)."""
+    final = ["test_rmse", "test_interval_width", "interval_engines", "best_epoch", "train_loss",
+             "val_rmse", "grad_norm"]
+    assert sorted({names.logged(n).split("/")[0] for n in final}) == [
+        "interval", "test", "train", "val"]
 
 
 def test_either_name_reads_either_run():

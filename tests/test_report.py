@@ -18,6 +18,7 @@ from rul import config as cfg
 from rul.cli import main
 from rul.machine import machine_tags
 from rul.reporting.reproduce import PLACE_KEYS, config_from_params
+from rul.tracking.metric_names import logged
 from rul.workflows.evaluate import evaluate_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,8 +111,10 @@ def test_the_evaluation_is_a_row_of_its_track_with_its_logged_figures(store, pag
     row = _row(age, source=f"run {store.parent.info.run_id[:8]}")
     assert row[1] == "2: 42, 43" and "2 seed(s): indicative only" in row[0]
     assert row[2] == f"{metrics['val/rmse_mean']:.2f} ± {metrics['val/rmse_std']:.2f}"
-    assert row[3] == f"**{metrics['test_rmse_mean']:.2f} ± {metrics['test_rmse_std']:.2f}**"
-    assert row[5] == f"{metrics['test_score_mean']:.0f} ± {metrics['test_score_std']:.0f}"
+    rmse = metrics[logged("test_rmse_mean")], metrics[logged("test_rmse_std")]
+    score = metrics[logged("test_score_mean")], metrics[logged("test_score_std")]
+    assert row[3] == f"**{rmse[0]:.2f} ± {rmse[1]:.2f}**"
+    assert row[5] == f"{score[0]:.0f} ± {score[1]:.0f}"
     tags = machine_tags()
     assert row[7].startswith(f"{tags['cpu_model']}, {tags['cpu_count']} CPUs")
     assert ("(native bf16)" in row[7]) == (tags["cpu_native_bf16"] == "true")

@@ -13,6 +13,7 @@ from rul import config as cfg
 from rul.cli import main
 from rul.plan import ResumeTarget, plan_run
 from rul.preprocessing.prepared import prepare_data
+from rul.tracking.metric_names import logged
 from rul.training.checkpoint import Checkpointer
 from rul.training.listener import TrainingListener
 from rul.training.run import train
@@ -154,7 +155,7 @@ def test_cli_train_end_to_end(real_data_dir, tmp_path, mlflow_store, monkeypatch
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     run = client.get_run(printed.group(2))  # the summary names the run that holds the results
     assert run.info.status == "FINISHED"
-    assert f"{run.data.metrics['test_rmse']:.2f}" == printed.group(1)
+    assert f"{run.data.metrics[logged('test_rmse')]:.2f}" == printed.group(1)
     assert client.get_model_version_by_alias("rul-fd001", "champion").run_id == run.info.run_id
     assert not list((tmp_path / "ckpt").glob("*.pt"))  # finished: checkpoint removed
     experiment_id = run.info.experiment_id  # the hint opens its runs view on the port used

@@ -10,6 +10,7 @@ from mlflow.tracking import MlflowClient
 from rul import config as cfg
 from rul.cli import browse_hint
 from rul.preprocessing.windows import PaddedUnitWarning
+from rul.tracking.metric_names import logged
 from rul.training.batching import micro_batch_split, split_note
 from rul.workflows.train import train_tracked
 
@@ -43,7 +44,7 @@ def test_a_padded_test_unit_and_a_short_last_micro_batch_are_said_and_recorded(
         "each step weights its samples exactly, so the model is that of B=100") == 1
     run = MlflowClient(config.tracking_uri).get_run(run_id)
     assert run.data.tags["padded_test_units"] == "2 (1 rows)"
-    assert run.data.metrics["test_units_padded"] == 1
+    assert run.data.metrics[logged("test_units_padded")] == 1
     assert run.data.tags["batch.micro_batches"] == "64 + 36"
     assert outcome.predictions["unit"].tolist() == [1, 2, 3, 4]  # in the metrics
 
@@ -60,7 +61,7 @@ def test_a_run_without_either_records_zero_and_no_tags(mlflow_store):
     with mlflow.start_run() as run:
         log_run_notes(cfg.TrainConfig(), test)  # 256 x 2 = 512: no short micro-batch
     run = MlflowClient().get_run(run.info.run_id)
-    assert run.data.metrics == {"test_units_padded": 0}
+    assert run.data.metrics == {"test/units_padded": 0}
     assert not {"padded_test_units", "batch.micro_batches"} & set(run.data.tags)
 
 

@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 from rul import config as cfg
 from rul.evaluation.ensemble import combine
 from rul.plan import plan_ensemble, plan_run
+from rul.tracking.metric_names import logged
 from rul.training.run import train
 from rul.workflows.tune import run_study
 
@@ -95,7 +96,7 @@ def study_of(folder: Path, root: Path) -> dict:
     return {"trials": [(t.params, t.values, t.state) for t in study.trials],
             "best": study.best_trial.number,
             "test_rmse": [client.get_run(t.user_attrs["mlflow_run_id"]).data.metrics[
-                "test_rmse"] for t in study.trials]}
+                logged("test_rmse")] for t in study.trials]}
 
 
 def test_a_study_never_reads_the_test_files(twins, tmp_path, mlflow_store_at):

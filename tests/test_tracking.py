@@ -23,6 +23,7 @@ import torch
 from rul import config as cfg
 from rul.data import DataError
 from rul.plan import plan_run
+from rul.tracking.metric_names import logged
 from rul.tracking.registry import CHAMPION, register_and_promote
 from rul.tracking.run_checkpoints import RunCheckpoints
 from rul.tracking.store import open_store
@@ -123,7 +124,7 @@ def test_metric_histories_have_one_entry_per_step_and_epoch(fd001_client, traine
     assert [m.value for m in val] == pytest.approx([h["val_rmse"] for h in outcome.state.history])
     final = fd001_client.get_run(run_id).data.metrics
     for key in FINAL_METRICS:
-        assert final[key] == pytest.approx(outcome.metrics[key], rel=1e-12), key
+        assert final[logged(key)] == pytest.approx(outcome.metrics[key], rel=1e-12), key
     # constants are params, never charts
     assert not {"effective_batch_size", "micro_batch_size", "accumulation_steps",
                 "short_units_dropped", "windows_lost"} & set(final)

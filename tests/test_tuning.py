@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from rul import config as cfg
+from rul.tracking.metric_names import logged
 from rul.tracking.registry import CHAMPION
 from rul.training.listener import TrainingListener
 from rul.tuning.space import REFERENCE_BATCH, suggest, trial_overrides
@@ -175,7 +176,7 @@ def test_one_parent_run_with_a_child_run_per_trial(tuned):
         assert params["epochs"] == "2" and params["hidden_size"] == "16"
         assert params["register"] == "False"  # trials never register; the study does
         # Optuna's value and reports are the run's validation RMSE
-        assert metrics["best_val_rmse"] == pytest.approx(trial.value, rel=1e-12)
+        assert metrics[logged("best_val_rmse")] == pytest.approx(trial.value, rel=1e-12)
         assert per_epoch(tuned.client, run.info.run_id, "val/rmse") == pytest.approx(
             trial.intermediate_values, rel=1e-12)
 
@@ -184,7 +185,7 @@ def test_parent_run_records_the_best_trial(tuned):
     parent = tuned.parent
     assert parent.info.status == "FINISHED"
     metrics, tags = parent.data.metrics, parent.data.tags
-    assert metrics["best_val_rmse"] == pytest.approx(tuned.best_value, rel=1e-12)
+    assert metrics[logged("best_val_rmse")] == pytest.approx(tuned.best_value, rel=1e-12)
     assert metrics["trials_complete"] == N_TRIALS
     assert "trials_pruned" not in metrics and "trials_fail" not in metrics
     assert tags["best_trial"] == str(tuned.best_trial.number)
@@ -246,7 +247,8 @@ def test_resume_adds_trials_to_the_same_study_and_parent_run(tuned, resumed):
     assert counts == {N_TRIALS: N_TRIALS, N_TRIALS + 1: N_TRIALS + 1}
     best_value = min(t.value for t in resumed.trials)
     assert resumed.study.best_value == best_value
-    assert resumed.parent.data.metrics["best_val_rmse"] == pytest.approx(best_value, rel=1e-12)
+    assert resumed.parent.data.metrics[logged("best_val_rmse")] == pytest.approx(best_value,
+                                                                                rel=1e-12)
     assert resumed.summary.startswith(f"study {STUDY}: {N_TRIALS + 1} trials complete")
 
 
@@ -456,7 +458,7 @@ def test_pruning_study_parent_counts_states(pruning):
     assert metrics["trials_pruned"] == states.count(TrialState.PRUNED) >= 2
     best = min((t for t in pruning.trials if t.state == TrialState.COMPLETE),
                key=lambda t: t.value)
-    assert metrics["best_val_rmse"] == pytest.approx(best.value, rel=1e-12)
+    assert metrics[logged("best_val_rmse")] == pytest.approx(best.value, rel=1e-12)
     assert "registered_version" not in parent.data.tags  # register=False
     assert pruning.client.search_registered_models() == []
     # every trial that trained has exactly one child run, with its state
@@ -543,14 +545,14 @@ def test_failing_trials_are_recorded_and_the_study_goes_on(tmp_path, monkeypatch
     done = children[3]
     assert done.info.status == "FINISHED"
     assert done.data.tags["optuna.trial_state"] == "COMPLETE"
-    assert done.data.metrics["best_val_rmse"] == pytest.approx(trials[3].value, rel=1e-12)
+    assert done.data.metrics[logged("best_val_rmse")] == pytest.approx(trials[3].value, rel=1e-12)
 
     parent = client.get_run(parent_run_id)
     assert parent.info.status == "FINISHED"
     metrics = parent.data.metrics
     assert (metrics["trials_fail"], metrics["trials_pruned"], metrics["trials_complete"]) == (
         2, 1, 1)
-    assert metrics["best_val_rmse"] == pytest.approx(trials[3].value, rel=1e-12)
+    assert metrics[logged("best_val_rmse")] == pytest.approx(trials[3].value, rel=1e-12)
     assert parent.data.tags["best_trial"] == "3"
     assert summary.startswith(f"study {name}: 4 trials ")
 

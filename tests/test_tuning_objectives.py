@@ -24,6 +24,7 @@ from test_tuning import MODEL_NAME, TUNE_PATH, make_config  # the tiny tuning co
 
 from rul import config as cfg
 from rul.cli import main
+from rul.tracking.metric_names import logged
 from rul.tracking.registry import CHAMPION
 from rul.training.engine import TrainState
 from rul.tuning import objectives as objs
@@ -273,7 +274,7 @@ def test_the_best_val_rmse_pareto_trial_is_registered(pareto):
     assert pareto.champion.run_id == best_run_id
     assert float(pareto.champion.tags["val_rmse"]) == best.values[0]
     assert pareto.parent.data.tags["best_trial"] == str(best.number)
-    assert pareto.parent.data.metrics["best_val_rmse"] == pytest.approx(best.values[0],
+    assert pareto.parent.data.metrics[logged("best_val_rmse")] == pytest.approx(best.values[0],
                                                                         rel=1e-12)
     assert (f"best val_rmse on the Pareto front: trial {best.number}: "
             f"val_rmse {best.values[0]:.3f}") in pareto.summary

@@ -51,7 +51,7 @@ PRINTED_S = 120  # `make ui` prints the experiments' addresses once it answers
 # What only the GenAI view shows (its sidebar and overview), and the Assistant's open panel.
 GENAI_ONLY = ("Training runs", "Observability", "Evaluation runs", "Judges", "Token Usage")
 ASSISTANT_PANEL = "Ask questions about your experiments, traces, evaluations, and more."
-FIRST_CHARTS = ["grad_norm", "loss", "loss_epoch", "lr", "rmse"]  # train/..., then val/rmse
+TRAIN_CHARTS = ["grad_norm", "loss", "loss_epoch", "lr"]  # the train/ section's, in order
 
 
 def _missing(reason: str):
@@ -159,9 +159,9 @@ def _save_screenshot(page, name: str) -> None:
 def _save_run_charts(page, run_url: str) -> None:
     """The run's model-metrics tab with the charts of the training step and validation."""
     page.goto(f"{run_url}/model-metrics")
-    page.get_by_text("grad_norm", exact=True).first.wait_for()
     search = page.get_by_placeholder("Search metric charts")
     search.fill("^(train/loss|train/grad_norm|val/rmse)$")
+    page.get_by_text("grad_norm", exact=True).first.wait_for()
     page.wait_for_timeout(5000)  # the charts render after their data arrives
     _save_screenshot(page, "mlflow_run_charts.png")
     search.fill("")  # the UI keeps the filter for the run: the checks below see every chart
@@ -227,15 +227,24 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, mlflow_ui,
             if SCREENSHOTS:
                 _save_run_charts(page, f"{base}/#/experiments/{experiment_id}/runs/{run_id}")
 
-            # the model metrics tab opens on the training curves: train/, then val/
+            # the model metrics tab of a finished run: its results, then its curves, each a
+            # section of its own (no single numbers as dots in an unnamed one)
             page.goto(f"{base}/#/experiments/{experiment_id}/runs/{run_id}/model-metrics")
-            page.get_by_text("grad_norm", exact=True).first.wait_for()
+            page.get_by_text("coverage_target", exact=True).first.wait_for()
             lines = _lines(page)
-            sections = [line for line, count in zip(lines, lines[1:])
-                        if count.startswith("(") and count.endswith(")")]
-            assert sections[:2] == ["train", "val"], sections
-            charts = [line for line in lines if line in FIRST_CHARTS]
-            assert charts[:4] == FIRST_CHARTS[:4], charts
+            counted = {line: count for line, count in zip(lines, lines[1:])
+                       if count.startswith("(") and count.endswith(")")}
+            assert list(counted)[:4] == ["interval", "test", "train", "val"], counted
+            for section in ("interval", "test", "val"):  # each holds all of its group
+                group = [m for m in run.data.metrics if m.startswith(f"{section}/")]
+                assert counted[section] == f"({len(group)})", (section, group)
+            assert not any(m.startswith(("test_", "best_", "interval_"))
+                           for m in run.data.metrics)
+            page.get_by_text("train", exact=True).first.scroll_into_view_if_needed()
+            page.get_by_text("grad_norm", exact=True).first.wait_for()  # charts draw in view
+            lines = _lines(page)
+            charts = [line for line in lines if line in TRAIN_CHARTS]
+            assert charts[:4] == TRAIN_CHARTS, charts
             assert "system/samples_per_s" not in lines  # in the System metrics tab
             page.screenshot(path=str(tmp_path / "model_metrics.png"))
 

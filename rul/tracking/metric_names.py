@@ -4,36 +4,42 @@ Training computes its metrics under plain names (TrainState.history, outcome.met
 `train_loss`, `val_rmse`, `test_rmse`, ...). The MLflow UI charts a run's metrics in sections,
 one per group (the part of the name before `/`), sections and charts in alphabetical order,
 ungrouped metrics last under "Model metrics", and `system/` metrics in a tab of their own. So
-that a run opens on its training curves, the curves are logged by group and the rest keeps its
-plain name:
+every metric is logged in its group:
 
-    train/   grad_norm, loss, lr (every optimizer step), loss_epoch (every epoch)
-    val/     rmse (every epoch; an ensemble's or an evaluation's single value)
-    system/  samples_per_s, peak_memory_mb (every epoch), wall_time_s (the System tab)
-    (plain)  test_rmse, test_mae, test_score, test_rmse_uncapped, test_interval_*,
-             best_val_rmse, best_epoch, interval_*, member_*, and the per-step diagnostics
-             clipped, amp_scale, skipped_steps, epoch; micro_batch_size and
-             accumulation_steps only after an out-of-memory back-off changed them
+    interval/  the interval's calibration (coverage_target, engines) and its test figures
+               (test_coverage, test_width, per true-RUL band: ..._rul_le25, ...)
+    test/      rmse, mae, score, rmse_uncapped, p_fail_brier, units_padded
+    train/     grad_norm, loss, lr (every optimizer step), loss_epoch (every epoch)
+    val/       rmse (every epoch; an ensemble's or an evaluation's single value),
+               best_rmse, best_epoch
+    system/    samples_per_s, peak_memory_mb (every epoch), wall_time_s (the System tab)
+    (plain)    the per-step diagnostics clipped, amp_scale, skipped_steps, epoch;
+               micro_batch_size and accumulation_steps only after an out-of-memory back-off
+               changed them; an ensemble's member_* summaries
 
-(A `test/` group would sort before `train/` and open the tab on single numbers.) Aggregates
-over seeds (`rul evaluate`) add `_mean` and `_std` to the logged name (`val/rmse_mean`,
-`test_rmse_mean`). Runs logged before the groups used plain names throughout: `read` accepts
-either name and finds whichever the run has.
+A training run's tab shows its curves while it trains; once it has ended, its results come
+first (interval/, test/), each a section of its own rather than single dots among the curves.
+Aggregates over seeds (`rul evaluate`) add `_mean` and `_std` to the logged name
+(`val/rmse_mean`, `test/rmse_mean`). Runs logged before the groups used plain names
+throughout: `read` accepts either name and finds whichever the run has.
 """
 
 GROUPED = {
     "train_loss": "train/loss", "grad_norm": "train/grad_norm", "lr": "train/lr",
     "train_loss_epoch": "train/loss_epoch",
-    "val_rmse": "val/rmse",
+    "val_rmse": "val/rmse", "best_val_rmse": "val/best_rmse", "best_epoch": "val/best_epoch",
     "samples_per_s": "system/samples_per_s", "peak_memory_mb": "system/peak_memory_mb",
     "wall_time_s": "system/wall_time_s",
 }
 PLAIN = {grouped: plain for plain, grouped in GROUPED.items()}
+# The rest by prefix, the longest first: (plain name's prefix, its group's)
+PREFIXES = (("test_interval_", "interval/test_"), ("interval_", "interval/"), ("test_", "test/"))
 SUFFIXES = ("_mean", "_std")
 
 
 def _split(name: str) -> tuple[str, str]:
-    """(base, aggregate suffix): 'test_rmse_mean' -> ('test_rmse', '_mean')."""
+    """(base, aggregate suffix): 'val_rmse_mean' -> ('val_rmse', '_mean'), for the names
+    grouped one by one (GROUPED); prefixed names keep their suffix in the name."""
     for suffix in SUFFIXES:
         base = name.removesuffix(suffix)
         if base != name and (base in GROUPED or base in PLAIN):
@@ -43,15 +49,26 @@ def _split(name: str) -> tuple[str, str]:
 
 def logged(name: str) -> str:
     """The name a metric is logged under: `val_rmse` -> `val/rmse`, `test_rmse_mean` ->
-    `test/rmse_mean`; a name without a group stays as it is."""
+    `test/rmse_mean`, `test_interval_width` -> `interval/test_width`; a name of no group stays
+    as it is."""
     base, suffix = _split(name)
-    return GROUPED.get(base, base) + suffix
+    if base in GROUPED:
+        return GROUPED[base] + suffix
+    for plain_prefix, group in PREFIXES:
+        if name.startswith(plain_prefix):
+            return group + name.removeprefix(plain_prefix)
+    return name
 
 
 def plain(name: str) -> str:
     """The name runs logged before the groups used: `val/rmse` -> `val_rmse`."""
     base, suffix = _split(name)
-    return PLAIN.get(base, base) + suffix
+    if base in PLAIN:
+        return PLAIN[base] + suffix
+    for plain_prefix, group in PREFIXES:
+        if name.startswith(group):
+            return plain_prefix + name.removeprefix(group)
+    return name
 
 
 def logged_metrics(metrics: dict) -> dict[str, float]:

@@ -3,6 +3,7 @@ run: test units padded to one window, and an effective batch whose last micro-ba
 
 import mlflow
 
+from rul.tracking.metric_names import logged
 from rul.training.batching import micro_batch_split
 
 PADDED_METRIC = "test_units_padded"
@@ -12,7 +13,7 @@ SPLIT_TAG = "batch.micro_batches"  # "256 + 244"
 
 def log_run_notes(config, test_windows) -> None:
     padded = test_windows.padded_units
-    mlflow.log_metric(PADDED_METRIC, len(padded))
+    mlflow.log_metric(logged(PADDED_METRIC), len(padded))
     if padded:
         mlflow.set_tag(PADDED_TAG, ", ".join(f"{u} ({n} rows)" for u, n in padded.items()))
     if config.micro_batch_size == "auto":  # each member resolves (and records) its own

@@ -30,6 +30,7 @@ from rul.interrupts import (
 )
 from rul.plan import plan_run
 from rul.tracking.lifecycle import run_ends_cleanly
+from rul.tracking.metric_names import logged
 from rul.tracking.registry import (
     logged_model_uri,
     register_and_promote,
@@ -145,7 +146,7 @@ def _record_study(study: optuna.Study, parent_run_id: str, config: TuningConfig)
             return "\n".join([*lines, "no trial completed: nothing to register"])
         best = objs.best_accuracy_trial(study, objectives)
         best_value = objs.accuracy_of(best, objectives)
-        mlflow.log_metric("best_val_rmse", best_value, step=len(study.trials))
+        mlflow.log_metric(logged("best_val_rmse"), best_value, step=len(study.trials))
         mlflow.set_tags({"best_trial": str(best.number),
                          **{f"best.{k}": str(v) for k, v in best.params.items()}})
         if multi:
