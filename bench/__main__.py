@@ -187,9 +187,16 @@ def bench_accuracy():
     print(f"accuracy: default config test RMSE {m['test_rmse']:.2f} (target <= 13.0), "
           f"uncapped {m['test_rmse_uncapped']:.2f}, score {m['test_score']:.1f}, best epoch "
           f"{m['best_epoch']}/{outcome.state.epoch}, {seconds:.0f}s wall (target <= 300 s)")
-    return _summary({"test RMSE": round(m["test_rmse"], 2), "score": round(m["test_score"], 1),
-                     "best epoch": m["best_epoch"], "wall time (s)": round(seconds),
-                     "precision": outcome.plan.precision.name})
+    return accuracy_result({"test RMSE": round(m["test_rmse"], 2),
+                            "score": round(m["test_score"], 1), "best epoch": m["best_epoch"],
+                            "wall time (s)": round(seconds),
+                            "precision": outcome.plan.precision.name})
+
+
+def accuracy_result(figures: dict) -> dict:
+    """bench accuracy's figures as a table and as the summary the Performance page's
+    `make train` by machine table reads (rul.reporting.pages.train_times)."""
+    return {**_summary(figures), "summary": figures}
 
 
 def bench_memory():

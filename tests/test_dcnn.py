@@ -146,3 +146,22 @@ def test_a_training_step_copies_no_activation_tensor():
     torch.manual_seed(0)
     assert full_size_copies(convolutions(DCNN((14, 30)))) == []
     assert len(full_size_copies(sliced_then_tanh(DCNN((14, 30))))) >= 8  # the check can fail
+
+
+@pytest.mark.parametrize("kernel", [2, 3, 10])
+def test_unfolded_convolutions_compute_the_convolutions(kernel):
+    """DCNN.unfolded (each layer one matrix product; off by default, timed on a GPU by
+    `make gpu-check`): the convolutions' output and every gradient within float32 rounding,
+    from the same parameters (a wrong padding, trim or weight order is off by far more)."""
+    torch.manual_seed(kernel)
+    reference = exact(convolutions(DCNN((14, 30), kernel_size=kernel)))
+    unfolded = exact(convolutions(DCNN((14, 30), kernel_size=kernel)))
+    unfolded.load_state_dict(reference.state_dict())
+    unfolded.unfolded = True
+    x, y = torch.rand(8, 30, 14), torch.rand(8)
+    expected, expected_grads = forward_backward(reference, x, y)
+    out, grads = forward_backward(unfolded, x, y)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, expected_grads[name], rtol=1e-4, atol=1e-6,
+                                   msg=name)

@@ -237,3 +237,17 @@ def test_make_train_is_a_table_by_machine_with_where_and_when_each_was_measured(
     page = performance_page(results, [], "rul report")
     assert page.count("abc1234") == 1  # in the table, not again under "Other benches"
     assert train_times(results[2:]) == []
+
+
+def test_a_bench_accuracy_result_is_a_row_of_the_make_train_table(tmp_path):
+    """What `python -m bench accuracy --json DIR` writes, read back by `rul report`."""
+    from bench.__main__ import accuracy_result, write_result
+    from rul.reporting.benches import read_bench_folder
+    from rul.reporting.pages import train_times
+
+    figures = {"test RMSE": 12.55, "score": 304.3, "best epoch": 100, "wall time (s)": 351,
+               "precision": "fp32"}
+    write_result(tmp_path, "accuracy", accuracy_result(figures), [])
+    rows = [line for line in train_times(read_bench_folder(tmp_path)) if "351 s" in line]
+    assert len(rows) == 1 and "| fp32 | 351 s | 12.55 |" in rows[0]
+

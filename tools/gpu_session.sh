@@ -1,10 +1,10 @@
 #!/bin/bash
 # Everything a lent CUDA machine is for, in two calls of the device tool back to back (the
 # second within the machine's 30 s warm window), results under $OUT each time:
-#   bash tools/gpu_session.sh timed   about 6.5 min (timeout_s 450): the GPU to itself
-#   bash tools/gpu_session.sh side    about 5.5 min (timeout_s 360): the rest side by side
-# With the machine's start that is about 14 of a session's 15 minutes; with less, run `timed`
-# alone (the promises' figures) and leave `side` to the next session.
+#   bash tools/gpu_session.sh timed   about 7 min (timeout_s 470): the GPU to itself
+#   bash tools/gpu_session.sh side    5 min (timeout_s 320): the rest side by side
+# With the machine's start (1-2 min) that is all of a session's 15 minutes; with less, run
+# `timed` alone (the promises' figures) and leave `side` to the next session.
 #
 # Prepare here (once per checkout; the folders are ignored and travel as `carry`):
 #   echo /.whl/ >> .git/info/exclude; echo /.cmapss/ >> .git/info/exclude
@@ -31,7 +31,7 @@ mkdir -p "$OUT"
 WORK=$(mktemp -d)
 DRY=${GPU_SESSION_DRY:-0}
 PART=${1:-timed}
-case $PART in timed) DEFAULT_BUDGET=420 ;; side) DEFAULT_BUDGET=330 ;;
+case $PART in timed) DEFAULT_BUDGET=440 ;; side) DEFAULT_BUDGET=300 ;;
   *) echo "usage: tools/gpu_session.sh timed|side"; exit 2 ;; esac
 start=$(date +%s)
 BUDGET=${GPU_SESSION_SECONDS:-$DEFAULT_BUDGET}  # the part ends by itself this long after it began
@@ -90,13 +90,13 @@ say "side: correctness sections + pytest -m gpu | everyday tier | study + evalua
   timeout -s INT -k 20 120 $PY -m pytest -m gpu -q -p no:cacheprovider tests
   echo "pytest -m gpu: exit $?" ) >"$OUT/phase2_checks.log" 2>&1 &
 checks=$!
-( timeout -s INT -k 20 $(left 90) $PY -m pytest -m "not slow" -n $JOBS --dist loadfile -v \
+( timeout -s INT -k 20 $(left 45) $PY -m pytest -m "not slow" -n $JOBS --dist loadfile -v \
     -p no:cacheprovider -p no:benchmark ${TIMEOUT:+$TIMEOUT 240} $TESTS
   echo "everyday tier: exit $?"
   # each failure again, alone, for its traceback (the parallel run's summary comes last)
   failed=$(grep -o "FAILED tests/[^ ]*" "$OUT/phase2_pytest.log" | cut -d' ' -f2 | sort -u)
   if [ -n "$failed" ]; then
-    timeout -s INT -k 10 $(left 15) $PY -m pytest -q -p no:cacheprovider -p no:benchmark \
+    timeout -s INT -k 5 $(left 5) $PY -m pytest -q -p no:cacheprovider -p no:benchmark \
       --tb=short ${TIMEOUT:+$TIMEOUT 60} $failed
     echo "failures rerun: exit $?"
   fi ) >"$OUT/phase2_pytest.log" 2>&1 &

@@ -17,6 +17,7 @@ from torch.autograd.function import once_differentiable
 from rul.models.banded import banded_tanh
 from rul.models.dropout import CheapMaskDropout
 from rul.models.stacking import inside_vmap
+from rul.models.unfolded import unfolded_conv
 
 
 class TimeConv(nn.Conv2d):
@@ -145,6 +146,9 @@ class DCNN(nn.Module):
     # members, rul.models.stacking, take them too). Not a config key: both compute the same
     # network.
     banded = True
+    # The convolutions as one matrix product each (unfolded.py) wherever the banded path does
+    # not run: off until `make gpu-check` times it on a GPU (its recipe section's last row).
+    unfolded = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, window, features) -> (B,)
         weight = self.features[0].weight
@@ -153,20 +157,38 @@ class DCNN(nn.Module):
                 and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling() \
                 and not inside_vmap(weight):
             features = self._banded_features(x)
+        elif self.unfolded and not inside_vmap(weight):
+            features = self._unfolded_features(x)
         else:
             features = self.features(x.unsqueeze(1))
         return self.head(features).squeeze(-1)
+
+    def _layers(self, path: str) -> list[tuple[TimeConv, nn.Module]]:
+        """The (convolution, tanh) pairs of the features, which the banded and unfolded
+        paths compute by hand."""
+        pairs = list(zip(self.features[::2], self.features[1::2], strict=True))
+        for conv, tanh in pairs:
+            if not (isinstance(conv, TimeConv) and isinstance(tanh, TrimmedTanh | nn.Tanh)):
+                raise TypeError(f"DCNN.{path}: features must alternate TimeConv and tanh, got "
+                                f"{type(conv).__name__}, {type(tanh).__name__}; set {path} = "
+                                "False for other layers")
+        return pairs
 
     def _banded_features(self, x: torch.Tensor) -> torch.Tensor:
         """self.features(x.unsqueeze(1)) flattened, as banded products: each sensor's window
         is one row (time-major, channels last) through every layer."""
         batch, length, width = x.shape
         rows = x.transpose(1, 2).reshape(batch * width, length)
-        for conv, tanh in zip(self.features[::2], self.features[1::2], strict=True):
-            if not (isinstance(conv, TimeConv) and isinstance(tanh, TrimmedTanh | nn.Tanh)):
-                raise TypeError(f"DCNN.banded: features must alternate TimeConv and tanh, got "
-                                f"{type(conv).__name__}, {type(tanh).__name__}; set banded = "
-                                "False for other layers")
+        for conv, _ in self._layers("banded"):
             rows = banded_tanh(rows, conv.weight, conv.bias, conv.kernel_size[0])
         # (B x F, length) -> the convolutions' flattened (B, 1, length, F) order
+        return rows.view(batch, width, length).transpose(1, 2).reshape(batch, length * width)
+
+    def _unfolded_features(self, x: torch.Tensor) -> torch.Tensor:
+        """self.features(x.unsqueeze(1)) flattened, each layer one matrix product: each
+        sensor's window one sequence (time-major, channels last) through every layer."""
+        batch, length, width = x.shape
+        rows = x.transpose(1, 2).reshape(batch * width, length, 1)
+        for conv, _ in self._layers("unfolded"):
+            rows = torch.tanh(unfolded_conv(rows, conv.weight, conv.bias, conv.kernel_size[0]))
         return rows.view(batch, width, length).transpose(1, 2).reshape(batch, length * width)
