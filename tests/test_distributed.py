@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from rul import config as cfg
 from rul.models import build_model
+from rul.tracking.metric_names import logged
 from rul.training.batching import WindowBatches
 from rul.training.distributed import World, global_batch_size, rank_share, share_weights
 from rul.training.engine import fit
@@ -239,7 +240,8 @@ def assert_same_training(client, run, reference):
     assert sorted(got) == sorted(losses) and len(got) == 2 * 27  # 2 epochs, short last step
     assert relative_error([got[s] for s in sorted(got)], [losses[s] for s in sorted(got)]) < 1e-5
     for metric in ("test_rmse", "best_val_rmse"):
-        assert run.data.metrics[metric] == pytest.approx(metrics[metric], rel=1e-4)
+        assert run.data.metrics[logged(metric)] == pytest.approx(metrics[logged(metric)],
+                                                                 rel=1e-4)
 
 
 @pytest.mark.slow
