@@ -47,28 +47,26 @@ def _split(name: str) -> tuple[str, str]:
     return name, ""
 
 
+def _renamed(name: str, one_by_one: dict, by_prefix: tuple) -> str:
+    base, suffix = _split(name)
+    if base in one_by_one:
+        return one_by_one[base] + suffix
+    for old, new in by_prefix:
+        if name.startswith(old):
+            return new + name.removeprefix(old)
+    return name
+
+
 def logged(name: str) -> str:
     """The name a metric is logged under: `val_rmse` -> `val/rmse`, `test_rmse_mean` ->
     `test/rmse_mean`, `test_interval_width` -> `interval/test_width`; a name of no group stays
     as it is."""
-    base, suffix = _split(name)
-    if base in GROUPED:
-        return GROUPED[base] + suffix
-    for plain_prefix, group in PREFIXES:
-        if name.startswith(plain_prefix):
-            return group + name.removeprefix(plain_prefix)
-    return name
+    return _renamed(name, GROUPED, PREFIXES)
 
 
 def plain(name: str) -> str:
     """The name runs logged before the groups used: `val/rmse` -> `val_rmse`."""
-    base, suffix = _split(name)
-    if base in PLAIN:
-        return PLAIN[base] + suffix
-    for plain_prefix, group in PREFIXES:
-        if name.startswith(group):
-            return plain_prefix + name.removeprefix(group)
-    return name
+    return _renamed(name, PLAIN, tuple((group, prefix) for prefix, group in PREFIXES))
 
 
 def logged_metrics(metrics: dict) -> dict[str, float]:
