@@ -128,7 +128,8 @@ def test_tune_ends_parent_and_trial_runs_killed_on_a_signal(tmp_path, real_data_
     # the interrupted trial: FAIL in Optuna, KILLED in MLflow, the same reason in both
     said = "interrupted (SIGINT)" if signum == signal.SIGINT else "interrupted (SIGTERM)"
     stopped = [t for t in study.trials if t.user_attrs.get("reason") == said]
-    assert stopped and all(t.state == optuna.trial.TrialState.FAIL for t in stopped)
+    assert stopped and all(t.state == optuna.trial.TrialState.FAIL for t in stopped), (
+        [(t.number, t.state.name, t.user_attrs.get("reason")) for t in study.trials], err[-2000:])
     by_id = {r.info.run_id: r for r in runs}
     for trial in stopped:
         run = by_id[trial.user_attrs["mlflow_run_id"]]
