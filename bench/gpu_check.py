@@ -43,6 +43,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -183,11 +184,8 @@ def check_rerun(check: Check, subset, dry: bool):
               "bit for bit" if same else "differs", "bit for bit", same)
     if dry:
         return
-    cuda_graph.ENABLED = False  # the same sync-free steps, run eagerly
-    try:
+    with mock.patch.object(cuda_graph, "ENABLED", False):  # the same steps, run eagerly
         eager, _ = trained(cfg_, subset)
-    finally:
-        cuda_graph.ENABLED = True
     same = weights_equal(first.model, eager.model) and first.metrics == eager.metrics
     check.add("rerun", "CUDA graph vs the same steps eagerly",
               "bit for bit" if same else "differs", "bit for bit", same)
@@ -203,12 +201,9 @@ def check_recipe(check: Check, subset, dry: bool, n_seeds: int = 3, eager: bool 
     trained(config({"epochs": 1}, dry), subset)  # warm-up: CUDA's and cuDNN's first-use work
     table = {}
     for precision in ("fp32", "bf16", "fp16"):
-        runs = [trained(config({"precision": precision, "seed": s}, dry), subset)
-                for s in seeds]
-        rmses = [o.metrics["test_rmse"] for o, _ in runs]
-        seconds = [t for _, t in runs]
-        table[precision] = {"seconds": seconds, "test_rmse": rmses,
-                            "skipped": [o.state.skipped_steps for o, _ in runs]}
+        runs = over_seeds(precision, seeds, subset, dry)
+        rmses, seconds = runs["test_rmse"], runs["seconds"]
+        table[precision] = runs
         mean = statistics.mean(rmses)
         check.add("recipe", f"{precision}: training time ({n_seeds} seeds)",
                   " / ".join(f"{t:.1f}" for t in seconds) + " s",
@@ -231,15 +226,20 @@ def check_recipe(check: Check, subset, dry: bool, n_seeds: int = 3, eager: bool 
               f"{seconds:.1f} s, test RMSE {outcome.metrics['test_rmse']:.2f}")
     table["bf16 unfolded"] = _unfolded_recipe(check, subset, seeds)
     if eager:
-        cuda_graph.ENABLED = False
-        try:
+        with mock.patch.object(cuda_graph, "ENABLED", False):
             outcome, seconds = trained(config({"precision": "fp32", "seed": 42}, dry), subset)
-        finally:
-            cuda_graph.ENABLED = True
         table["fp32 eager"] = {"seconds": [seconds], "test_rmse": [outcome.metrics["test_rmse"]]}
         check.add("recipe", "fp32 without the CUDA graph (seed 42)",
                   f"{seconds:.1f} s, test RMSE {outcome.metrics['test_rmse']:.2f}")
     return table
+
+
+def over_seeds(precision: str, seeds: tuple, subset, dry: bool) -> dict:
+    """The default recipe trained once per seed in `precision`: each run's seconds, test RMSE
+    and skipped steps."""
+    runs = [trained(config({"precision": precision, "seed": s}, dry), subset) for s in seeds]
+    return {"seconds": [t for _, t in runs], "test_rmse": [o.metrics["test_rmse"] for o, _ in runs],
+            "skipped": [o.state.skipped_steps for o, _ in runs]}
 
 
 def _unfolded_recipe(check: Check, subset, seeds: tuple) -> dict:
@@ -247,17 +247,14 @@ def _unfolded_recipe(check: Check, subset, seeds: tuple) -> dict:
     (rul.models.unfolded; off by default until this row says it pays)."""
     from rul.models.cnn import DCNN
 
-    DCNN.unfolded = True
-    try:
-        runs = [trained(config({"precision": "bf16", "seed": s}, False), subset) for s in seeds]
-    finally:
-        DCNN.unfolded = False
-    rmses, seconds = [o.metrics["test_rmse"] for o, _ in runs], [t for _, t in runs]
+    with mock.patch.object(DCNN, "unfolded", True):
+        runs = over_seeds("bf16", seeds, subset, False)
+    rmses, seconds = runs["test_rmse"], runs["seconds"]
     spread = statistics.stdev(rmses) if len(rmses) > 1 else 0.0
     check.add("recipe", f"bf16, convolutions unfolded ({len(seeds)} seeds)",
               " / ".join(f"{t:.1f}" for t in seconds) + f" s, test RMSE "
               f"{statistics.mean(rmses):.2f} ± {spread:.2f}", "the candidate for <= 5 s")
-    return {"seconds": seconds, "test_rmse": rmses}
+    return runs
 
 
 def check_memory(check: Check, dry: bool):

@@ -10,6 +10,7 @@ kernels that take the most time, written in full to `profile.txt` beside the JSO
 
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -29,15 +30,12 @@ def profiled(train_once, graphs: bool) -> dict:
 
     from rul.training import cuda_graph
 
-    cuda_graph.ENABLED = graphs
-    try:
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
-            started = time.perf_counter()
-            outcome, _ = train_once()
-            torch.cuda.synchronize()
-            wall = time.perf_counter() - started
-    finally:
-        cuda_graph.ENABLED = True
+    with mock.patch.object(cuda_graph, "ENABLED", graphs), \
+            profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        started = time.perf_counter()
+        outcome, _ = train_once()
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - started
     kernels = _kernels(profiler)
     busy_us = sum(e.time_range.elapsed_us() for e in kernels)
     steps = _steps(outcome)

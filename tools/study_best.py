@@ -4,18 +4,23 @@
 
 STORAGE as `rul tune --storage` takes it (a .journal file, sqlite:///..., a server URL). The
 best trial is the one `rul tune` registers for a single objective (the lowest validation
-RMSE; nothing read from the test set). Exit 1 with one line when the study has no completed trial.
+RMSE; nothing read from the test set). Exit 1 with one line when the file, the study or a
+completed trial is missing (a file is read, never created).
 """
 
 import sys
+from pathlib import Path
 
 import optuna
 
-from rul.tuning.storage import is_journal, open_storage
+from rul.tuning.storage import open_storage
 
 
 def best_overrides(storage: str, study_name: str) -> list[str]:
-    opened = open_storage(storage, 2 if is_journal(storage) else 1)
+    file = storage.removeprefix("sqlite:///").removeprefix("journal:")
+    if "://" not in file and not Path(file).is_file():  # read a file, never create one
+        raise ValueError(f"{storage}: no such file")
+    opened = open_storage(storage, 1)  # one reader: any storage URL rul tune takes
     study = optuna.load_study(study_name=study_name, storage=opened)
     if len(study.directions) != 1:
         raise ValueError("a study of several objectives: pick from its Pareto front "
@@ -31,7 +36,10 @@ def main(argv: list[str]) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         print(" ".join(best_overrides(*argv)))
-    except ValueError as error:  # Optuna: no completed trial
+    except KeyError:  # Optuna: no study of that name
+        print(f"{argv[1]}: no such study in {argv[0]}", file=sys.stderr)
+        return 1
+    except ValueError as error:  # no such file; Optuna: no completed trial
         print(f"{argv[1]}: {error}", file=sys.stderr)
         return 1
     return 0
