@@ -49,6 +49,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "experiments" / "fd001.yaml"
+# The default recipe's time promise on a GPU: 5 s for its first 100 epochs (made when it had
+# 100), so 7.5 s for today's 150.
+SECONDS_PER_100_EPOCHS = 5.0
 SPLITS = ((512, 1), (256, 2), (128, 4))
 # The relative per-step loss difference between splits that each precision keeps over epoch 1
 # (the rounding of its sums differs per split; fp16 also skips steps, alike in every split).
@@ -71,6 +74,12 @@ class Check:
     @property
     def failed(self) -> list[dict]:
         return [row for row in self.rows if not row["ok"]]
+
+
+def recipe_epochs() -> int:
+    from rul import config as cfg
+
+    return cfg.load(RECIPE).epochs
 
 
 def config(changes: dict, dry: bool):
@@ -200,6 +209,7 @@ def check_recipe(check: Check, subset, dry: bool, n_seeds: int = 3, eager: bool 
     auto, _ = auto_precision(torch.device("cuda" if not dry else "cpu"), "cnn")
     trained(config({"epochs": 1}, dry), subset)  # warm-up: CUDA's and cuDNN's first-use work
     table = {}
+    limit = SECONDS_PER_100_EPOCHS * recipe_epochs() / 100
     for precision in ("fp32", "bf16", "fp16"):
         runs = over_seeds(precision, seeds, subset, dry)
         rmses, seconds = runs["test_rmse"], runs["seconds"]
@@ -207,8 +217,8 @@ def check_recipe(check: Check, subset, dry: bool, n_seeds: int = 3, eager: bool 
         mean = statistics.mean(rmses)
         check.add("recipe", f"{precision}: training time ({n_seeds} seeds)",
                   " / ".join(f"{t:.1f}" for t in seconds) + " s",
-                  "<= 5 s (auto's)" if precision == auto and not dry else "",
-                  dry or precision != auto or statistics.mean(seconds) <= 5.0)
+                  f"<= {limit:g} s (auto's)" if precision == auto and not dry else "",
+                  dry or precision != auto or statistics.mean(seconds) <= limit)
         check.add("recipe", f"{precision}: test RMSE ({n_seeds} seeds)",
                   f"{mean:.2f} ± {statistics.stdev(rmses) if n_seeds > 1 else 0:.2f}", "<= 13.0",
                   dry or mean <= 13.0)
@@ -253,7 +263,7 @@ def _unfolded_recipe(check: Check, subset, seeds: tuple) -> dict:
     spread = statistics.stdev(rmses) if len(rmses) > 1 else 0.0
     check.add("recipe", f"bf16, convolutions unfolded ({len(seeds)} seeds)",
               " / ".join(f"{t:.1f}" for t in seconds) + f" s, test RMSE "
-              f"{statistics.mean(rmses):.2f} ± {spread:.2f}", "the candidate for <= 5 s")
+              f"{statistics.mean(rmses):.2f} ± {spread:.2f}", "the candidate for the time promise")
     return runs
 
 

@@ -64,19 +64,24 @@ def test_defaults_are_the_old_fd001_values_and_types():
             k: type(v) for k, v in OLD_FD001.items()}  # 0.0 stays a float: same checkpoint id
 
 
-def test_make_train_is_the_defaults_with_patience_40_and_the_age_recipe_adds_the_age():
+def test_make_train_is_the_studied_recipe_and_the_age_recipe_adds_the_age_to_the_previous():
     """make train reads the sensors alone (a late-starting record costs the age model more
-    than it gains); experiments/fd001_age.yaml is the same recipe with the engine's age."""
+    than it gains) with the rate, warm-up, epochs and weight average its study chose;
+    experiments/fd001_b512_e100.yaml keeps the recipe before the study, and
+    experiments/fd001_age.yaml is that recipe with the engine's age."""
     from rul.data.dataset import Dataset
     from rul.preprocessing.choices import DataChoices
     from rul.preprocessing.prepared import preprocessor_for
 
     fd001 = Dataset("FD001", None, None, None, {})
     choices = DataChoices(1, "", ["s_2"], "")
-    assert cfg.load(TRAIN_PATH).to_dict() == {**OLD_FD001, "patience": 40}
+    previous = {**OLD_FD001, "patience": 40}
+    assert cfg.load(TRAIN_PATH).to_dict() == {
+        **previous, "lr": 0.0108, "warmup_epochs": 1, "epochs": 150, "ema_decay": 0.998}
     assert preprocessor_for(cfg.load(TRAIN_PATH), fd001, choices).include_cycle is False
+    assert cfg.load(ROOT / "experiments" / "fd001_b512_e100.yaml").to_dict() == previous
     age = cfg.load(ROOT / "experiments" / "fd001_age.yaml")
-    assert age.to_dict() == {**OLD_FD001, "include_cycle": True, "patience": 40}
+    assert age.to_dict() == {**previous, "include_cycle": True}
     assert preprocessor_for(age, fd001, choices).include_cycle is True
 
 
@@ -228,7 +233,7 @@ TRAIN_ERRORS = [
     ("device=tpu", "device='tpu': must be one of auto, cpu, cuda"),
     (["scheduler=onecycle", "warmup_epochs=2"], "warmup_epochs=2: scheduler='onecycle' warms "
                                                 "up itself: give warmup_epochs=0 or another"),
-    (["epochs=5", "warmup_epochs=5"], "warmup_epochs=5: must be less than epochs=5"),
+    (["epochs=5", "warmup_epochs=6"], "warmup_epochs=6: must be at most epochs=5"),
     ("warmup_epochs=-1", "warmup_epochs=-1: must be a non-negative integer"),
     ("val_weights=last", "val_weights='last': must be one of windows, truncation"),
     ("normalization=robust", "normalization='robust': must be one of minmax, zscore"),
@@ -464,7 +469,7 @@ def test_replace_returns_a_revalidated_copy():
     base = cfg.load(TRAIN_PATH)
     changed = base.replace(lr="5e-4", epochs=3)
     assert (changed.lr, changed.epochs) == (5e-4, 3)
-    assert (base.lr, base.epochs) == (2e-3, 100)  # the original is untouched
+    assert (base.lr, base.epochs) == (0.0108, 150)  # the original is untouched
     with pytest.raises(cfg.ConfigError, match=r"^config: epochs=0: must be a positive integer$"):
         base.replace(epochs=0)
     with pytest.raises(cfg.ConfigError, match="hidden_size=50: must be divisible by num_heads=4"):
@@ -543,4 +548,8 @@ def test_the_b512_study_searches_the_cards_own_recipe():
     space = study.search_space
     assert set(space) == {"lr", "warmup_epochs", "epochs", "ema_decay"}
     assert space["warmup_epochs"].high < min(space["epochs"].choices)
-    assert space["lr"].low == card.lr  # today's rate is in the search
+    before = cfg.load(ROOT / "experiments" / "fd001_b512_e100.yaml")
+    assert space["lr"].low == before.lr  # the rate before the study is in the search
+    assert space["lr"].low < card.lr < space["lr"].high  # and the one it chose
+    assert card.warmup_epochs in range(space["warmup_epochs"].low, space["warmup_epochs"].high + 1)
+    assert card.epochs in space["epochs"].choices and card.ema_decay in space["ema_decay"].choices

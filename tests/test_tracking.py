@@ -141,15 +141,22 @@ def test_no_chart_for_what_means_nothing_here(fd001_client, trained):
     assert not {"amp_scale", "skipped_steps"} & set(metrics)
 
 
-def test_the_default_cosine_lr_is_charted_per_step_down_to_zero(fd001_client, trained):
-    assert trained.config.scheduler == "cosine"
+def test_the_default_warmup_and_cosine_lr_are_charted_per_step_down_to_zero(fd001_client,
+                                                                           trained):
+    """make train's schedule as charted: rising over its warm-up epoch's steps to lr (step k
+    of the warm-up used lr (k + 1) / warmup), then the cosine down to zero over the rest."""
+    assert (trained.config.scheduler, trained.config.warmup_epochs) == ("cosine", 1)
     history = sorted(fd001_client.get_metric_history(trained.run_id, "train/lr"),
                      key=lambda m: m.step)
     steps = n_optimizer_steps(trained.outcome, trained.config.epochs)
     assert [m.step for m in history] == list(range(1, steps + 1))
-    total = steps  # the schedule spans every epoch's steps; step k used lr(k - 1)
-    expected = [trained.config.lr * (1 + math.cos(math.pi * k / total)) / 2 for k in range(steps)]
+    warmup = steps * trained.config.warmup_epochs // trained.config.epochs
+    lr, rest = trained.config.lr, steps - warmup  # step k used lr(k - 1)
+    expected = [lr * (k + 1) / warmup if k < warmup
+                else lr * (1 + math.cos(math.pi * (k - warmup) / rest)) / 2
+                for k in range(steps)]
     assert [m.value for m in history] == pytest.approx(expected, rel=1e-9)
+    assert max(m.value for m in history) == pytest.approx(lr, rel=1e-9)
 
 
 def test_params_hold_no_none_and_no_keys_the_model_does_not_use(fd001_client, trained):

@@ -138,7 +138,8 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     warmup_epochs: NonNegativeInt = 0
     """Epochs over which the learning rate rises linearly to `lr` before the schedule (cosine:
     decaying to 0 over the steps left; none: constant); 0 turns the warm-up off. A large
-    effective batch takes a larger rate, which a warm-up keeps from diverging early."""
+    effective batch takes a larger rate, which a warm-up keeps from diverging early. At most
+    `epochs` (a run that short is all warm-up)."""
     max_grad_norm: Annotated[_number("a number > 0", gt=0) | None, Field(
         description="a number > 0, or null to disable clipping")] = 1.0
     """Gradients are clipped to this global L2 norm after unscaling, once per optimizer step;
@@ -270,9 +271,9 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         if self.warmup_epochs and self.scheduler == "onecycle":
             raise rule_error(f"warmup_epochs={self.warmup_epochs}", "scheduler='onecycle' "
                              "warms up itself: give warmup_epochs=0 or another scheduler")
-        if self.warmup_epochs >= self.epochs:
+        if self.warmup_epochs > self.epochs:  # equal: a short try of a recipe, all warm-up
             raise rule_error(f"warmup_epochs={self.warmup_epochs}",
-                             f"must be less than epochs={self.epochs}")
+                             f"must be at most epochs={self.epochs}")
         return self
 
     @model_validator(mode="after")

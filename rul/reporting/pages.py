@@ -262,7 +262,9 @@ def train_times(results: list[BenchResult]) -> list[str]:
             "The default recipe (`make train`: experiments/fd001.yaml, seed 42, `precision: "
             "auto`) trained whole, wall clock, on each kind of machine measured: "
             "`python -m bench accuracy` (untracked) or `make train` itself. A shared machine "
-            "is slower: the note says when it was.", "",
+            "is slower: the note says when it was, and which rows measured the recipe before "
+            "its study (experiments/fd001_b512_e100.yaml: 100 epochs where today's has 150).",
+            "",
             *table(TRAIN_COLUMNS, rows), ""]
 
 

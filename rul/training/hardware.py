@@ -15,9 +15,10 @@ _SETTINGS = ((_M_MMAP_THRESHOLD, 32 * 2**20),  # glibc's largest: blocks to 32 M
              (_M_TRIM_THRESHOLD, 2**30),  # free heap kept up to 1 GiB, not handed back
              (_M_TOP_PAD, 64 * 2**20))  # the heap grows 64 MiB at a time (address space only)
 _kept = None
-# What `make gpu-check` measured for the default recipe (experiments/fd001.yaml, 3 seeds), the
-# figure `precision: auto`'s reason quotes on a GPU with bf16 tensor cores.
-CUDA_BF16_MEASURED = ("the fastest for the DCNN at fp32's accuracy on an H200 (default recipe, "
+# What `make gpu-check` measured for the default recipe before its study (100 epochs, 3 seeds;
+# experiments/fd001_b512_e100.yaml), the figure `precision: auto`'s reason quotes on a GPU with
+# bf16 tensor cores.
+CUDA_BF16_MEASURED = ("the fastest for the DCNN at fp32's accuracy on an H200 (100-epoch recipe, "
                       "3 seeds: bf16 5.5 s, test RMSE 12.58; fp16 + GradScaler 8.4 s, 12.69; "
                       "fp32 9.0 s, 12.74)")
 
