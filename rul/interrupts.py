@@ -21,8 +21,14 @@ class Terminated(KeyboardInterrupt):
     """The process received SIGTERM."""
 
 
+def signal_of(interruption: BaseException) -> signal.Signals:
+    """The signal an interruption stands for: SIGTERM for Terminated, else SIGINT (also what a
+    process passes on to its workers, so that their records say what was done to it)."""
+    return signal.SIGTERM if isinstance(interruption, Terminated) else signal.SIGINT
+
+
 def exit_code(interruption: KeyboardInterrupt) -> int:
-    return 128 + (signal.SIGTERM if isinstance(interruption, Terminated) else signal.SIGINT)
+    return 128 + signal_of(interruption)
 
 
 _modes: list[bool] = [True]  # innermost last: True = raise at once, False = defer

@@ -12,20 +12,21 @@ the same threads per task.
 
 Failures end the whole batch as they would one after another: the first task's error is
 raised here once the other workers have stopped (ended with SIGTERM: their runs end KILLED);
-Ctrl-C or SIGTERM here stops every worker the same way, then raises here.
+Ctrl-C or SIGTERM here stops every worker with the same signal, then raises here.
 """
 
 import multiprocessing
 import os
 import pickle
 import queue
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
 
 import torch
 
-from rul.interrupts import exit_code, interrupts_as_exceptions
+from rul.interrupts import exit_code, interrupts_as_exceptions, signal_of
 
 STOP_GRACE_S = 120  # how long stopped workers get to end their runs
 
@@ -70,8 +71,9 @@ def _in_processes(tasks, jobs, on_done) -> list[tuple[object, float]]:
             results[index] = (pickle.loads(result), seconds)
             if on_done is not None:
                 on_done(index, *results[index])
-    except BaseException:  # a task failed, or this process was signalled: stop the rest
-        _stop(workers)
+    except BaseException as error:  # a task failed, or this process was signalled: stop the rest
+        _stop(workers, signal_of(error) if isinstance(error, KeyboardInterrupt)
+              else signal.SIGTERM)
         # tasks no worker will take may still fill the queue's pipe: its feeder thread would
         # block this process's exit forever (hung after Ctrl-C), so it is not waited for
         todo.cancel_join_thread()
@@ -92,10 +94,11 @@ def _next_result(done, workers):
                                    f"(exit codes {codes})") from None
 
 
-def _stop(workers) -> None:
+def _stop(workers, signum: int) -> None:
+    """Signal the live workers (their runs end KILLED) and give them STOP_GRACE_S to end."""
     for worker in workers:
         if worker.is_alive():
-            worker.terminate()  # SIGTERM: the worker's run ends KILLED
+            os.kill(worker.pid, signum)
     deadline = time.monotonic() + STOP_GRACE_S
     for worker in workers:
         worker.join(timeout=max(0.0, deadline - time.monotonic()))

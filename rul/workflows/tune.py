@@ -9,6 +9,7 @@ are closed first (FAIL in Optuna, KILLED in MLflow).
 """
 
 import multiprocessing
+import os
 import sys
 import tempfile
 import time
@@ -27,6 +28,7 @@ from rul.interrupts import (
     exit_code,
     immediate,
     interrupts_as_exceptions,
+    signal_of,
 )
 from rul.plan import plan_run
 from rul.tracking.lifecycle import run_ends_cleanly
@@ -342,10 +344,10 @@ def _run_workers(work: StudyWork) -> None:
             p.start()
         for p in processes:
             p.join()
-    except KeyboardInterrupt:  # this process was signalled: stop the workers, let them clean up
-        for p in processes:
-            if p.is_alive():
-                p.terminate()  # SIGTERM; ignored by a worker already stopping
+    except KeyboardInterrupt as interruption:  # this process was signalled: stop the workers
+        for p in processes:                    # with the same signal, let them clean up
+            if p.is_alive():  # (Ctrl-C reached them already: a worker stopping ignores it)
+                os.kill(p.pid, signal_of(interruption))
         for p in processes:
             p.join(timeout=120)
         raise
