@@ -85,6 +85,12 @@ def test_make_train_is_the_studied_recipe_and_the_age_recipe_adds_the_age_to_the
     assert preprocessor_for(age, fd001, choices).include_cycle is True
 
 
+def test_a_one_epoch_try_of_make_train_is_all_warm_up_not_an_error():
+    """`make train ARGS="epochs=1"`: the recipe's 1-epoch warm-up fills the run."""
+    short = cfg.load(TRAIN_PATH, ["epochs=1"])
+    assert (short.epochs, short.warmup_epochs) == (1, 1)
+
+
 def test_yaml_files_only_override_defaults():
     for path in (TRAIN_PATH, TUNE_PATH):
         values = yaml.safe_load(path.read_text())
