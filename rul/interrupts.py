@@ -21,7 +21,7 @@ class Terminated(KeyboardInterrupt):
     """The process received SIGTERM."""
 
 
-def signal_of(interruption: BaseException) -> signal.Signals:
+def signal_of(interruption: KeyboardInterrupt) -> signal.Signals:
     """The signal an interruption stands for: SIGTERM for Terminated, else SIGINT (also what a
     process passes on to its workers, so that their records say what was done to it)."""
     return signal.SIGTERM if isinstance(interruption, Terminated) else signal.SIGINT

@@ -72,8 +72,7 @@ def _in_processes(tasks, jobs, on_done) -> list[tuple[object, float]]:
             if on_done is not None:
                 on_done(index, *results[index])
     except BaseException as error:  # a task failed, or this process was signalled: stop the rest
-        _stop(workers, signal_of(error) if isinstance(error, KeyboardInterrupt)
-              else signal.SIGTERM)
+        stop_workers(workers, error)
         # tasks no worker will take may still fill the queue's pipe: its feeder thread would
         # block this process's exit forever (hung after Ctrl-C), so it is not waited for
         todo.cancel_join_thread()
@@ -94,8 +93,11 @@ def _next_result(done, workers):
                                    f"(exit codes {codes})") from None
 
 
-def _stop(workers, signum: int) -> None:
-    """Signal the live workers (their runs end KILLED) and give them STOP_GRACE_S to end."""
+def stop_workers(workers, cause: BaseException) -> None:
+    """Stop the live worker processes with the signal this one got (`cause` a Ctrl-C or a
+    SIGTERM; SIGTERM for a failure) so that their runs end KILLED saying what was done, and
+    give them STOP_GRACE_S to end. A worker already stopping ignores it."""
+    signum = signal_of(cause) if isinstance(cause, KeyboardInterrupt) else signal.SIGTERM
     for worker in workers:
         if worker.is_alive():
             os.kill(worker.pid, signum)

@@ -9,7 +9,6 @@ are closed first (FAIL in Optuna, KILLED in MLflow).
 """
 
 import multiprocessing
-import os
 import sys
 import tempfile
 import time
@@ -28,8 +27,8 @@ from rul.interrupts import (
     exit_code,
     immediate,
     interrupts_as_exceptions,
-    signal_of,
 )
+from rul.parallel import stop_workers
 from rul.plan import plan_run
 from rul.tracking.lifecycle import run_ends_cleanly
 from rul.tracking.metric_names import logged
@@ -345,11 +344,7 @@ def _run_workers(work: StudyWork) -> None:
         for p in processes:
             p.join()
     except KeyboardInterrupt as interruption:  # this process was signalled: stop the workers
-        for p in processes:                    # with the same signal, let them clean up
-            if p.is_alive():  # (Ctrl-C reached them already: a worker stopping ignores it)
-                os.kill(p.pid, signal_of(interruption))
-        for p in processes:
-            p.join(timeout=120)
+        stop_workers(processes, interruption)  # with the same signal, let them clean up
         raise
     failed = [p.exitcode for p in processes if p.exitcode]
     if failed:
