@@ -14,7 +14,7 @@ import pytest
 from rul.serving import admission, deadline
 from rul.serving.guard import Guard
 from rul.serving.limits import Limits
-from rul.serving.scoring import Answer
+from rul.serving.scoring import Answer, timed_out
 
 JSON = ("content-type", "application/json")
 
@@ -37,9 +37,9 @@ class Lanes:
             while time.monotonic() - started < self.seconds:
                 time.sleep(0.01)
                 deadline.check()
-        except deadline.RequestTimedOut:
+        except deadline.RequestTimedOut:  # answered as the served model's lane answers it
             self.stopped_after.append(time.monotonic() - started)
-            raise
+            return timed_out()
         finally:
             deadline.DEADLINE.reset(token)
         return Answer(200, json.dumps({"size": size}).encode())
@@ -166,8 +166,8 @@ def test_requests_in_flight_share_the_budget():
 def test_the_deadline_reaches_the_worker_thread_and_stops_the_work():
     lanes = Lanes(seconds=2.0)
     status, _, body = call(guard(lanes, timeout=0.2), [b"{}"])
-    assert status == 504 and message(body).startswith("request: ran past this server's "
-                                                      "timeout of 0.2 s")
+    # the guard's timer or the thread's own check, whichever comes first: a 504 either way
+    assert status == 504 and message(body).startswith("request: ran past this server's timeout")
     time.sleep(0.3)
     assert lanes.stopped_after and 0.2 <= lanes.stopped_after[0] < 1.0
     assert deadline.DEADLINE.get() is None  # nothing left set outside the request
