@@ -777,3 +777,33 @@ def test_trials_search_the_effective_batch_and_log_their_measured_split(
                 m for m in (b, b // 2, b // 4, b // 8, b // 16, b // 32, b // 64, b // 128)
                 if m >= 8)
             assert (table["peak_bytes"] > 0).all()
+
+
+def test_the_results_page_reads_every_trial_of_a_study_as_optuna_kept_it(pruning):
+    """`rul report`'s Studies section reads a study from the store: each trial that trained is
+    a row with Optuna's state, value (a complete trial's objective, a pruned one's last
+    report), epochs and sampled values; the trial pruned before it trained has no run, and
+    is still counted."""
+    from rul.reporting.pages import study_section
+    from rul.reporting.studies import read_studies
+
+    (study,) = read_studies(pruning.client)
+    assert study.name == "tune-pruning" and study.extra["run_id"] == pruning.parent_run_id
+    trained = [t for t in pruning.trials if "mlflow_run_id" in t.user_attrs]
+    assert [row.number for row in study.trials] == [t.number for t in trained]
+    for row, trial in zip(study.trials, trained, strict=True):
+        assert row.state == trial.state.name
+        assert row.value == pytest.approx(trial.value, rel=1e-12)
+        assert row.epochs_run == max(trial.intermediate_values)
+        assert row.params == trial.params
+        assert row.reason == trial.user_attrs.get("reason", "")
+    states = [t.state.name for t in pruning.trials]
+    assert study.counts() == {s: states.count(s) for s in ("COMPLETE", "PRUNED")}
+    best = min((t for t in pruning.trials if t.state == TrialState.COMPLETE),
+               key=lambda t: t.value)
+    assert study.best.number == best.number
+    lines = study_section(study)
+    assert f"{len(pruning.trials)} trials (" in lines[2]
+    assert "1 never trained (pruned before running), so have no row." in lines[2]
+    first_row = next(line for line in lines if line.startswith("| **"))
+    assert first_row.startswith(f"| **{best.number}** | complete | {best.value:.2f} | 3 |")

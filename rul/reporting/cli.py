@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 RECORDED_RESULTS = DOCS / "data" / "results.yaml"
 RECORDED_BENCHES = DOCS / "data" / "performance.yaml"
+RECORDED_STUDIES = DOCS / "data" / "studies.yaml"
 CHAMPION = "models:/rul-fd001@champion"
 
 
@@ -128,6 +129,7 @@ def report(tracking_uri, bench_dir, model_uri, data_dir, out):
     from rul.reporting.benches import read_bench_folder, read_recorded_benches
     from rul.reporting.pages import performance_page, results_page
     from rul.reporting.records import read_evaluations, read_recorded
+    from rul.reporting.studies import read_recorded_studies, read_studies
     from rul.tracking.store import configure, store_uri
 
     out = Path(out) if out else DOCS
@@ -145,6 +147,7 @@ def report(tracking_uri, bench_dir, model_uri, data_dir, out):
     try:
         records = read_evaluations(client)
         recorded, decisions = read_recorded(RECORDED_RESULTS)
+        studies = read_studies(client) + read_recorded_studies(RECORDED_STUDIES)
         benches = read_bench_folder(Path(bench_dir)) if bench_dir else []
         recorded_benches, bench_decisions = read_recorded_benches(RECORDED_BENCHES)
         figures = _figures(model_uri or CHAMPION, model_uri is not None, data_dir, out)
@@ -155,10 +158,12 @@ def report(tracking_uri, bench_dir, model_uri, data_dir, out):
             raise StoreUnreachable(f"{uri}: {error.message}") from None
         raise ReportError(f"{uri}: {error.message}") from None
     write_whole(out / "results.md",
-                results_page(records + recorded, decisions, command, shown(uri), figures))
+                results_page(records + recorded, decisions, command, shown(uri), figures,
+                             studies))
     write_whole(out / "performance.md",
                 performance_page(benches + recorded_benches, bench_decisions, command))
     click.echo(f"wrote {out / 'results.md'} ({len(records)} evaluation run(s), "
-               f"{len(recorded)} recorded) and {out / 'performance.md'} "
+               f"{len(recorded)} recorded; {len(studies)} studies) and "
+               f"{out / 'performance.md'} "
                f"({len(benches)} bench result(s), {len(recorded_benches)} recorded)"
                + (f" and {len(figures)} figures" if figures else ""))

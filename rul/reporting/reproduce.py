@@ -10,8 +10,9 @@ from rul import config as cfg
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 # Keys that say where data and results live, not what is trained.
 PLACE_KEYS = {"data_dir", "tracking_uri", "experiment", "register", "run_name", "checkpoint_dir"}
-# Keys an evaluation's parent run logs beside the config.
-EXTRA_PARAMS = {"seeds", "world_size"}
+# Keys a run logs beside the config: an evaluation's parent (seeds), a training run (its world
+# and what the window cost its data; rul.tracking.run_logging.log_plan).
+EXTRA_PARAMS = {"seeds", "world_size", "short_units_dropped", "windows_lost"}
 
 
 def config_from_params(params: dict[str, str]) -> cfg.TrainConfig:

@@ -1,0 +1,66 @@
+"""The Studies section of the Results page from docs/data/studies.yaml: the recorded studies
+read back whole, a bad entry is one line naming it, and the table orders and marks trials."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rul import config as cfg
+from rul.reporting.pages import results_page
+from rul.reporting.studies import StudyRecord, Trial, read_recorded_studies
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDED = ROOT / "docs" / "data" / "studies.yaml"
+
+
+def test_the_recorded_study_behind_make_trains_recipe_is_read_whole():
+    (study,) = [s for s in read_recorded_studies(RECORDED) if s.name == "rul-fd001-b512-recipe"]
+    assert len(study.trials) == 24
+    assert study.counts() == {"COMPLETE": 4, "PRUNED": 17, "FAIL": 3}
+    assert study.best.number == 6 and study.best.value == pytest.approx(11.1622, abs=1e-4)
+    assert study.adopted_by == "experiments/fd001.yaml"
+    train = cfg.load(ROOT / study.adopted_by)  # the adopted recipe holds the best trial's values
+    assert train.lr == pytest.approx(study.best.params["lr"], rel=1e-3)
+    assert {k: getattr(train, k) for k in ("warmup_epochs", "epochs", "ema_decay")} == {
+        k: study.best.params[k] for k in ("warmup_epochs", "epochs", "ema_decay")}
+    assert set(study.search_space) == set(study.best.params)
+    assert (ROOT / study.config).is_file()
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    (lambda e: e.pop("trials"), "study 1: 'trials'"),
+    (lambda e: e["trials"][0].update(state="DONE"), "unknown trial state 'DONE'"),
+    (lambda e: e["trials"][0].update(value="low"), "study 1: could not convert"),
+])
+def test_a_bad_recorded_study_is_one_line_naming_it(tmp_path, change, said):
+    entry = {"name": "s", "search_space": {"lr": {"type": "float", "low": 0.1, "high": 1}},
+             "trials": [{"number": 0, "state": "COMPLETE", "value": 1.0, "params": {"lr": 0.2}}]}
+    change(entry)
+    path = tmp_path / "studies.yaml"
+    path.write_text(yaml.safe_dump({"studies": [entry]}))
+    with pytest.raises(cfg.ConfigError) as error:
+        read_recorded_studies(path)
+    assert str(error.value).startswith(f"{path}: ") and said in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_the_page_lists_complete_trials_by_value_first_and_marks_the_best():
+    trials = [Trial(0, "PRUNED", 15.2, 20, {"lr": 0.005}, "pruned at epoch 20"),
+              Trial(1, "COMPLETE", 11.8, 100, {"lr": 0.0144}),
+              Trial(2, "FAIL", None, 3, {"lr": 0.001}, "interrupted (SIGINT)"),
+              Trial(3, "COMPLETE", 11.2, 150, {"lr": 0.0108})]
+    study = StudyRecord("demo", {"lr": {"type": "float", "low": 0.002, "high": 0.02,
+                                        "log": True}}, trials, "a machine", "abc1234",
+                        "2026-11-28", "recorded", config="experiments/tune_demo.yaml",
+                        adopted_by="experiments/demo.yaml")
+    page = results_page([], [], "rul report", "sqlite:///mlflow.db", [], [study])
+    section = page.split("## Studies")[1]
+    assert ("`rul tune experiments/tune_demo.yaml`: 4 trials (2 complete, 1 pruned, 1 failed)"
+            in section)
+    assert "Searched: lr 0.002–0.02 (log). Best: trial 3, val RMSE 11.20, adopted by " \
+           "`experiments/demo.yaml`." in section
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [row.split(" | ")[0] for row in rows[1:]] == ["| **3**", "| 1", "| 0", "| 2"]
+    assert rows[4].startswith("| 2 | failed | n/a | 3 | 0.001 | interrupted (SIGINT)")
+    assert "## Studies" not in results_page([], [], "rul report", "x", [], [])
