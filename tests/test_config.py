@@ -64,11 +64,11 @@ def test_defaults_are_the_old_fd001_values_and_types():
             k: type(v) for k, v in OLD_FD001.items()}  # 0.0 stays a float: same checkpoint id
 
 
-def test_make_train_is_the_studied_recipe_and_the_age_recipe_adds_the_age_to_the_previous():
+def test_make_train_is_the_studied_recipe_and_the_age_recipe_adds_the_age_to_it():
     """make train reads the sensors alone (a late-starting record costs the age model more
     than it gains) with the rate, warm-up, epochs and weight average its study chose;
-    experiments/fd001_b512_e100.yaml keeps the recipe before the study, and
-    experiments/fd001_age.yaml is that recipe with the engine's age."""
+    experiments/fd001_age.yaml is that recipe with the engine's age, and
+    experiments/fd001_b512_e100.yaml keeps the recipe before the study."""
     from rul.data.dataset import Dataset
     from rul.preprocessing.choices import DataChoices
     from rul.preprocessing.prepared import preprocessor_for
@@ -76,12 +76,12 @@ def test_make_train_is_the_studied_recipe_and_the_age_recipe_adds_the_age_to_the
     fd001 = Dataset("FD001", None, None, None, {})
     choices = DataChoices(1, "", ["s_2"], "")
     previous = {**OLD_FD001, "patience": 40}
-    assert cfg.load(TRAIN_PATH).to_dict() == {
-        **previous, "lr": 0.0108, "warmup_epochs": 1, "epochs": 150, "ema_decay": 0.998}
+    studied = {**previous, "lr": 0.0108, "warmup_epochs": 1, "epochs": 150, "ema_decay": 0.998}
+    assert cfg.load(TRAIN_PATH).to_dict() == studied
     assert preprocessor_for(cfg.load(TRAIN_PATH), fd001, choices).include_cycle is False
     assert cfg.load(ROOT / "experiments" / "fd001_b512_e100.yaml").to_dict() == previous
     age = cfg.load(ROOT / "experiments" / "fd001_age.yaml")
-    assert age.to_dict() == {**previous, "include_cycle": True}
+    assert age.to_dict() == {**studied, "include_cycle": True}
     assert preprocessor_for(age, fd001, choices).include_cycle is True
 
 

@@ -122,8 +122,10 @@ def test_the_key_lists_are_derived_from_the_roles():
 
 @pytest.mark.parametrize("path, overrides, digest", [
     (None, {}, "22530c6237769408"),
-    # make train's config while it read the engine's age: fd001_age.yaml resumes its runs
-    (ROOT / "experiments" / "fd001_age.yaml", {}, "e49e820a1e3231c7"),
+    # make train's config while it read the engine's age (then fd001_age.yaml's recipe):
+    # the recipe before the study with the age resumes its runs
+    (ROOT / "experiments" / "fd001_b512_e100.yaml", {"include_cycle": True},
+     "e49e820a1e3231c7"),
     (None, {"micro_batch_size": "auto", "effective_batch_size": 512, "ensemble": 3,
             "include_cycle": True}, "7cc7efcd9382b33e"),
 ])
