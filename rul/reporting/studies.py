@@ -2,9 +2,8 @@
 trial (its state, validation RMSE, epochs run and sampled values), read from an MLflow store
 or from the committed record of studies whose store is gone (docs/data/studies.yaml).
 
-A study's parent run carries the tag `optuna.study` and its search space as the param
-`search_space`; each trial is a child run (tags `optuna.trial`, `optuna.trial_state`,
-`optuna.reason`; metrics `val/best_rmse`, `val/rmse`, `epoch`; params the trial's config).
+How `rul tune` keeps a study in MLflow is rul.tracking.study_runs; each trial's run also
+holds its metrics (`val/best_rmse`, `val/rmse`, `epoch`) and its config as params.
 
     python -m rul.reporting.studies --tracking-uri sqlite:///gpu/mlflow.db
 
@@ -20,10 +19,9 @@ from pathlib import Path
 from rul import config as cfg
 from rul.reporting.records import COMMIT_TAG, NA, PARENT_TAG, machine_text, read_yaml
 from rul.reporting.reproduce import config_from_params
-from rul.tracking.metric_names import logged, read
+from rul.tracking import study_runs
+from rul.tracking.metric_names import read
 
-STUDY_TAG, TRIAL_TAG = "optuna.study", "optuna.trial"
-STATE_TAG, REASON_TAG = "optuna.trial_state", "optuna.reason"
 STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")  # the table's order
 STATE_WORDS = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed",
                "RUNNING": "running", "WAITING": "waiting"}
@@ -56,6 +54,7 @@ class StudyRecord:
     config: str = ""  # the tuning config that ran it, e.g. experiments/tune_fd001_b512.yaml
     adopted_by: str = ""  # the training config that took its best trial's values
     note: str = ""
+    logged_counts: dict[str, int] = field(default_factory=dict)  # the parent run's, by state
     extra: dict = field(default_factory=dict)
 
     @property
@@ -66,8 +65,7 @@ class StudyRecord:
     def counts(self) -> dict[str, int]:
         """Trials by state: the rows', or the parent run's counts where they are larger (a
         trial pruned before it trained has no run, so no row)."""
-        logged_counts = self.extra.get("counts", {})
-        found = {s: max(sum(t.state == s for t in self.trials), logged_counts.get(s, 0))
+        found = {s: max(sum(t.state == s for t in self.trials), self.logged_counts.get(s, 0))
                  for s in STATES}
         return {s: n for s, n in found.items() if n}
 
@@ -77,7 +75,7 @@ class StudyRecord:
 
 def _space(params: dict) -> dict:
     try:
-        space = ast.literal_eval(params.get("search_space", "{}"))
+        space = ast.literal_eval(params.get(study_runs.SEARCH_SPACE, "{}"))
     except (ValueError, SyntaxError):
         return {}
     return space if isinstance(space, dict) else {}
@@ -93,19 +91,16 @@ def _value(text: str | None):
         return text
 
 
-def _trial(client, run, space: dict) -> Trial:
-    """A trial's row: a complete trial's value is its objective, the lowest validation RMSE
-    of its epochs; any other's the last one it reported (as Optuna keeps it)."""
+def _trial(run, space: dict) -> Trial:
+    """A trial's row: a complete trial's value is its objective, its best validation RMSE;
+    any other's the last one it reported (as Optuna keeps it)."""
     tags, metrics, params = run.data.tags, run.data.metrics, run.data.params
-    state = tags.get(STATE_TAG, "RUNNING" if run.info.status == "RUNNING" else "FAIL")
-    value = read(metrics, "val_rmse")
-    if state == "COMPLETE" and value is not None:
-        value = min(m.value for m in client.get_metric_history(run.info.run_id,
-                                                               logged("val_rmse")))
+    state = tags.get(study_runs.STATE, "RUNNING" if run.info.status == "RUNNING" else "FAIL")
+    value = read(metrics, "best_val_rmse" if state == "COMPLETE" else "val_rmse")
     epochs = metrics.get("epoch")
-    return Trial(number=int(tags.get(TRIAL_TAG, -1)), state=state, value=value,
+    return Trial(number=int(tags.get(study_runs.TRIAL, -1)), state=state, value=value,
                  epochs_run=None if epochs is None else int(epochs),
-                 params=_sampled(params, space), reason=tags.get(REASON_TAG, ""))
+                 params=_sampled(params, space), reason=tags.get(study_runs.REASON, ""))
 
 
 def _sampled(params: dict, space: dict) -> dict:
@@ -125,7 +120,7 @@ def read_studies(client) -> list[StudyRecord]:
     if not experiments:
         return []
     parents = [run for run in client.search_runs(
-        experiments, f"tags.`{STUDY_TAG}` != ''", order_by=["start_time DESC"])
+        experiments, f"tags.`{study_runs.STUDY}` != ''", order_by=["start_time DESC"])
         if PARENT_TAG not in run.data.tags]
     return [study_from_run(client, parent) for parent in parents]
 
@@ -134,20 +129,21 @@ def study_from_run(client, parent) -> StudyRecord:
     space = _space(parent.data.params)
     children = client.search_runs([parent.info.experiment_id],
                                   f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'")
-    trials = sorted((_trial(client, run, space) for run in children if TRIAL_TAG in run.data.tags),
+    trials = sorted((_trial(run, space) for run in children if study_runs.TRIAL in run.data.tags),
                     key=lambda t: t.number)
     first = next((run.data.tags for run in children if "torch_version" in run.data.tags), {})
     commit = first.get("git_commit", parent.data.tags.get(COMMIT_TAG, ""))[:7] or NA
     if first.get("git_dirty") == "true":
         commit += " + local changes"
     started = datetime.fromtimestamp(parent.info.start_time / 1000, tz=timezone.utc)
-    counts = {s: int(parent.data.metrics[f"trials_{s.lower()}"]) for s in STATES
-              if f"trials_{s.lower()}" in parent.data.metrics}  # as the study last recorded
-    return StudyRecord(name=parent.data.tags[STUDY_TAG], search_space=space, trials=trials,
+    metrics = parent.data.metrics  # the counts as the study last recorded them
+    counts = {s: int(metrics[study_runs.count_metric(s)]) for s in STATES
+              if study_runs.count_metric(s) in metrics}
+    return StudyRecord(name=parent.data.tags[study_runs.STUDY], search_space=space, trials=trials,
                        machine=machine_text(first), commit=commit,
                        date=started.strftime("%Y-%m-%d"),
                        source=f"run {parent.info.run_id[:8]}",
-                       extra={"run_id": parent.info.run_id, "counts": counts})
+                       logged_counts=counts, extra={"run_id": parent.info.run_id})
 
 
 def to_record(study: StudyRecord) -> dict:

@@ -22,6 +22,7 @@ import optuna
 from mlflow.tracking import MlflowClient
 
 from rul import services
+from rul.tracking import study_runs
 from rul.urls import remember, with_driver
 
 DEFAULT_SQLITE = "sqlite:///optuna.db"
@@ -97,8 +98,8 @@ def end_dead_trial_run(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> 
         return
     client = MlflowClient()
     if client.get_run(run_id).info.status == "RUNNING":
-        client.set_tag(run_id, "optuna.trial_state", "FAIL")
-        client.set_tag(run_id, "optuna.reason", DEAD_WORKER_REASON)
+        client.set_tag(run_id, study_runs.STATE, "FAIL")
+        client.set_tag(run_id, study_runs.REASON, DEAD_WORKER_REASON)
         client.set_terminated(run_id, status="KILLED")
 
 

@@ -30,6 +30,7 @@ from rul.interrupts import (
 )
 from rul.parallel import stop_workers
 from rul.plan import plan_run
+from rul.tracking import study_runs
 from rul.tracking.lifecycle import run_ends_cleanly
 from rul.tracking.metric_names import logged
 from rul.tracking.registry import (
@@ -116,11 +117,11 @@ def _parent_run(study: optuna.Study, config: TuningConfig, store: Store) -> str:
         reopen(client, parent_run_id)
         return parent_run_id
     parent_run_id = client.create_run(store.experiment_id, run_name=study.study_name,
-                                      tags={"optuna.study": study.study_name,
+                                      tags={study_runs.STUDY: study.study_name,
                                             **owner_tags()}).info.run_id
     study.set_user_attr("mlflow_parent_run_id", parent_run_id)
     space = config.to_dict()["search_space"]
-    client.log_param(parent_run_id, "search_space", str(space)[:6000])
+    client.log_param(parent_run_id, study_runs.SEARCH_SPACE, str(space)[:6000])
     if objs.is_multi(config.objectives):
         client.log_param(parent_run_id, "objectives", ", ".join(config.objectives))
     return parent_run_id
@@ -134,9 +135,9 @@ def _record_study(study: optuna.Study, parent_run_id: str, config: TuningConfig)
 
     objectives, multi = config.objectives, objs.is_multi(config.objectives)
     states = {s: len(study.get_trials(deepcopy=False, states=(s,))) for s in TrialState}
-    counts = {f"trials_{s.name.lower()}": n for s, n in states.items() if n}
+    counts = {study_runs.count_metric(s.name): n for s, n in states.items() if n}
     lines = [f"study {study.study_name}: {len(study.trials)} trials "
-             + ", ".join(f"{k.removeprefix('trials_')} {v}" for k, v in counts.items())]
+             + ", ".join(f"{s.name.lower()} {n}" for s, n in states.items() if n)]
     with mlflow.start_run(run_id=parent_run_id):
         mlflow.log_metrics({k: float(v) for k, v in counts.items()}, step=len(study.trials))
         with tempfile.TemporaryDirectory() as scratch:
@@ -193,7 +194,7 @@ def objective_for(base: TuningConfig, parent_run_id: str, store: Store,
             _pruned_before_training(trial, reason)
         config = base.train.replace(**changes, register=False,
                                     checkpoint_dir=str(Path(base.train.checkpoint_dir) / "tune"))
-        tags = {"optuna.trial": str(trial.number), "optuna.study": trial.study.study_name}
+        tags = {study_runs.TRIAL: str(trial.number), study_runs.STUDY: trial.study.study_name}
         if "peak_memory_mb" in base.objectives:
             objs.reset_peak_memory()  # not charged for the worker's previous trial
         role = RunRole(parent_run_id, f"trial-{trial.number:03d}", tags, register=False,
@@ -261,9 +262,9 @@ def _mark(trial, state: str, reason: str, watch: progress.TrialWatch | None = No
         trial.set_user_attr("reason", reason[:1000])
     if run_id:
         client = MlflowClient()
-        client.set_tag(run_id, "optuna.trial_state", state)
+        client.set_tag(run_id, study_runs.STATE, state)
         if reason:
-            client.set_tag(run_id, "optuna.reason", reason[:5000])
+            client.set_tag(run_id, study_runs.REASON, reason[:5000])
 
 
 def _close_interrupted_trials(study: optuna.Study, client: MlflowClient) -> None:
@@ -276,8 +277,8 @@ def _close_interrupted_trials(study: optuna.Study, client: MlflowClient) -> None
         study.tell(trial.number, state=TrialState.FAIL)
         run_id = trial.user_attrs.get("mlflow_run_id")
         if run_id and client.get_run(run_id).info.status == "RUNNING":
-            client.set_tag(run_id, "optuna.trial_state", "FAIL")
-            client.set_tag(run_id, "optuna.reason", "interrupted: the tuning process was killed")
+            client.set_tag(run_id, study_runs.STATE, "FAIL")
+            client.set_tag(run_id, study_runs.REASON, "interrupted: the tuning process was killed")
             client.set_terminated(run_id, status="KILLED")
 
 
