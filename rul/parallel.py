@@ -106,11 +106,17 @@ def stop_workers(workers, cause: BaseException) -> None:
         worker.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
+def use_threads(threads: int) -> None:
+    """This worker process computes with `threads` torch threads, and so do the processes it
+    starts."""
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
 def _worker(todo, done, threads: int) -> None:
     """Take tasks until the sentinel; a signal ends the task's run KILLED, then the worker
     exits 130 or 143."""
-    torch.set_num_threads(threads)
-    os.environ["OMP_NUM_THREADS"] = str(threads)
+    use_threads(threads)
     try:
         with interrupts_as_exceptions():
             while (item := todo.get()) is not None:

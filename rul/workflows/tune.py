@@ -28,7 +28,7 @@ from rul.interrupts import (
     immediate,
     interrupts_as_exceptions,
 )
-from rul.parallel import stop_workers
+from rul.parallel import stop_workers, threads_per_job, use_threads
 from rul.plan import plan_run
 from rul.tracking import study_runs
 from rul.tracking.lifecycle import run_ends_cleanly
@@ -326,18 +326,22 @@ def _estimate(target: int | None, workers: int):
     return callback
 
 
-def _worker_process(*args) -> None:
-    """A spawned worker: a signal ends its trial's run KILLED, then it exits 130 or 143."""
+def _worker_process(work: StudyWork, worker: int, threads: int) -> None:
+    """A spawned worker computing with `threads` torch threads (the command's threads split
+    between the workers, as --jobs splits them): a signal ends its trial's run KILLED, then it
+    exits 130 or 143."""
+    use_threads(threads)
     try:
         with interrupts_as_exceptions(on_first_signal=quiet_optuna):
-            _worker(*args)
+            _worker(work, worker)
     except KeyboardInterrupt as interruption:
         sys.exit(exit_code(interruption))
 
 
 def _run_workers(work: StudyWork) -> None:
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=_worker_process, args=(work, i))
+    threads = threads_per_job(work.workers)
+    processes = [context.Process(target=_worker_process, args=(work, i, threads))
                  for i in range(work.workers)]
     try:
         for p in processes:
