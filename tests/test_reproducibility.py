@@ -90,11 +90,13 @@ class InterruptAtEpoch(TrainingListener):
             raise KeyboardInterrupt
 
 
-@pytest.mark.parametrize("ema_decay, precision", [(0.0, "fp32"), (0.9, "fp32"), (0.9, "bf16")])
+@pytest.mark.parametrize("ema_decay, precision, optimizer", [
+    (0.0, "fp32", "adamw"), (0.9, "fp32", "adamw"), (0.9, "bf16", "adamw"),
+    (0.9, "fp32", "muon")])
 def test_kill_and_resume_matches_the_uninterrupted_run(real_data_dir, fd001, tmp_path, ema_decay,
-                                                       precision):
+                                                       precision, optimizer):
     config = make_config(real_data_dir, tmp_path, dropout=0.2, epochs=3, ema_decay=ema_decay,
-                         precision=precision)
+                         precision=precision, optimizer=optimizer)
     reference = run_training(config, fd001, progress=False)
     assert not (tmp_path / "ckpt").exists()
 

@@ -124,6 +124,8 @@ def test_a_member_stops_early_on_its_own_best_weights(members):
                             "members would train in fp32; precision=fp32 stacks)"),
     ({"precision": "bf16", "ensemble_split": "folds"}, "the members train on different data"),
     ({"ensemble_split": "folds"}, "the members train on different data"),
+    ({"optimizer": "muon"}, "optimizer=muon: its step orthogonalises each member's matrices, "
+                            "not the stack of them"),
 ])
 def test_what_cannot_stack_is_said_and_refused(members, changes, reason):
     plans = members(**changes)

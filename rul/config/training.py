@@ -128,8 +128,13 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     """Maximum number of passes over the training windows."""
     # cosine decay from 2e-3 to 0 over all epochs' steps: on validation units it beat the
     # constant 1e-3 at the same cost (docs: Results)
+    optimizer: _one_of("adamw", "muon") = "adamw"
+    """AdamW, or Muon for the weight matrices and convolution filters with AdamW for the rest
+    (rul.training.muon): Muon orthogonalises each matrix's update and reaches a given loss in
+    fewer steps, which a large effective batch has few of. Both share lr, weight_decay and the
+    schedule."""
     lr: _number("a number > 0", gt=0) = 2e-3
-    """Peak learning rate of AdamW (the cosine schedule decays it to 0)."""
+    """Peak learning rate of the optimizer (the cosine schedule decays it to 0)."""
     weight_decay: _number("a number >= 0", ge=0) = 0.0
     """AdamW's decoupled weight decay."""
     scheduler: _one_of("none", "cosine", "onecycle") = "cosine"
@@ -370,7 +375,7 @@ KEY_ROLES = {
 # A network kind's new architecture key goes here too (tests/test_model_kinds.py checks it).
 OMITTED_AT_DEFAULT = ("memory_budget", "ensemble", "ensemble_split", "ensemble_training",
                       "include_cycle", "late_start_max", "strict_data", "max_data_mb", "data",
-                      "warmup_epochs", "val_weights")
+                      "warmup_epochs", "val_weights", "optimizer")
 
 
 def keys_with(*roles: str) -> tuple[str, ...]:

@@ -1,5 +1,6 @@
 """What changes while a run trains, and what a checkpoint restores: the model, its optimizer
-(AdamW), learning-rate schedule, GradScaler and weight average (EMA), held by TrainingParts."""
+(AdamW, or Muon with AdamW), learning-rate schedule, GradScaler and weight average (EMA), held
+by TrainingParts."""
 
 import math
 
@@ -7,6 +8,7 @@ import torch
 from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
+from rul.training.muon import MuonAdamW
 from rul.training.step import StepResult, decides_on_device
 from rul.training.sync_free import DeviceSchedule, average_on_device
 
@@ -22,7 +24,11 @@ def make_optimizer(model, config, sync_free: bool | None = None) -> torch.optim.
     a CUDA graph can capture it all. Never with `scheduler: onecycle`, which cycles Adam's
     beta1, a number the fused kernel takes from the host: such a run keeps the host's
     decisions (one sync per step).
-    Otherwise (a CPU) plain AdamW, as every CPU run has trained."""
+    Otherwise (a CPU) plain AdamW, as every CPU run has trained.
+    `optimizer: muon`: Muon for the matrices and AdamW for the rest (muon.MuonAdamW) on every
+    device, the host deciding each step (no CUDA graph)."""
+    if config.optimizer == "muon":
+        return MuonAdamW(model, lr=config.lr, weight_decay=config.weight_decay)
     device = next(model.parameters()).device
     if sync_free is None:
         sync_free = device.type == "cuda"

@@ -59,6 +59,8 @@ def stacking_problem(plans: list) -> str | None:
          "the members' configs differ in more than their seed"),
         (any(p.resume is not None for p in plans), "a member resumes a checkpoint"),
         (any(p.world.size > 1 for p in plans), "a distributed run"),
+        (first.config.optimizer == "muon", "optimizer=muon: its step orthogonalises each "
+         "member's matrices, not the stack of them"),
         (precision != "fp32",  # last: the one a user fixes with a key
          f"precision={asked}{f' picks {precision} here' if asked != precision else ''}: "
          "autocast does not reach inside vmap (the members would train in fp32; "

@@ -1,0 +1,97 @@
+"""`optimizer: muon`: the matrices step as torch.optim.Muon, the rest as torch's AdamW, and a
+DCNN's filters and head take Muon, its biases and one-output layers AdamW."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from rul.training.muon import MuonAdamW, takes_muon
+
+
+def _steps(optimizer, params, grads):
+    for step_grads in grads:
+        for p, g in zip(params, step_grads, strict=True):
+            p.grad = g.clone()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_a_matrix_steps_as_torch_muon_and_a_bias_as_torch_adamw(weight_decay):
+    torch.manual_seed(0)
+    model = nn.Linear(6, 4)
+    reference = copy.deepcopy(model)
+    initial = model.weight.detach().clone()
+    grads = [(torch.randn(4, 6), torch.randn(4)) for _ in range(5)]
+    ours = MuonAdamW(model, lr=0.02, weight_decay=weight_decay)
+    muon = torch.optim.Muon([reference.weight], lr=0.02, weight_decay=weight_decay,
+                            adjust_lr_fn="match_rms_adamw")
+    adamw = torch.optim.AdamW([reference.bias], lr=0.02, weight_decay=weight_decay)
+
+    _steps(ours, [model.weight, model.bias], grads)
+    for step_grads in grads:
+        reference.weight.grad, reference.bias.grad = (g.clone() for g in step_grads)
+        muon.step()
+        adamw.step()
+
+    assert torch.equal(model.weight, reference.weight)
+    assert torch.equal(model.bias, reference.bias)
+    assert not torch.equal(model.weight, initial)
+
+
+def test_filters_step_as_the_matrix_of_their_rows():
+    """A (out, in, k, 1) convolution's filters move as torch's Muon moves the (out, in * k)
+    matrix, in any memory layout."""
+    torch.manual_seed(1)
+    conv = nn.Conv2d(3, 5, (4, 1)).to(memory_format=torch.channels_last)
+    flat = nn.Parameter(conv.weight.detach().reshape(5, -1).clone())
+    grads = [torch.randn(5, 3, 4, 1).contiguous(memory_format=torch.channels_last)
+             for _ in range(4)]
+    ours = MuonAdamW(conv, lr=0.01)
+    muon = torch.optim.Muon([flat], lr=0.01, weight_decay=0.0, adjust_lr_fn="match_rms_adamw")
+    for g in grads:
+        conv.weight.grad, conv.bias.grad = g, torch.zeros(5)
+        ours.step()
+        flat.grad = g.reshape(5, -1).clone()
+        muon.step()
+    assert torch.equal(conv.weight.detach().reshape(5, -1), flat.detach())
+
+
+def test_the_dcnn_gives_its_filters_and_head_to_muon_and_the_rest_to_adamw():
+    from rul.models.network import build_network
+
+    net = build_network("cnn", 14, 30, 125.0)
+    muon = {name for name, p in net.named_parameters() if takes_muon(p)}
+    assert muon == {"backbone.features.0.weight", "backbone.features.2.weight",
+                    "backbone.features.4.weight", "backbone.features.6.weight",
+                    "backbone.head.2.weight"}
+    optimizer = MuonAdamW(net, lr=1e-3)
+    assert [len(g["params"]) for g in optimizer.param_groups] == [5, len(list(
+        net.parameters())) - 5]
+
+
+def test_a_checkpointed_optimizer_continues_as_it_would_have():
+    torch.manual_seed(2)
+    model = nn.Sequential(nn.Linear(5, 3), nn.Tanh(), nn.Linear(3, 1))
+    x, y = torch.randn(32, 5), torch.randn(32, 1)
+
+    def train(m, opt, n):
+        for _ in range(n):
+            nn.functional.mse_loss(m(x), y).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    straight = copy.deepcopy(model)
+    train(straight, MuonAdamW(straight, lr=0.01), 6)
+    first = MuonAdamW(model, lr=0.01)
+    train(model, first, 3)
+    saved = copy.deepcopy((model.state_dict(), first.state_dict()))
+    resumed_model = copy.deepcopy(model)
+    resumed_model.load_state_dict(saved[0])
+    resumed = MuonAdamW(resumed_model, lr=0.01)
+    resumed.load_state_dict(saved[1])
+    train(resumed_model, resumed, 3)
+    for a, b in zip(straight.parameters(), resumed_model.parameters(), strict=True):
+        assert torch.equal(a, b)
