@@ -2,7 +2,11 @@
 process is gone (killed, even with SIGKILL) from one that is still training.
 
 Every run rul creates or sets RUNNING again carries OWNER_TAG: this machine's name, the
-process id and the process's start time (a reused pid is another process). A RUNNING run
+process id and the process's start as seconds after the machine booted (a reused pid is another
+process). Not its start on the wall clock, which psutil derives from the boot time the kernel
+keeps on the wall clock: a clock that is stepped (NTP, a virtual machine's clock sync; 22 s
+were seen) moved it, and the next command then took every live run for abandoned and marked
+it KILLED. Tags written in that older form are still read. A RUNNING run
 whose owner ran on this machine and is gone was abandoned; a run owned on another machine
 (a shared tracking server) is judged by its checkpoint lock instead
 (rul.tracking.run_checkpoints).
@@ -16,17 +20,19 @@ import psutil
 OWNER_TAG = "rul.process"
 
 
-def _identity(pid: int) -> str | None:
+def _identities(pid: int) -> tuple[str, str] | None:
+    """The process's identity: its start after boot, and (older tags) on the wall clock."""
     try:
         started = psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
-    return f"{socket.gethostname()} {pid} {started:.2f}"
+    host = socket.gethostname()
+    return f"{host} {pid} {started - psutil.boot_time():.2f}", f"{host} {pid} {started:.2f}"
 
 
 def owner_tags() -> dict[str, str]:
     """The tag that says this process trains the run."""
-    return {OWNER_TAG: _identity(os.getpid())}
+    return {OWNER_TAG: _identities(os.getpid())[0]}
 
 
 def owner_alive(tags: dict) -> bool | None:
@@ -37,7 +43,7 @@ def owner_alive(tags: dict) -> bool | None:
     pid = rest.partition(" ")[0]
     if host != socket.gethostname() or not pid.isdigit():
         return None
-    return _identity(int(pid)) == owner
+    return owner in (_identities(int(pid)) or ())
 
 
 def reopen(client, run_id: str) -> None:
