@@ -19,7 +19,10 @@ def _steps(optimizer, params, grads):
 
 
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])
-def test_a_matrix_steps_as_torch_muon_and_a_bias_as_torch_adamw(weight_decay):
+def test_a_matrix_steps_as_torch_muon_and_a_bias_as_torch_adamw(weight_decay, monkeypatch):
+    """Bit for bit with torch's Muon when the Newton-Schulz iteration runs in bf16 as torch's
+    does (rul runs it in float32: the next test)."""
+    monkeypatch.setattr(MuonAdamW, "ns_dtype", torch.bfloat16)
     torch.manual_seed(0)
     model = nn.Linear(6, 4)
     reference = copy.deepcopy(model)
@@ -41,9 +44,26 @@ def test_a_matrix_steps_as_torch_muon_and_a_bias_as_torch_adamw(weight_decay):
     assert not torch.equal(model.weight, initial)
 
 
-def test_filters_step_as_the_matrix_of_their_rows():
+def test_in_float32_a_matrix_steps_as_torch_muon_to_bf16s_rounding():
+    torch.manual_seed(0)
+    model = nn.Linear(20, 8, bias=False)
+    reference = copy.deepcopy(model)
+    ours = MuonAdamW(model, lr=0.02)
+    muon = torch.optim.Muon(reference.parameters(), lr=0.02, weight_decay=0.0,
+                            adjust_lr_fn="match_rms_adamw")
+    for _ in range(3):
+        g = torch.randn(8, 20)
+        model.weight.grad, reference.weight.grad = g.clone(), g.clone()
+        ours.step()
+        muon.step()
+    moved = (model.weight - reference.weight).abs().max() / 0.02  # in units of one step
+    assert 0 < moved < 0.05
+
+
+def test_filters_step_as_the_matrix_of_their_rows(monkeypatch):
     """A (out, in, k, 1) convolution's filters move as torch's Muon moves the (out, in * k)
     matrix, in any memory layout."""
+    monkeypatch.setattr(MuonAdamW, "ns_dtype", torch.bfloat16)
     torch.manual_seed(1)
     conv = nn.Conv2d(3, 5, (4, 1)).to(memory_format=torch.channels_last)
     flat = nn.Parameter(conv.weight.detach().reshape(5, -1).clone())

@@ -15,9 +15,16 @@ head's output) take AdamW. The Muon step is scaled to AdamW's update size (Moons
 0.2 sqrt(max(rows, columns)), torch's adjust_lr_fn="match_rms_adamw"), so one `lr`,
 `weight_decay` and schedule serve both kinds of group.
 
-The matrices' step is torch.optim.Muon's (its coefficients, bf16 iteration and momentum as a
-lerp), which only takes two-dimensional parameters: tests/test_muon.py checks that the two
-agree bit for bit on a matrix, and that the other tensors step as torch's AdamW.
+The matrices' step is torch.optim.Muon's (its coefficients and momentum as a lerp), which only
+takes two-dimensional parameters, with one difference: the Newton-Schulz iteration runs in
+float32, where torch's runs in bf16. The iteration lifts a gradient's small singular directions
+to the size of the large ones, so bf16's rounding of its input (3 significant digits) turned the
+float32 rounding by which two splits of one effective batch differ (256 x 2 against 512 x 1)
+into weights 6e-3 apart after one epoch; in float32 they agree as AdamW's do (1e-5), and an
+effective batch's split stays a memory and speed choice. The matrices are small (the DCNN's
+largest is 100 x 420): the cost is nothing measurable. tests/test_muon.py checks that the step
+agrees with torch.optim.Muon's on a matrix (to bf16's rounding; bit for bit with a bf16
+iteration), and that the other tensors step as torch's AdamW bit for bit.
 """
 
 import math
@@ -37,11 +44,12 @@ def takes_muon(parameter: torch.Tensor) -> bool:
     return parameter.ndim >= 2 and parameter.shape[0] > 1 and parameter[0].numel() > 1
 
 
-def orthogonalized(update: torch.Tensor, steps: int = NS_STEPS) -> torch.Tensor:
-    """The Newton-Schulz approximation of U V^T for update = U S V^T (a 2D tensor), in bf16,
-    as torch.optim.Muon computes it."""
+def orthogonalized(update: torch.Tensor, steps: int = NS_STEPS,
+                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The Newton-Schulz approximation of U V^T for update = U S V^T (a 2D tensor), as
+    torch.optim.Muon computes it (which does so in bf16: dtype=torch.bfloat16)."""
     a, b, c = NS_COEFFICIENTS
-    x = update.bfloat16()
+    x = update.to(dtype)
     wide = update.size(0) <= update.size(1)
     if not wide:
         x = x.T
@@ -56,6 +64,8 @@ class MuonAdamW(torch.optim.AdamW):
     """torch's AdamW whose matrix groups (`muon: True`) step by Muon instead; every group
     shares lr and weight_decay, which the schedule sets as for AdamW. State dicts are
     AdamW's, the matrices holding a `step` and a `momentum_buffer` each."""
+
+    ns_dtype = torch.float32  # of the Newton-Schulz iteration (torch.optim.Muon's: bfloat16)
 
     def __init__(self, model: nn.Module, lr: float, weight_decay: float = 0.0,
                  momentum: float = MOMENTUM):
@@ -92,7 +102,7 @@ class MuonAdamW(torch.optim.AdamW):
         state["step"] += 1
         buf, momentum = state["momentum_buffer"], group["momentum"]
         buf.lerp_(grad, 1 - momentum)
-        update = orthogonalized(grad.lerp(buf, momentum))
+        update = orthogonalized(grad.lerp(buf, momentum), dtype=self.ns_dtype)
         lr = float(group["lr"])
         p.mul_(1 - lr * group["weight_decay"])
         p.add_(update.view(p.shape), alpha=-lr * 0.2 * math.sqrt(max(grad.shape)))
