@@ -115,7 +115,7 @@ def bench_engine(epochs=3):
     from rul.training.seeding import derive_seeds
 
     config = cfg.load(DEFAULT, {"epochs": epochs, "patience": 100, "precision": "fp32",
-                                "device": "cpu"})
+                                "device": "cpu", "optimizer": "adamw"})  # the minimal loop's
     data = prepare_data(config, derive_seeds(config.seed).split)
     plan = plan_run(config, data=data)  # as `rul train` on a CPU (malloc's settings too)
     n_features = data.preprocessor.n_features

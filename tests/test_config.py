@@ -66,9 +66,10 @@ def test_defaults_are_the_old_fd001_values_and_types():
 
 def test_make_train_is_the_studied_recipe_and_the_age_recipe_adds_the_age_to_it():
     """make train reads the sensors alone (a late-starting record costs the age model more
-    than it gains) with the rate, warm-up, epochs and weight average its study chose;
-    experiments/fd001_age.yaml is that recipe with the engine's age, and
-    experiments/fd001_b512_e100.yaml keeps the recipe before the study."""
+    than it gains) with Muon and the rate, dropout and epochs its study chose;
+    experiments/fd001_age.yaml is that recipe with the engine's age;
+    experiments/fd001_b512_adamw.yaml keeps the AdamW recipe its study chose before, and
+    experiments/fd001_b512_e100.yaml the recipe before that study."""
     from rul.data.dataset import Dataset
     from rul.preprocessing.choices import DataChoices
     from rul.preprocessing.prepared import preprocessor_for
@@ -76,12 +77,15 @@ def test_make_train_is_the_studied_recipe_and_the_age_recipe_adds_the_age_to_it(
     fd001 = Dataset("FD001", None, None, None, {})
     choices = DataChoices(1, "", ["s_2"], "")
     previous = {**OLD_FD001, "patience": 40}
-    studied = {**previous, "lr": 0.0108, "warmup_epochs": 1, "epochs": 150, "ema_decay": 0.998}
-    assert cfg.load(TRAIN_PATH).to_dict() == studied
+    adamw = {**previous, "lr": 0.0108, "warmup_epochs": 1, "epochs": 150, "ema_decay": 0.998}
+    muon = {**previous, "optimizer": "muon", "lr": 0.0112, "dropout": 0.64, "warmup_epochs": 1,
+            "epochs": 50, "ema_decay": 0.998}
+    assert cfg.load(TRAIN_PATH).to_dict() == muon
     assert preprocessor_for(cfg.load(TRAIN_PATH), fd001, choices).include_cycle is False
+    assert cfg.load(ROOT / "experiments" / "fd001_b512_adamw.yaml").to_dict() == adamw
     assert cfg.load(ROOT / "experiments" / "fd001_b512_e100.yaml").to_dict() == previous
     age = cfg.load(ROOT / "experiments" / "fd001_age.yaml")
-    assert age.to_dict() == {**studied, "include_cycle": True}
+    assert age.to_dict() == {**muon, "include_cycle": True}
     assert preprocessor_for(age, fd001, choices).include_cycle is True
 
 
@@ -475,7 +479,7 @@ def test_replace_returns_a_revalidated_copy():
     base = cfg.load(TRAIN_PATH)
     changed = base.replace(lr="5e-4", epochs=3)
     assert (changed.lr, changed.epochs) == (5e-4, 3)
-    assert (base.lr, base.epochs) == (0.0108, 150)  # the original is untouched
+    assert (base.lr, base.epochs) == (0.0112, 50)  # the original is untouched
     with pytest.raises(cfg.ConfigError, match=r"^config: epochs=0: must be a positive integer$"):
         base.replace(epochs=0)
     with pytest.raises(cfg.ConfigError, match="hidden_size=50: must be divisible by num_heads=4"):
@@ -547,7 +551,7 @@ def test_the_b512_study_searches_the_cards_own_recipe():
     only the rate, its warm-up, the epochs and the weight average; every draw is a valid
     config (the longest warm-up is shorter than the fewest epochs)."""
     study = cfg.load_tuning(ROOT / "experiments" / "tune_fd001_b512.yaml")
-    card = cfg.load(TRAIN_PATH)
+    card = cfg.load(ROOT / "experiments" / "fd001_b512_adamw.yaml")  # the recipe it chose
     keep = ("micro_batch_size", "accumulation_steps", "patience", "model", "window", "rul_cap")
     assert {k: getattr(study.train, k, None) for k in keep} == {
         k: getattr(card, k, None) for k in keep}
@@ -559,3 +563,20 @@ def test_the_b512_study_searches_the_cards_own_recipe():
     assert space["lr"].low < card.lr < space["lr"].high  # and the one it chose
     assert card.warmup_epochs in range(space["warmup_epochs"].low, space["warmup_epochs"].high + 1)
     assert card.epochs in space["epochs"].choices and card.ema_decay in space["ema_decay"].choices
+
+
+def test_the_muon_study_searches_make_trains_batch_and_holds_its_recipe():
+    """experiments/tune_fd001_muon.yaml keeps `make train`'s 256 x 2, optimizer, warm-up and
+    weight average and draws the rate, weight decay, dropout and epochs; make train's values
+    lie in its space."""
+    study = cfg.load_tuning(ROOT / "experiments" / "tune_fd001_muon.yaml")
+    card = cfg.load(TRAIN_PATH)
+    keep = ("micro_batch_size", "accumulation_steps", "patience", "optimizer", "warmup_epochs",
+            "ema_decay", "model", "window", "rul_cap")
+    assert {k: getattr(study.train, k) for k in keep} == {k: getattr(card, k) for k in keep}
+    space = study.search_space
+    assert set(space) == {"lr", "weight_decay", "dropout", "epochs"}
+    assert space["lr"].low < card.lr < space["lr"].high
+    assert space["dropout"].low < card.dropout < space["dropout"].high
+    assert card.weight_decay in space["weight_decay"].choices
+    assert card.epochs in space["epochs"].choices

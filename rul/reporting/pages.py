@@ -336,8 +336,10 @@ def train_times(results: list[BenchResult]) -> list[str]:
             "The default recipe (`make train`: experiments/fd001.yaml, seed 42, `precision: "
             "auto`) trained whole, wall clock, on each kind of machine measured: "
             "`python -m bench accuracy` (untracked) or `make train` itself. A shared machine "
-            "is slower: the note says when it was, and which rows measured the recipe before "
-            "its study (experiments/fd001_b512_e100.yaml: 100 epochs where today's has 150).",
+            "is slower: the note says when it was, and which rows measured an earlier recipe "
+            "(AdamW: experiments/fd001_b512_e100.yaml, 100 epochs, or "
+            "experiments/fd001_b512_adamw.yaml, 150 epochs, where today's takes Muon for "
+            "50).",
             "",
             *table(TRAIN_COLUMNS, rows), ""]
 
