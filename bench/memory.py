@@ -27,7 +27,8 @@ B, MICROS = 512, (512, 256, 128, 64)
 # `--sensors-only` (bench/__main__.py) sets 14, the model the recorded figures before it timed
 N_FEATURES = int(os.environ.get("RUL_BENCH_FEATURES", 15))
 DEFAULT_MODEL = NetworkSpec(n_features=N_FEATURES)  # experiments/fd001.yaml's model
-OPTIMIZER = SimpleNamespace(lr=1e-3, weight_decay=0.01, scheduler="none")  # torch's defaults
+OPTIMIZER = SimpleNamespace(optimizer="adamw", lr=1e-3, weight_decay=0.01,
+                            scheduler="none")  # torch's AdamW defaults
 
 
 def measure(precision: Precision, micro: int, steps: int) -> tuple[int, float]:
