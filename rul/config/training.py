@@ -126,17 +126,18 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     half the available RAM on CPU."""
     epochs: PositiveInt = 100
     """Maximum number of passes over the training windows."""
-    # cosine decay from 2e-3 to 0 over all epochs' steps: on validation units it beat the
-    # constant 1e-3 at the same cost (docs: Results)
     optimizer: _one_of("adamw", "muon") = "adamw"
     """AdamW, or Muon for the weight matrices and convolution filters with AdamW for the rest
     (rul.training.muon): Muon orthogonalises each matrix's update and reaches a given loss in
     fewer steps, which a large effective batch has few of. Both share lr, weight_decay and the
     schedule."""
+    # cosine decay from 2e-3 to 0 over all epochs' steps: on validation units it beat the
+    # constant 1e-3 at the same cost (docs: Results)
     lr: _number("a number > 0", gt=0) = 2e-3
     """Peak learning rate of the optimizer (the cosine schedule decays it to 0)."""
     weight_decay: _number("a number >= 0", ge=0) = 0.0
-    """AdamW's decoupled weight decay."""
+    """Decoupled weight decay: each step shrinks the weights by lr x weight_decay (AdamW's,
+    and Muon's matrices alike)."""
     scheduler: _one_of("none", "cosine", "onecycle") = "cosine"
     """Learning-rate schedule over all optimizer steps: constant, cosine decay to 0, or one-
     cycle."""
