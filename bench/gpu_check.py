@@ -23,8 +23,8 @@ one table; the exit code is 1 when a promise fails.
   profile     where the recipe's time goes (bench/gpu_profile.py), with AdamW: kernels per
               step and the share of the wall time the GPU is busy, with the CUDA graph and
               without; the top kernels in profile.txt beside the JSON (CUDA only)
-  members     5 ensemble members trained at once (stacked, fp32, dropout 0, 3 epochs) vs one
-              alone: the time ratio; vs the 5 one after another in fp32 and at precision auto
+  members     5 ensemble members trained at once (stacked, fp32, AdamW, dropout 0, 3 epochs)
+              vs one alone: the time ratio; vs the 5 one after another in fp32 and at precision auto
               (what decides ensemble_training: auto on a GPU); and their first steps against
               each member trained alone
 
@@ -323,11 +323,9 @@ def check_train(check: Check, dry: bool):
 
 
 def check_members(check: Check, subset, dry: bool):
-    from bench.members import FIRST_STEPS, measure_members
+    from bench.members import FIRST_STEPS, STACKABLE, measure_members
 
-    measured = measure_members(config({"ensemble": 5, "epochs": 3, "dropout": 0.0,
-                                       "precision": "fp32", "interval_coverage": None,
-                                       "register": False}, dry), subset)
+    measured = measure_members(config({"ensemble": 5, "epochs": 3, **STACKABLE}, dry), subset)
     ratio = measured["ratio"]
     check.add("members", "5 stacked vs one alone (fp32)",
               f"{measured['stacked (s)']:.1f} s vs {measured['one alone (s)']:.1f} s: "

@@ -155,6 +155,18 @@ def test_members_of_other_configs_or_data_or_alone_do_not_stack(members):
     assert stacking_problem([plans[0], other_data]) == "the members train on different data"
 
 
+def test_the_members_bench_stacks_the_default_recipe(write_cmapss):
+    """`python -m bench members` and `make gpu-check`'s members rows time the default
+    recipe's network stacked: their keys take out of it what cannot stack (its Muon)."""
+    from bench.__main__ import DEFAULT
+    from bench.members import STACKABLE
+
+    recipe = cfg.load(DEFAULT, {"ensemble": 5, "data_dir": str(write_cmapss())})
+    assert stacking_problem(plan_ensemble(recipe).members) is not None
+    benched = recipe.replace(epochs=3, **STACKABLE)
+    assert stacking_problem(plan_ensemble(benched).members) is None
+
+
 def test_autocast_does_not_reach_inside_vmap():
     """Why stacking refuses bf16 and fp16: under torch.func.vmap autocast changes nothing, and
     the members would train in fp32. When a torch makes this fail, stacking_problem can let
