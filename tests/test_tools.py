@@ -108,6 +108,18 @@ def test_each_validation_engine_is_scored_by_the_interval_of_the_others(report_t
     assert "coverage_rul_gt75" not in summary  # lives of 100: no truncation point above 70
 
 
+def test_the_validation_brier_counts_each_left_out_engine_once(report_tool):
+    """Two engines, each counted once whatever its number of points: one always right (0),
+    one with p_fail 0.5 on its 3 points (0.25 each): 0.125, not 0.1875 as points pooled."""
+    points = [{"weight": np.array([1.0]), "p_fail": np.array([1.0]), "failed": np.array([True])},
+              {"weight": np.full(3, 1 / 3), "p_fail": np.full(3, 0.5),
+               "failed": np.array([True, False, False])}]
+    assert report_tool.validation_brier(points) == pytest.approx(0.125)
+    errors = np.linspace(-9.5, 9.5, 20)  # the scored model's: engines of 100 cycles
+    points = report_tool.leave_one_engine_out(scored_model(errors), report_tool.shipped, 20)
+    assert 0 < report_tool.validation_brier(points) < 0.1
+
+
 def test_the_width_bound_is_the_narrowest_span_holding_90_percent_of_the_test_units(
         report_tool):
     """100 test units predicted at 60, unit k erring by k - 50 cycles: the narrowest span

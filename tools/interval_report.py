@@ -13,7 +13,8 @@ only, never calibrated on):
   fitted on the test units themselves, the narrowest any calibration could make them;
 - per engine: each held-out validation engine's coverage, each test unit's over the models;
 - the reliability of p_fail_within: predictions pooled per track and kind, in buckets of the
-  predicted probability, against the share that failed within the horizon.
+  predicted probability, against the share that failed within the horizon, and its Brier
+  score, on the test units and on the validation engines left out in turn.
 
 --study compares calibration methods on the left-out validation engines only (how the
 method was chosen): every window with one width (before), test-like weights with one width,
@@ -93,6 +94,14 @@ def leave_one_engine_out(model: dict, fit, horizon: float) -> list[dict]:
             point["failed"] = true <= horizon
         found.append(point)
     return found
+
+
+def validation_brier(points: list[dict]) -> float:
+    """The Brier score of p_fail_within on left-out validation engines' points, each engine
+    counted once (its points weighted as the test units are cut off)."""
+    w = np.concatenate([p["weight"] for p in points])
+    squared = np.concatenate([(p["p_fail"] - p["failed"]) ** 2 for p in points])
+    return float(np.sum(w * squared) / w.sum())
 
 
 def summarize_points(points: list[dict]) -> dict:
@@ -278,7 +287,8 @@ def report(models: list[dict], horizon: float) -> str:
                             reliability(p, failed)))
         points = [point for m in chosen for point in m["val_points"]]
         out.append(f"\nthe same on the validation engines, each left out in turn (weighted: "
-                   f"engines counted once, {len(points)} engine-models):\n")
+                   f"engines counted once, {len(points)} engine-models; Brier "
+                   f"{validation_brier(points):.4f}):\n")
         out.append(markdown(["predicted", "engines (weight)", "mean predicted", "observed"],
                             reliability(np.concatenate([q["p_fail"] for q in points]),
                                         np.concatenate([q["failed"] for q in points]),
