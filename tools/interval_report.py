@@ -99,9 +99,8 @@ def leave_one_engine_out(model: dict, fit, horizon: float) -> list[dict]:
 def validation_brier(points: list[dict]) -> float:
     """The Brier score of p_fail_within on left-out validation engines' points, each engine
     counted once (its points weighted as the test units are cut off)."""
-    w = np.concatenate([p["weight"] for p in points])
-    squared = np.concatenate([(p["p_fail"] - p["failed"]) ** 2 for p in points])
-    return float(np.sum(w * squared) / w.sum())
+    return float(np.average(np.concatenate([(p["p_fail"] - p["failed"]) ** 2 for p in points]),
+                            weights=np.concatenate([p["weight"] for p in points])))
 
 
 def summarize_points(points: list[dict]) -> dict:
