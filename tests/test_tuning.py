@@ -328,6 +328,7 @@ def test_where_and_how_fast_may_differ_when_a_study_resumes(change):
     ({"window": 40}, "window=30"),
     ({"rul_cap": 130}, "rul_cap=125"),
     ({"scale_lr_with_batch": True}, "scale_lr_with_batch=False"),
+    ({"seeds_per_trial": 3}, "seeds_per_trial=1"),  # a mean over other splits
 ])
 def test_what_trials_train_may_not_differ_when_a_study_resumes(change, had):
     config, storage = base_study()

@@ -117,6 +117,11 @@ class TuningConfig(_Strict):
     """Scale each trial's lr by effective_batch_size / 512 (the linear scaling rule)."""
     n_trials: PositiveInt = 12
     """Trials to run when the command gives no --n-trials."""
+    seeds_per_trial: PositiveInt = 1
+    """Validation splits each trial is scored on: it trains once per seed (seed, seed + 1, ...,
+    the seeds of `rul evaluate --seeds`: each its own split, weight init and batch order), and
+    its objective is their mean. More than one lets a study tell apart what a single split's
+    noise hides, at that many times a trial's cost; the pruner judges the first seed only."""
     pruner: _one_of("median", "hyperband", "none") = "median"
     """Pruner that stops unpromising trials on their per-epoch validation RMSE (off for several
     objectives)."""

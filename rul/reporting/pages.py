@@ -164,6 +164,10 @@ def study_section(study: StudyRecord) -> list[str]:
     lines = [f"### `{study.name}`", "",
              f"{ran}: {total} trials ({counts}) on {where}. Searched: "
              f"{_searched(study.search_space) or NA}."]
+    if study.seeds_per_trial > 1:
+        lines[-1] += (f" Each trial trained {study.seeds_per_trial} seeds, each its own "
+                      "validation split: a complete trial's val RMSE is their mean, a pruned "
+                      "one's its first seed's when the pruner stopped it.")
     if total > len(study.trials):
         lines[-1] += (f" {total - len(study.trials)} never trained (pruned before running), "
                       "so have no row.")
@@ -189,9 +193,10 @@ def studies_sections(studies: list[StudyRecord]) -> list[str]:
         return []
     lines = ["## Studies", "",
              "The `rul tune` searches behind the recipes above, every trial a training on "
-             "validation engines (one seed's split): val RMSE is a complete trial's best, a "
-             "pruned trial's when the pruner stopped it. A study's best trial becomes a "
-             "recipe only after its evaluation over 5 seeds (the rows above).", ""]
+             "validation engines (one seed's split, or several where the study says so): val "
+             "RMSE is a complete trial's best, a pruned trial's when the pruner stopped it. A "
+             "study's best trial becomes a recipe only after its evaluation over 5 seeds (the "
+             "rows above).", ""]
     for study in studies:
         lines += study_section(study)
     return lines

@@ -12,6 +12,7 @@ before the store is lost (add `config`, `adopted_by` and `note` by hand).
 """
 
 import ast
+import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -54,6 +55,7 @@ class StudyRecord:
     config: str = ""  # the tuning config that ran it, e.g. experiments/tune_fd001_b512.yaml
     adopted_by: str = ""  # the training config that took its best trial's values
     note: str = ""
+    seeds_per_trial: int = 1  # a trial's value is the mean over this many seeds' splits
     logged_counts: dict[str, int] = field(default_factory=dict)  # the parent run's, by state
     extra: dict = field(default_factory=dict)
 
@@ -91,16 +93,32 @@ def _value(text: str | None):
         return text
 
 
-def _trial(run, space: dict) -> Trial:
-    """A trial's row: a complete trial's value is its objective, its best validation RMSE;
-    any other's the last one it reported (as Optuna keeps it)."""
+def _trial(runs: list, space: dict) -> Trial:
+    """A trial's row from its runs (one per seed it trained, the first seed's first): a
+    complete trial's value is its objective, the mean of its seeds' best validation RMSEs;
+    any other's the last one its first seed reported (as Optuna keeps it)."""
+    run = runs[0]
     tags, metrics, params = run.data.tags, run.data.metrics, run.data.params
     state = tags.get(study_runs.STATE, "RUNNING" if run.info.status == "RUNNING" else "FAIL")
-    value = read(metrics, "best_val_rmse" if state == "COMPLETE" else "val_rmse")
+    if state == "COMPLETE":
+        values = [read(r.data.metrics, "best_val_rmse") for r in runs]
+        value = None if None in values else statistics.fmean(values)
+    else:
+        value = read(metrics, "val_rmse")
     epochs = metrics.get("epoch")
     return Trial(number=int(tags.get(study_runs.TRIAL, -1)), state=state, value=value,
                  epochs_run=None if epochs is None else int(epochs),
                  params=_sampled(params, space), reason=tags.get(study_runs.REASON, ""))
+
+
+def _by_trial(children: list) -> list[list]:
+    """The trial runs among a study's children, grouped by trial, each group in seed order."""
+    groups = {}
+    for run in children:
+        if study_runs.TRIAL in run.data.tags:
+            groups.setdefault(int(run.data.tags[study_runs.TRIAL]), []).append(run)
+    return [sorted(runs, key=lambda r: int(r.data.tags.get(study_runs.SEED_INDEX, 0)))
+            for _, runs in sorted(groups.items())]
 
 
 def _sampled(params: dict, space: dict) -> dict:
@@ -129,8 +147,7 @@ def study_from_run(client, parent) -> StudyRecord:
     space = _space(parent.data.params)
     children = client.search_runs([parent.info.experiment_id],
                                   f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'")
-    trials = sorted((_trial(run, space) for run in children if study_runs.TRIAL in run.data.tags),
-                    key=lambda t: t.number)
+    trials = [_trial(runs, space) for runs in _by_trial(children)]
     first = next((run.data.tags for run in children if "torch_version" in run.data.tags), {})
     commit = first.get("git_commit", parent.data.tags.get(COMMIT_TAG, ""))[:7] or NA
     if first.get("git_dirty") == "true":
@@ -143,6 +160,7 @@ def study_from_run(client, parent) -> StudyRecord:
                        machine=machine_text(first), commit=commit,
                        date=started.strftime("%Y-%m-%d"),
                        source=f"run {parent.info.run_id[:8]}",
+                       seeds_per_trial=int(parent.data.params.get(study_runs.SEEDS_PER_TRIAL, 1)),
                        logged_counts=counts, extra={"run_id": parent.info.run_id})
 
 
@@ -151,6 +169,7 @@ def to_record(study: StudyRecord) -> dict:
     return {"name": study.name, "config": study.config, "adopted_by": study.adopted_by,
             "machine": study.machine, "commit": study.commit, "date": study.date,
             "note": study.note, "search_space": study.search_space,
+            **({"seeds_per_trial": study.seeds_per_trial} if study.seeds_per_trial > 1 else {}),
             "trials": [t.to_dict() for t in study.trials]}
 
 
@@ -175,7 +194,8 @@ def read_recorded_studies(path: Path) -> list[StudyRecord]:
                 trials=trials, machine=entry.get("machine", NA),
                 commit=str(entry.get("commit", NA)), date=str(entry.get("date", NA)),
                 source="recorded", config=entry.get("config", ""),
-                adopted_by=entry.get("adopted_by", ""), note=entry.get("note", "")))
+                adopted_by=entry.get("adopted_by", ""), note=entry.get("note", ""),
+                seeds_per_trial=int(entry.get("seeds_per_trial", 1))))
         except (KeyError, TypeError, ValueError) as error:
             raise cfg.ConfigError(f"{path}: study {number}: {error}") from None
     return studies

@@ -11,7 +11,8 @@ trial's values, read from the metrics its training run measured and logged per e
 One objective (the default, [val_rmse]) is an ordinary single-objective study with pruning.
 Several make a multi-objective study (Optuna `directions`): Optuna cannot prune those (no
 `trial.report`), so pruning is off whatever `pruner` says. The names and their directions are
-configuration (rul.config.OBJECTIVES, checked when the tuning config loads).
+configuration (rul.config.OBJECTIVES, checked when the tuning config loads). A trial trained
+on several seeds (`seeds_per_trial`) is valued at each objective's mean over them.
 """
 
 import statistics
@@ -38,6 +39,13 @@ def trial_values(names, state) -> list[float]:
         "peak_memory_mb": max(h["peak_memory_mb"] for h in history),
     }
     return [float(measured[n]) for n in names]
+
+
+def mean_over_seeds(names, states) -> list[float]:
+    """A trial's objectives over the seeds it trained (`seeds_per_trial`): each objective's
+    mean, in the order of `names` (one seed: its own values)."""
+    per_seed = [trial_values(names, state) for state in states]
+    return [statistics.fmean(column) for column in zip(*per_seed, strict=True)]
 
 
 def accuracy_of(trial, names) -> float:

@@ -150,6 +150,7 @@ def base_config(config: TuningConfig) -> dict:
             if key not in NOT_COMPARED_IN_A_STUDY and key not in config.search_space
             and (key not in BATCH_KEYS or key in batch)}
     base["scale_lr_with_batch"] = config.scale_lr_with_batch
+    base["seeds_per_trial"] = config.seeds_per_trial  # what a trial's value is the mean of
     return base
 
 

@@ -29,7 +29,7 @@ from rul.interrupts import (
     interrupts_as_exceptions,
 )
 from rul.parallel import stop_workers, threads_per_job, use_threads
-from rul.plan import plan_run
+from rul.plan import plan_seeds
 from rul.tracking import study_runs
 from rul.tracking.lifecycle import run_ends_cleanly
 from rul.tracking.metric_names import logged
@@ -57,6 +57,8 @@ from rul.tuning.study import (
     study_target,
 )
 from rul.workflows.tracked import RunRole, track
+
+SEED_VALUES_ATTR = "seed_val_rmse"  # a trial's best val_rmse by seed (seeds_per_trial > 1)
 
 
 def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float | None = None,
@@ -124,6 +126,8 @@ def _parent_run(study: optuna.Study, config: TuningConfig, store: Store) -> str:
     client.log_param(parent_run_id, study_runs.SEARCH_SPACE, str(space)[:6000])
     if objs.is_multi(config.objectives):
         client.log_param(parent_run_id, "objectives", ", ".join(config.objectives))
+    if config.seeds_per_trial > 1:
+        client.log_param(parent_run_id, study_runs.SEEDS_PER_TRIAL, config.seeds_per_trial)
     return parent_run_id
 
 
@@ -159,14 +163,21 @@ def _record_study(study: optuna.Study, parent_run_id: str, config: TuningConfig)
                       format_pareto_table(front, objectives)]
         log_figures(study, objectives)
     chosen = "best trial" if not multi else "best val_rmse on the Pareto front: trial"
-    lines.append(f"{chosen} {best.number}: val_rmse {best_value:.3f} with {best.params}")
+    seeds = config.seeds_per_trial
+    mean = f" (mean of {seeds} seeds: {_listed(best.user_attrs.get(SEED_VALUES_ATTR))})" \
+        if seeds > 1 else ""
+    lines.append(f"{chosen} {best.number}: val_rmse {best_value:.3f}{mean} with {best.params}")
     return "\n".join([*lines, *_register_best(best, best_value, parent_run_id, config)])
+
+
+def _listed(values) -> str:
+    return " / ".join(f"{v:.3f}" for v in values or [])
 
 
 def _register_best(best, value: float, parent_run_id: str, config: TuningConfig) -> list[str]:
     """Register the best trial's logged model (once), its record on the parent run."""
     client = MlflowClient()
-    best_run = best.user_attrs.get("mlflow_run_id")
+    best_run = best.user_attrs.get(study_runs.RUN_ATTR)
     name = registered_model_name(config.train.dataset_name)
     if not best_run or not config.train.register:
         return []
@@ -181,8 +192,10 @@ def _register_best(best, value: float, parent_run_id: str, config: TuningConfig)
 
 def objective_for(base: TuningConfig, parent_run_id: str, store: Store,
                   target: int | None = None):
-    """The study's objective: a trial trains as a tracked run (its start and end said in a
-    line each, rul.tuning.progress; `target`: the counted trials the study works towards)."""
+    """The study's objective: a trial trains as a tracked run per seed (`seeds_per_trial`:
+    seed, seed + 1, ..., each its own validation split), its start and end said in a line each
+    (rul.tuning.progress; `target`: the counted trials the study works towards), and its value
+    is the mean over its seeds. The pruner reads the first seed's epochs only."""
     multi = objs.is_multi(base.objectives)
 
     def objective(trial: optuna.Trial) -> float | list[float]:
@@ -194,20 +207,21 @@ def objective_for(base: TuningConfig, parent_run_id: str, store: Store,
             _pruned_before_training(trial, reason)
         config = base.train.replace(**changes, register=False,
                                     checkpoint_dir=str(Path(base.train.checkpoint_dir) / "tune"))
-        tags = {study_runs.TRIAL: str(trial.number), study_runs.STUDY: trial.study.study_name}
-        if "peak_memory_mb" in base.objectives:
-            objs.reset_peak_memory()  # not charged for the worker's previous trial
-        role = RunRole(parent_run_id, f"trial-{trial.number:03d}", tags, register=False,
-                       resumable=False, stop_exceptions=(optuna.TrialPruned,),
-                       on_run_created=lambda run_id: trial.set_user_attr("mlflow_run_id", run_id))
+        outcomes = []
         try:
             with immediate():  # training may stop at once; its own writes defer the signal
-                try:
-                    plan = plan_run(config)
+                try:  # every seed's split checked before the first trains
+                    plans = plan_seeds(config, base.seeds_per_trial)
                 except ConfigError as error:  # the data refuses it: a window over every unit
                     _pruned_before_training(trial, str(error))
-                outcome, _ = track(plan, role, store, Listeners(
-                    watch, None if multi else PruningListener(trial)), progress=False)
+                for index, plan in enumerate(plans):
+                    if "peak_memory_mb" in base.objectives:
+                        objs.reset_peak_memory()  # not charged for the run before
+                    pruning = None if multi or index else PruningListener(trial)
+                    role = _trial_role(trial, parent_run_id, index, len(plans), plan)
+                    outcome, _ = track(plan, role, store, Listeners(watch, pruning),
+                                       progress=False)
+                    outcomes.append(outcome)
         except optuna.TrialPruned as pruned:
             _mark(trial, "PRUNED", str(pruned), watch)
             raise
@@ -221,12 +235,34 @@ def objective_for(base: TuningConfig, parent_run_id: str, store: Store,
         except KeyboardInterrupt as interruption:
             _mark(trial, "FAIL", interrupted_reason(interruption), watch)
             raise
+        trial_values = objs.mean_over_seeds(base.objectives, [o.state for o in outcomes])
+        if len(outcomes) > 1:  # what the mean is of, by seed
+            trial.set_user_attr(SEED_VALUES_ATTR, [o.state.best_val_rmse for o in outcomes])
         _mark(trial, "COMPLETE", "", watch)
-        if multi:
-            return objs.trial_values(base.objectives, outcome.state)
-        return outcome.state.best_val_rmse
+        return trial_values if multi else trial_values[0]
 
     return objective
+
+
+def _trial_role(trial: optuna.Trial, parent_run_id: str, index: int, seeds: int,
+                plan) -> RunRole:
+    """The run of a trial's `index`-th seed of `seeds`, a child of the study's parent run: the
+    first is `trial-NNN` (the trial's model: the one registered if it is the best), the others
+    `trial-NNN-s<seed>`, each tagged with the trial (and with its seed's index, of several)."""
+    tags = {study_runs.TRIAL: str(trial.number), study_runs.STUDY: trial.study.study_name}
+    if seeds > 1:
+        tags[study_runs.SEED_INDEX] = str(index)
+    name = f"trial-{trial.number:03d}" + (f"-s{plan.config.seed}" if index else "")
+
+    def created(run_id: str) -> None:
+        if not index:
+            trial.set_user_attr(study_runs.RUN_ATTR, run_id)
+        else:
+            others = trial.user_attrs.get(study_runs.SEED_RUNS_ATTR, [])
+            trial.set_user_attr(study_runs.SEED_RUNS_ATTR, [*others, run_id])
+
+    return RunRole(parent_run_id, name, tags, register=False, resumable=False,
+                   stop_exceptions=(optuna.TrialPruned,), on_run_created=created)
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
@@ -257,11 +293,10 @@ def _mark(trial, state: str, reason: str, watch: progress.TrialWatch | None = No
         interrupted = reason.startswith("interrupted")  # `interrupted (SIGINT)`
         progress.say(progress.ended_line(trial.number, reason if interrupted else state.lower(),
                                          watch, "" if interrupted else reason))
-    run_id = trial.user_attrs.get("mlflow_run_id")
     if reason:
         trial.set_user_attr("reason", reason[:1000])
-    if run_id:
-        client = MlflowClient()
+    client = MlflowClient()
+    for run_id in study_runs.trial_run_ids(trial.user_attrs):  # one per seed it trained
         client.set_tag(run_id, study_runs.STATE, state)
         if reason:
             client.set_tag(run_id, study_runs.REASON, reason[:5000])
@@ -275,11 +310,12 @@ def _close_interrupted_trials(study: optuna.Study, client: MlflowClient) -> None
 
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         study.tell(trial.number, state=TrialState.FAIL)
-        run_id = trial.user_attrs.get("mlflow_run_id")
-        if run_id and client.get_run(run_id).info.status == "RUNNING":
-            client.set_tag(run_id, study_runs.STATE, "FAIL")
-            client.set_tag(run_id, study_runs.REASON, "interrupted: the tuning process was killed")
-            client.set_terminated(run_id, status="KILLED")
+        for run_id in study_runs.trial_run_ids(trial.user_attrs):
+            if client.get_run(run_id).info.status == "RUNNING":
+                client.set_tag(run_id, study_runs.STATE, "FAIL")
+                client.set_tag(run_id, study_runs.REASON,
+                               "interrupted: the tuning process was killed")
+                client.set_terminated(run_id, status="KILLED")
 
 
 @dataclass(frozen=True)
