@@ -584,9 +584,10 @@ def test_no_completed_trial_leaves_nothing_to_register(tmp_path, monkeypatch, re
 
 
 @pytest.mark.slow
-def test_two_workers_share_a_journal_study(tmp_path, real_data_dir, mlflow_store_at):
+def test_two_workers_share_a_journal_study(tmp_path, real_data_dir, mlflow_store_at, capfd):
     """...and split the command's torch threads between them, as `rul evaluate --jobs` does
-    (two workers with all of a 2-core machine's threads each ran 3.7x slower)."""
+    (two workers with all of a 2-core machine's threads each ran 3.7x slower), each saying
+    what rul says and not Optuna's log lines."""
     config = make_config(tmp_path, real_data_dir, register=False)
     journal, name = f"{tmp_path}/optuna.journal", "tune-workers"
     threads = torch.get_num_threads()
@@ -603,6 +604,8 @@ def test_two_workers_share_a_journal_study(tmp_path, real_data_dir, mlflow_store
     assert len(trials) >= 2
     assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
     assert summary.startswith(f"study {name}: {len(trials)} trials ")
+    said = capfd.readouterr().err
+    assert "trial 0 (" in said and "Using an existing study" not in said
 
     client = MlflowClient(tracking_uri=config.train.tracking_uri)
     parent_run_id = study.user_attrs["mlflow_parent_run_id"]

@@ -334,9 +334,9 @@ class StudyWork:
 
 def _worker(work: StudyWork, worker: int):
     config, target = work.config, work.target
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # a spawned worker starts at INFO
     storage = open_study_storage(config, work.storage, work.workers)
     study = load_study(config, storage, work.study_name, worker)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     deadline = None if work.timeout is None else time.monotonic() + work.timeout
     while counted_trials(study) < target:
         left = None if deadline is None else deadline - time.monotonic()
