@@ -79,12 +79,12 @@ def test_an_ensembles_validation_and_interval_never_read_the_test_files(twins, t
     assert real.metrics["test_rmse"] != other.metrics["test_rmse"]
 
 
-def study_of(folder: Path, root: Path) -> dict:
+def study_of(folder: Path, root: Path, seeds_per_trial: int) -> dict:
     """A 3-trial study on `folder`, in its own stores: its trials and its best."""
     config = cfg.load_tuning(TUNE_PATH, {
         **SMALL, "data_dir": str(folder), "tracking_uri": f"sqlite:///{root}/mlflow.db",
         "checkpoint_dir": str(root / "ckpt"), "max_effective_batch": None,
-        "pruner": "none",
+        "pruner": "none", "seeds_per_trial": seeds_per_trial,
         "search_space": {"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
                          "warmup_epochs": {"type": "int", "low": 0, "high": 2},
                          "val_weights": {"type": "categorical",
@@ -99,13 +99,14 @@ def study_of(folder: Path, root: Path) -> dict:
                 logged("test_rmse")] for t in study.trials]}
 
 
-def test_a_study_never_reads_the_test_files(twins, tmp_path, mlflow_store_at):
+@pytest.mark.parametrize("seeds_per_trial", [1, 2])
+def test_a_study_never_reads_the_test_files(twins, tmp_path, mlflow_store_at, seeds_per_trial):
     studies = {}
     for name, folder in twins.items():
         root = tmp_path / name
         root.mkdir()
         with mlflow_store_at(root):
-            studies[name] = study_of(folder, root)
+            studies[name] = study_of(folder, root, seeds_per_trial)
     real, other = studies["real"], studies["other"]
     assert {state for _, _, state in real["trials"]} == {optuna.trial.TrialState.COMPLETE}
     assert real["trials"] == other["trials"] and real["best"] == other["best"]
