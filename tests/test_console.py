@@ -146,3 +146,22 @@ def test_a_trial_s_end_says_its_state_epochs_best_rmse_and_time(monkeypatch):
         "183 s")
     assert progress.ended_line(7, "complete", watch) == (
         "trial 7: complete, 3 epochs, best val RMSE 21.46, 183 s")
+
+
+def test_a_trial_of_several_seeds_ends_saying_each_seed_and_their_mean(monkeypatch):
+    from rul.tuning import progress
+
+    monkeypatch.setattr(progress.time, "monotonic", lambda: 100.0)
+    watch = progress.TrialWatch()
+    for curve in (((1, 12.0), (2, 11.0)), ((1, 14.0), (2, 13.5), (3, 13.0))):
+        watch.start_seed()
+        for epoch, rmse in curve:
+            watch.on_epoch(epoch, 10 * epoch, {"val_rmse": rmse})
+    monkeypatch.setattr(progress.time, "monotonic", lambda: 1512.0)
+    assert progress.ended_line(3, "complete", watch) == (
+        "trial 3: complete, 2 seeds of 2 / 3 epochs, val RMSE 12.00 (best of each: 11.00 / "
+        "13.00), 1412 s")
+    watch.start_seed()  # interrupted before the third seed's first epoch
+    assert progress.ended_line(3, "interrupted (SIGINT)", watch) == (
+        "trial 3: interrupted (SIGINT), 3 seeds of 2 / 3 / 0 epochs (best of each: 11.00 / "
+        "13.00 / -), 1412 s")

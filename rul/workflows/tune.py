@@ -218,6 +218,7 @@ def objective_for(base: TuningConfig, parent_run_id: str, store: Store,
                     if "peak_memory_mb" in base.objectives:
                         objs.reset_peak_memory()  # not charged for the run before
                     pruning = None if multi or index else PruningListener(trial)
+                    watch.start_seed()
                     role = _trial_role(trial, parent_run_id, index, len(plans), plan)
                     outcome, _ = track(plan, role, store, Listeners(watch, pruning),
                                        progress=False)
