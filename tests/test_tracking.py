@@ -380,3 +380,21 @@ def test_registered_model_description_lists_every_output_column(fd001_client, tr
     for column in outputs.input_names():
         assert f"- `{column}` (" in description, column
     assert "- `flag_reason` (string): why it is flagged" in description
+
+
+def test_runs_name_the_commit_the_process_imported_not_a_later_head(monkeypatch):
+    """A study that runs for an hour while commits land: every run it logs names the code it
+    runs, read when it logged its first."""
+    from rul.tracking import run_logging
+
+    heads = iter(["a" * 40, "", "b" * 40, " M rul/cli.py"])
+    monkeypatch.setattr(run_logging, "_git", lambda *args: next(heads))
+    run_logging.code_version.cache_clear()
+    try:
+        first = (run_logging.source_tags(), run_logging.environment_tags())
+        later = (run_logging.source_tags(), run_logging.environment_tags())
+    finally:
+        run_logging.code_version.cache_clear()
+    for tags in (first, later):
+        assert tags[0]["mlflow.source.git.commit"] == "a" * 40
+        assert (tags[1]["git_commit"], tags[1]["git_dirty"]) == ("a" * 40, "false")

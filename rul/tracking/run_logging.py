@@ -2,6 +2,7 @@
 environment, precision, the micro-batch probe) and its outcome after (metrics, datasets,
 figures, the model, the test predictions). Everything here writes to the active run."""
 
+import functools
 import getpass
 import platform
 import subprocess
@@ -180,10 +181,18 @@ def source_tags() -> dict:
     process that trains the run (rul.tracking.run_owner)."""
     tags = {mlflow_tags.MLFLOW_SOURCE_NAME: "rul", mlflow_tags.MLFLOW_SOURCE_TYPE: "LOCAL",
             mlflow_tags.MLFLOW_USER: getpass.getuser(), **owner_tags()}
-    commit = _git("rev-parse", "HEAD")
+    commit, _ = code_version()
     if commit:
         tags[mlflow_tags.MLFLOW_GIT_COMMIT] = commit
     return tags
+
+
+@functools.cache
+def code_version() -> tuple[str | None, str | None]:
+    """(commit, `git status --porcelain`) of the code this process runs, read once, when it
+    logs its first run: a study or an evaluation that runs for an hour while commits land
+    keeps naming the code it imported, not the checkout's newer HEAD."""
+    return _git("rev-parse", "HEAD"), _git("status", "--porcelain")
 
 
 def _git(*args) -> str | None:
@@ -201,7 +210,7 @@ def environment_tags() -> dict:
             "device_name": torch.cuda.get_device_name() if torch.cuda.is_available()
             else platform.processor() or platform.machine(),
             **machine_tags()}  # CPU model and flags, threads: what the docs' tables show
-    commit, dirty = _git("rev-parse", "HEAD"), _git("status", "--porcelain")
+    commit, dirty = code_version()
     tags.update({"git_commit": commit or "unknown",
                  "git_dirty": "unknown" if dirty is None else str(bool(dirty)).lower()})
     return tags
