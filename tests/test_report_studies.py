@@ -20,6 +20,8 @@ RECORDED = ROOT / "docs" / "data" / "studies.yaml"
     ("rul-fd001-b512-muon", 12, {"COMPLETE": 3, "PRUNED": 9}, (2, 10.8681), ""),
     ("rul-fd001-b512-muon-regular", 16, {"COMPLETE": 6, "PRUNED": 10}, (7, 10.6569),
      "experiments/fd001.yaml"),
+    ("rul-fd001-b512-muon-seeds", 14, {"COMPLETE": 4, "PRUNED": 8, "FAIL": 2}, (6, 11.0331),
+     ""),
 ])
 def test_the_recorded_studies_behind_make_trains_recipes_are_read_whole(name, trials, counts,
                                                                          best, adopted_by):
@@ -35,6 +37,7 @@ def test_the_recorded_studies_behind_make_trains_recipes_are_read_whole(name, tr
                                            if isinstance(value, float) else value), key
     assert set(study.search_space) == set(study.best.params)
     assert (ROOT / study.config).is_file()
+    assert study.seeds_per_trial == cfg.load_tuning(ROOT / study.config).seeds_per_trial
 
 
 @pytest.mark.parametrize(("change", "said"), [

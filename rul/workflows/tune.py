@@ -207,22 +207,9 @@ def objective_for(base: TuningConfig, parent_run_id: str, store: Store,
             _pruned_before_training(trial, reason)
         config = base.train.replace(**changes, register=False,
                                     checkpoint_dir=str(Path(base.train.checkpoint_dir) / "tune"))
-        outcomes = []
         try:
             with immediate():  # training may stop at once; its own writes defer the signal
-                try:  # every seed's split checked before the first trains
-                    plans = plan_seeds(config, base.seeds_per_trial)
-                except ConfigError as error:  # the data refuses it: a window over every unit
-                    _pruned_before_training(trial, str(error))
-                for index, plan in enumerate(plans):
-                    if "peak_memory_mb" in base.objectives:
-                        objs.reset_peak_memory()  # not charged for the run before
-                    pruning = None if multi or index else PruningListener(trial)
-                    watch.start_seed()
-                    role = _trial_role(trial, parent_run_id, index, len(plans), plan)
-                    outcome, _ = track(plan, role, store, Listeners(watch, pruning),
-                                       progress=False)
-                    outcomes.append(outcome)
+                outcomes = _train_seeds(trial, base, config, parent_run_id, store, watch)
         except optuna.TrialPruned as pruned:
             _mark(trial, "PRUNED", str(pruned), watch)
             raise
@@ -243,6 +230,26 @@ def objective_for(base: TuningConfig, parent_run_id: str, store: Store,
         return trial_values if multi else trial_values[0]
 
     return objective
+
+
+def _train_seeds(trial: optuna.Trial, base: TuningConfig, config, parent_run_id: str,
+                 store: Store, watch: progress.TrialWatch) -> list:
+    """Train the trial's `config` once per seed (base.seeds_per_trial), each a tracked run,
+    every seed's split checked before the first trains; the first seed reports to the pruner.
+    Returns the outcomes in seed order."""
+    try:
+        plans = plan_seeds(config, base.seeds_per_trial)
+    except ConfigError as error:  # the data refuses it: a window over every unit
+        _pruned_before_training(trial, str(error))
+    outcomes = []
+    for index, plan in enumerate(plans):
+        if "peak_memory_mb" in base.objectives:
+            objs.reset_peak_memory()  # not charged for the run before
+        pruning = None if objs.is_multi(base.objectives) or index else PruningListener(trial)
+        watch.start_seed()
+        role = _trial_role(trial, parent_run_id, index, len(plans), plan)
+        outcomes.append(track(plan, role, store, Listeners(watch, pruning), progress=False)[0])
+    return outcomes
 
 
 def _trial_role(trial: optuna.Trial, parent_run_id: str, index: int, seeds: int,
