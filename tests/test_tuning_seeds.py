@@ -12,14 +12,18 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
-from test_tuning import MODEL_NAME, SPACE, make_config, per_epoch
+from test_tuning import MODEL_NAME, SPACE, TUNE_PATH, make_config, per_epoch
 
+from rul import config as cfg
+from rul.reporting import studies as studies_mod
 from rul.reporting.pages import study_section
 from rul.reporting.studies import read_studies, to_record
+from rul.tracking import study_runs
 from rul.tracking.metric_names import read
 from rul.tracking.registry import CHAMPION
 from rul.tuning import objectives as objs
-from rul.tuning.study import load_study
+from rul.tuning.study import BASE_ATTR, load_study
+from rul.workflows import tune as tune_mod
 from rul.workflows.tune import run_study
 
 SEEDS = 2
@@ -98,7 +102,10 @@ def test_the_pruner_reads_the_first_seed_only(seeded):
 def test_the_registered_model_is_the_best_trials_first_seed(seeded):
     best = min(seeded.trials[:2], key=lambda t: (t.value, t.number))
     champion = seeded.client.get_model_version_by_alias(MODEL_NAME, CHAMPION)
-    assert champion.run_id == seeded.runs[best.number][0].info.run_id
+    first = seeded.runs[best.number][0]
+    assert champion.run_id == first.info.run_id
+    # it competes with its own split's RMSE, not the trial's mean over two splits
+    assert float(champion.tags["val_rmse"]) == best_rmse(first) != best.value
     values = " / ".join(f"{v:.3f}" for v in best.user_attrs["seed_val_rmse"])
     assert f"val_rmse {best.value:.3f} (mean of 2 seeds: {values})" in seeded.summary
 
@@ -112,9 +119,80 @@ def test_the_results_page_shows_each_trial_as_the_mean_of_its_seeds(seeded):
     assert "Each trial trained 2 seeds, each its own validation split" in study_section(study)[2]
 
 
-def test_a_trials_objectives_are_their_means_over_seeds():
+def test_a_trials_objectives_over_seeds_are_means_and_the_largest_peak():
     states = [SimpleNamespace(best_val_rmse=b, history=[{"samples_per_s": s,
                                                           "peak_memory_mb": m}])
               for b, s, m in ((10.0, 100.0, 5.0), (12.0, 300.0, 7.0))]
-    assert objs.mean_over_seeds(["val_rmse", "samples_per_s"], states) == [11.0, 200.0]
-    assert objs.mean_over_seeds(["val_rmse"], states[:1]) == [10.0]
+    assert objs.over_seeds(["val_rmse", "samples_per_s", "peak_memory_mb"], states) == [
+        11.0, 200.0, 7.0]
+    assert objs.over_seeds(["val_rmse"], states[:1]) == [10.0]
+    # val_rmse alone reads nothing else a run may not have measured
+    assert objs.over_seeds(["val_rmse"], [SimpleNamespace(best_val_rmse=9.0, history=[])]) == [
+        9.0]
+
+
+def test_a_study_from_before_seeds_per_trial_trained_one_seed():
+    """Its stored base config has no seeds_per_trial: resuming it with 3 would put means of
+    three splits beside values of one under one best."""
+    config = cfg.load_tuning(TUNE_PATH, {"search_space": SPACE})
+    storage = optuna.storages.InMemoryStorage()
+    load_study(config, storage, "s")
+    study = optuna.load_study(study_name="s", storage=storage)
+    study.ask()
+    stored = dict(study.user_attrs[BASE_ATTR])
+    del stored["seeds_per_trial"]
+    study.set_user_attr(BASE_ATTR, stored)
+    load_study(config, storage, "s")  # one seed: as it trained
+    with pytest.raises(cfg.ConfigError, match="trained with seeds_per_trial=1; this config has "
+                                              "seeds_per_trial=3"):
+        load_study(config.replace(seeds_per_trial=3), storage, "s")
+
+
+class FakeTrial:
+    def __init__(self, user_attrs):
+        self.number, self.user_attrs = 4, dict(user_attrs)
+        self.study = SimpleNamespace(study_name="s")
+
+    def set_user_attr(self, key, value):
+        self.user_attrs[key] = value
+
+
+def test_a_retried_trial_lists_its_own_seed_runs_not_the_dead_ones():
+    """Optuna's retry of a dead worker's trial copies its user attributes."""
+    trial = FakeTrial({"mlflow_run_id": "dead0", "mlflow_seed_run_ids": ["dead1"]})
+    plan = SimpleNamespace(config=SimpleNamespace(seed=42))
+    for index in range(2):
+        role = tune_mod._trial_role(trial, "parent", index, 2, plan)
+        role.on_run_created(f"new{index}")
+    assert study_runs.trial_run_ids(trial.user_attrs) == ["new0", "new1"]
+    single = FakeTrial({})
+    tune_mod._trial_role(single, "parent", 0, 1, plan).on_run_created("only")
+    assert single.user_attrs == {"mlflow_run_id": "only"}  # one seed: nothing new
+
+
+def test_a_killed_trials_runs_all_say_fail_and_the_running_one_ends_killed():
+    tagged, ended = [], []
+    client = SimpleNamespace(
+        set_tag=lambda run, key, value: tagged.append((run, key, value)),
+        get_run=lambda run: SimpleNamespace(info=SimpleNamespace(
+            status="RUNNING" if run == "s43" else "FINISHED")),
+        set_terminated=lambda run, status: ended.append((run, status)))
+    study_runs.end_failed_trial_runs(
+        client, {"mlflow_run_id": "s42", "mlflow_seed_run_ids": ["s43"]}, "killed")
+    assert tagged == [(run, key, value) for run in ("s42", "s43")
+                      for key, value in (("optuna.trial_state", "FAIL"),
+                                         ("optuna.reason", "killed"))]
+    assert ended == [("s43", "KILLED")]
+
+
+def test_a_trial_training_a_later_seed_reads_as_running():
+    def run(status, seed_index, **metrics):
+        return SimpleNamespace(info=SimpleNamespace(status=status), data=SimpleNamespace(
+            tags={"optuna.trial": "2", "optuna.seed_index": str(seed_index)},
+            metrics=metrics, params={}))
+
+    first = run("FINISHED", 0, **{"val/best_rmse": 10.5, "val/rmse": 10.6, "epoch": 50.0})
+    (runs,) = studies_mod._by_trial([run("RUNNING", 1), first])
+    assert runs[0] is first
+    row = studies_mod._trial(runs, {})
+    assert (row.number, row.state, row.value, row.epochs_run) == (2, "RUNNING", 10.6, 50)

@@ -99,7 +99,8 @@ def _trial(runs: list, space: dict) -> Trial:
     any other's the last one its first seed reported (as Optuna keeps it)."""
     run = runs[0]
     tags, metrics, params = run.data.tags, run.data.metrics, run.data.params
-    state = tags.get(study_runs.STATE, "RUNNING" if run.info.status == "RUNNING" else "FAIL")
+    running = any(r.info.status == "RUNNING" for r in runs)  # perhaps a later seed
+    state = tags.get(study_runs.STATE, "RUNNING" if running else "FAIL")
     if state == "COMPLETE":
         values = [read(r.data.metrics, "best_val_rmse") for r in runs]
         value = None if None in values else statistics.fmean(values)

@@ -27,3 +27,13 @@ def trial_run_ids(user_attrs: dict) -> list[str]:
 def count_metric(state: str) -> str:
     """The parent run's metric counting a study's trials in `state` (a TrialState name)."""
     return f"trials_{state.lower()}"
+
+
+def end_failed_trial_runs(client, user_attrs: dict, reason: str) -> None:
+    """A trial that failed without ending its runs (its process killed, its worker dead): each
+    of its runs says FAIL and why, and the one still RUNNING ends KILLED."""
+    for run_id in trial_run_ids(user_attrs):
+        client.set_tag(run_id, STATE, "FAIL")
+        client.set_tag(run_id, REASON, reason)
+        if client.get_run(run_id).info.status == "RUNNING":
+            client.set_terminated(run_id, status="KILLED")

@@ -5,14 +5,15 @@ trial's values, read from the metrics its training run measured and logged per e
 - samples_per_s: the median over epochs of the training throughput (the first epoch's
   warm-up does not decide it).
 - peak_memory_mb: the largest per-epoch peak memory (CUDA: peak allocated by torch; CPU: the
-  process's peak resident set). Reset before each trial when it is an objective, so a trial is
-  not charged for the one before it in the same worker.
+  process's peak resident set). Reset before each trial (and each of its seeds) when it is an
+  objective, so a run is not charged for the one before it in the same worker.
 
 One objective (the default, [val_rmse]) is an ordinary single-objective study with pruning.
 Several make a multi-objective study (Optuna `directions`): Optuna cannot prune those (no
 `trial.report`), so pruning is off whatever `pruner` says. The names and their directions are
 configuration (rul.config.OBJECTIVES, checked when the tuning config loads). A trial trained
-on several seeds (`seeds_per_trial`) is valued at each objective's mean over them.
+on several seeds (`seeds_per_trial`) is valued at the mean of its seeds' val_rmse and
+samples_per_s, and at the largest of their peak_memory_mb.
 """
 
 import statistics
@@ -34,18 +35,25 @@ def trial_values(names, state) -> list[float]:
     """The objectives of a finished training (`TrainState`), in the order of `names`."""
     history = state.history
     measured = {
-        "val_rmse": state.best_val_rmse,
-        "samples_per_s": statistics.median(h["samples_per_s"] for h in history),
-        "peak_memory_mb": max(h["peak_memory_mb"] for h in history),
+        "val_rmse": lambda: state.best_val_rmse,
+        "samples_per_s": lambda: statistics.median(h["samples_per_s"] for h in history),
+        "peak_memory_mb": lambda: max(h["peak_memory_mb"] for h in history),
     }
-    return [float(measured[n]) for n in names]
+    return [float(measured[n]()) for n in names]
 
 
-def mean_over_seeds(names, states) -> list[float]:
-    """A trial's objectives over the seeds it trained (`seeds_per_trial`): each objective's
-    mean, in the order of `names` (one seed: its own values)."""
+# How a trial of several seeds is valued on each objective: the mean, but for the memory a
+# config needs, the largest of its seeds' peaks.
+OVER_SEEDS = {"val_rmse": statistics.fmean, "samples_per_s": statistics.fmean,
+              "peak_memory_mb": max}
+
+
+def over_seeds(names, states) -> list[float]:
+    """A trial's objectives over the seeds it trained (`seeds_per_trial`), in the order of
+    `names`: each objective's OVER_SEEDS of its seeds' values (one seed: its own values)."""
     per_seed = [trial_values(names, state) for state in states]
-    return [statistics.fmean(column) for column in zip(*per_seed, strict=True)]
+    return [float(OVER_SEEDS[n](column))
+            for n, column in zip(names, zip(*per_seed, strict=True), strict=True)]
 
 
 def accuracy_of(trial, names) -> float:

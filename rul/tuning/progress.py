@@ -73,7 +73,7 @@ def started_line(trial: optuna.Trial, counted: int, target: int | None) -> str:
 def ended_line(number: int, state: str, watch: TrialWatch, reason: str = "") -> str:
     """`trial 3: complete, 12 epochs, best val RMSE 14.21, 183 s` (the reason after a state
     other than complete); a trial of several seeds, `trial 3: complete, 3 seeds of 50 / 50 /
-    48 epochs, val RMSE 11.02 (mean of 10.83 / 12.16 / 10.07), 1412 s`."""
+    48 epochs, val RMSE 11.02 (best of each: 10.83 / 12.16 / 10.07), 1412 s`: their mean."""
     why = f" ({reason})" if reason and state != "complete" else ""
     if len(watch.seeds) > 1:
         epochs = " / ".join(str(seed["epochs"]) for seed in watch.seeds)

@@ -93,12 +93,7 @@ def has_heartbeat(storage) -> bool:
 def end_dead_trial_run(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
     """Optuna's stale-trial callback: the trial is already FAIL; end its MLflow run KILLED
     (run by a surviving worker, whose MLflow tracking URI is configured)."""
-    client = MlflowClient()
-    for run_id in study_runs.trial_run_ids(trial.user_attrs):  # one per seed it trained
-        if client.get_run(run_id).info.status == "RUNNING":
-            client.set_tag(run_id, study_runs.STATE, "FAIL")
-            client.set_tag(run_id, study_runs.REASON, DEAD_WORKER_REASON)
-            client.set_terminated(run_id, status="KILLED")
+    study_runs.end_failed_trial_runs(MlflowClient(), trial.user_attrs, DEAD_WORKER_REASON)
 
 
 def _retrying(max_retry: int):

@@ -170,6 +170,7 @@ def _check_base_config(study: optuna.Study, config: TuningConfig) -> None:
         if stored != wanted:
             study.set_user_attr(BASE_ATTR, wanted)
         return
+    stored = {"seeds_per_trial": 1, **stored}  # a study from before the key trained one
     differ = sorted(key for key in stored.keys() & wanted.keys() if stored[key] != wanted[key])
     if differ:
         had = ", ".join(f"{key}={stored[key]!r}" for key in differ)

@@ -2,7 +2,7 @@
 
 `run_study` opens the study and its MLflow parent run (kept in the study's user attributes,
 reopened when the study is resumed), runs the trials in this process or in `workers` spawned
-processes, each trial one tracked run under the parent (rul.workflows.tracked), then records
+processes, each trial a tracked run per seed under the parent (rul.workflows.tracked), then records
 the study on the parent run (counts, the trials table, figures, the Pareto front of several
 objectives) and registers the best trial's model. Trials an earlier invocation left RUNNING
 are closed first (FAIL in Optuna, KILLED in MLflow).
@@ -175,7 +175,9 @@ def _listed(values) -> str:
 
 
 def _register_best(best, value: float, parent_run_id: str, config: TuningConfig) -> list[str]:
-    """Register the best trial's logged model (once), its record on the parent run."""
+    """Register the best trial's logged model (once), its record on the parent run. The model
+    is its first seed's, so it competes for champion with that run's validation RMSE, not the
+    trial's mean over seeds."""
     client = MlflowClient()
     best_run = best.user_attrs.get(study_runs.RUN_ATTR)
     name = registered_model_name(config.train.dataset_name)
@@ -183,7 +185,8 @@ def _register_best(best, value: float, parent_run_id: str, config: TuningConfig)
         return []
     if client.search_model_versions(f"name='{name}' and run_id='{best_run}'"):
         return [f"best trial's model is already registered as {name}"]
-    record = register_and_promote(logged_model_uri(client, best_run), name, best_run, value)
+    own = best.user_attrs.get(SEED_VALUES_ATTR, [value])[0]  # the first seed's: its model
+    record = register_and_promote(logged_model_uri(client, best_run), name, best_run, own)
     for key, said in record.items():
         client.set_tag(parent_run_id, key, said)
     return [f"registered {record['registered_model']} v{record['registered_version']}"
@@ -209,7 +212,7 @@ def objective_for(base: TuningConfig, parent_run_id: str, store: Store,
                                     checkpoint_dir=str(Path(base.train.checkpoint_dir) / "tune"))
         try:
             with immediate():  # training may stop at once; its own writes defer the signal
-                outcomes = _train_seeds(trial, base, config, parent_run_id, store, watch)
+                states = _train_seeds(trial, base, config, parent_run_id, store, watch)
         except optuna.TrialPruned as pruned:
             _mark(trial, "PRUNED", str(pruned), watch)
             raise
@@ -223,9 +226,9 @@ def objective_for(base: TuningConfig, parent_run_id: str, store: Store,
         except KeyboardInterrupt as interruption:
             _mark(trial, "FAIL", interrupted_reason(interruption), watch)
             raise
-        trial_values = objs.mean_over_seeds(base.objectives, [o.state for o in outcomes])
-        if len(outcomes) > 1:  # what the mean is of, by seed
-            trial.set_user_attr(SEED_VALUES_ATTR, [o.state.best_val_rmse for o in outcomes])
+        trial_values = objs.over_seeds(base.objectives, states)
+        if len(states) > 1:  # what the mean is of, by seed
+            trial.set_user_attr(SEED_VALUES_ATTR, [state.best_val_rmse for state in states])
         _mark(trial, "COMPLETE", "", watch)
         return trial_values if multi else trial_values[0]
 
@@ -236,20 +239,24 @@ def _train_seeds(trial: optuna.Trial, base: TuningConfig, config, parent_run_id:
                  store: Store, watch: progress.TrialWatch) -> list:
     """Train the trial's `config` once per seed (base.seeds_per_trial), each a tracked run,
     every seed's split checked before the first trains; the first seed reports to the pruner.
-    Returns the outcomes in seed order."""
+    Returns their `TrainState`s in seed order (the models and data go as each ends)."""
+    memory = "peak_memory_mb" in base.objectives
+    if memory:
+        objs.reset_peak_memory()  # not charged for the worker's previous trial
     try:
         plans = plan_seeds(config, base.seeds_per_trial)
     except ConfigError as error:  # the data refuses it: a window over every unit
         _pruned_before_training(trial, str(error))
-    outcomes = []
-    for index, plan in enumerate(plans):
-        if "peak_memory_mb" in base.objectives:
-            objs.reset_peak_memory()  # not charged for the run before
+    states = []
+    for index in range(len(plans)):
+        plan, plans[index] = plans[index], None
+        if memory and index:
+            objs.reset_peak_memory()  # nor for the seed before
         pruning = None if objs.is_multi(base.objectives) or index else PruningListener(trial)
         watch.start_seed()
         role = _trial_role(trial, parent_run_id, index, len(plans), plan)
-        outcomes.append(track(plan, role, store, Listeners(watch, pruning), progress=False)[0])
-    return outcomes
+        states.append(track(plan, role, store, Listeners(watch, pruning), progress=False)[0].state)
+    return states
 
 
 def _trial_role(trial: optuna.Trial, parent_run_id: str, index: int, seeds: int,
@@ -265,6 +272,8 @@ def _trial_role(trial: optuna.Trial, parent_run_id: str, index: int, seeds: int,
     def created(run_id: str) -> None:
         if not index:
             trial.set_user_attr(study_runs.RUN_ATTR, run_id)
+            if study_runs.SEED_RUNS_ATTR in trial.user_attrs:  # a retry's, copied from the dead
+                trial.set_user_attr(study_runs.SEED_RUNS_ATTR, [])
         else:
             others = trial.user_attrs.get(study_runs.SEED_RUNS_ATTR, [])
             trial.set_user_attr(study_runs.SEED_RUNS_ATTR, [*others, run_id])
@@ -318,12 +327,8 @@ def _close_interrupted_trials(study: optuna.Study, client: MlflowClient) -> None
 
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         study.tell(trial.number, state=TrialState.FAIL)
-        for run_id in study_runs.trial_run_ids(trial.user_attrs):
-            if client.get_run(run_id).info.status == "RUNNING":
-                client.set_tag(run_id, study_runs.STATE, "FAIL")
-                client.set_tag(run_id, study_runs.REASON,
-                               "interrupted: the tuning process was killed")
-                client.set_terminated(run_id, status="KILLED")
+        study_runs.end_failed_trial_runs(client, trial.user_attrs,
+                                         "interrupted: the tuning process was killed")
 
 
 @dataclass(frozen=True)
