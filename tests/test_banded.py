@@ -233,7 +233,10 @@ def test_keeping_freed_memory_ends_the_page_faults_of_each_step():
     """What hardware.keep_freed_memory is for: without it the default step faults its
     activation buffers in again (hundreds to thousands of page faults per step); with it the
     steps stop faulting once the heap has grown. glibc adapts its own thresholds now and then
-    (a CI run once saw a default process without faults), so the default gets three tries."""
+    (a CI run once saw a default process without faults), so the default gets three tries; and
+    the kernel may fault a kept process's settled pages too (a CI run once saw 23 per step, as
+    NUMA balancing or page reclaim do), so the kept process gets three tries as well. A kept
+    process that keeps nothing faults thousands of times per step in every try."""
     def faults(mode: str) -> float:  # per step, the fewest of windows 2-4
         done = subprocess.run([sys.executable, "-c", PAGE_FAULTS, mode], cwd=ROOT,
                               env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -241,8 +244,10 @@ def test_keeping_freed_memory_ends_the_page_faults_of_each_step():
         assert done.returncode == 0, done.stderr
         return float(done.stdout.split()[-1])
 
-    kept = faults("keep")
-    assert kept < 20, kept
+    kept = []
+    while len(kept) < 3 and not any(fewest < 20 for fewest in kept):
+        kept.append(faults("keep"))
+    assert kept[-1] < 20, kept
     default = []
     while len(default) < 3 and not any(fewest > 20 for fewest in default):
         default.append(faults("default"))
