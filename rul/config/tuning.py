@@ -122,6 +122,11 @@ class TuningConfig(_Strict):
     the seeds of `rul evaluate --seeds`: each its own split, weight init and batch order), and
     its objective is their mean. More than one lets a study tell apart what a single split's
     noise hides, at that many times a trial's cost; the pruner judges the first seed only."""
+    baseline_trial: Flag = False
+    """Start the study with a trial of the base config's own values of the searched keys (the
+    recipe in place), so it is scored on the same splits, and judged by the same pruner, as
+    the values drawn. Each base value must be one the space can draw. A resumed study that
+    has trained it already does not train it again."""
     pruner: _one_of("median", "hyperband", "none") = "median"
     """Pruner that stops unpromising trials on their per-epoch validation RMSE (off for several
     objectives)."""
@@ -184,6 +189,24 @@ class TuningConfig(_Strict):
                              f"every trial would be pruned: the smallest effective batch "
                              f"(micro_batch_size x accumulation_steps) is {micro}x{k}={micro * k}")
         return self
+
+    @model_validator(mode="after")
+    def _baseline_in_the_space(self) -> "TuningConfig":
+        if self.baseline_trial:
+            for key, value in self.baseline_params().items():
+                dimension = self.search_space[key]
+                if isinstance(dimension, Categorical):
+                    if value not in dimension.choices:
+                        raise rule_error(f"search_space.{key}", f"baseline_trial needs the base "
+                                         f"value {value!r} among the choices {dimension.choices}")
+                elif not dimension.low <= value <= dimension.high:
+                    raise rule_error(f"search_space.{key}", f"baseline_trial needs the base "
+                                     f"value {value!r} within {dimension.low}..{dimension.high}")
+        return self
+
+    def baseline_params(self) -> dict[str, Any]:
+        """The base config's value of each searched key: the baseline trial's params."""
+        return {key: getattr(self.train, key) for key in self.search_space}
 
     def _smallest(self, key: str) -> int:
         dimension = self.search_space.get(key)

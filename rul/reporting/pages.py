@@ -168,6 +168,9 @@ def study_section(study: StudyRecord) -> list[str]:
         lines[-1] += (f" Each trial trained {study.seeds_per_trial} seeds, each its own "
                       "validation split: a complete trial's val RMSE is their mean, a pruned "
                       "one's its first seed's when the pruner stopped it.")
+    if baseline := next((t for t in study.trials if t.baseline), None):
+        lines[-1] += (f" Trial {baseline.number} (base) trained the base config's own values, "
+                      "the recipe the study set out from.")
     if total > len(study.trials):
         lines[-1] += (f" {total - len(study.trials)} never trained (pruned before running), "
                       "so have no row.")
@@ -180,6 +183,7 @@ def study_section(study: StudyRecord) -> list[str]:
     rows = []
     for trial in sorted(study.trials, key=_trial_order):
         number = f"**{trial.number}**" if trial is best else str(trial.number)
+        number += " (base)" if trial.baseline else ""
         value = NA if trial.value is None else f"{trial.value:.2f}"
         rows.append([number, STATE_WORDS.get(trial.state, trial.state), value,
                      _number(trial.epochs_run), *(_number(trial.params.get(k)) for k in keys),

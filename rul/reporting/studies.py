@@ -36,11 +36,13 @@ class Trial:
     epochs_run: int | None
     params: dict  # the sampled values, by search-space key
     reason: str = ""
+    baseline: bool = False  # the base config's own values (baseline_trial), not drawn
 
     def to_dict(self) -> dict:
         return {"number": self.number, "state": self.state, "value": self.value,
                 "epochs_run": self.epochs_run, "params": self.params,
-                **({"reason": self.reason} if self.reason else {})}
+                **({"reason": self.reason} if self.reason else {}),
+                **({"baseline": True} if self.baseline else {})}
 
 
 @dataclass
@@ -109,7 +111,8 @@ def _trial(runs: list, space: dict) -> Trial:
     epochs = metrics.get("epoch")
     return Trial(number=int(tags.get(study_runs.TRIAL, -1)), state=state, value=value,
                  epochs_run=None if epochs is None else int(epochs),
-                 params=_sampled(params, space), reason=tags.get(study_runs.REASON, ""))
+                 params=_sampled(params, space), reason=tags.get(study_runs.REASON, ""),
+                 baseline=tags.get(study_runs.BASELINE) == "true")
 
 
 def _by_trial(children: list) -> list[list]:
@@ -185,7 +188,7 @@ def read_recorded_studies(path: Path) -> list[StudyRecord]:
             trials = [Trial(number=int(t["number"]), state=str(t["state"]),
                             value=None if t.get("value") is None else float(t["value"]),
                             epochs_run=t.get("epochs_run"), params=dict(t.get("params", {})),
-                            reason=str(t.get("reason", "")))
+                            reason=str(t.get("reason", "")), baseline=t.get("baseline") is True)
                       for t in entry["trials"]]
             if unknown := sorted({t.state for t in trials} - set(STATES)):
                 raise ValueError(f"unknown trial state {unknown[0]!r} (one of "

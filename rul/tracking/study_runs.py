@@ -8,7 +8,8 @@ tagged STUDY and TRIAL (its number), and, when it ends, STATE (Optuna's TrialSta
 REASON (why it was pruned or failed). A trial scored on several seeds has a run per seed,
 each also tagged SEED_INDEX (0: the first, the trial's model); its value is their mean. The
 Optuna trial names its runs in its user attributes RUN_ATTR (the first) and SEED_RUNS_ATTR
-(the others).
+(the others). The trial of the base config's own values (`baseline_trial`) is marked so in
+its user attribute BASELINE_ATTR and its runs' tag BASELINE.
 """
 
 STUDY, TRIAL = "optuna.study", "optuna.trial"
@@ -16,6 +17,7 @@ STATE, REASON = "optuna.trial_state", "optuna.reason"
 SEARCH_SPACE, SEEDS_PER_TRIAL = "search_space", "seeds_per_trial"
 SEED_INDEX = "optuna.seed_index"
 RUN_ATTR, SEED_RUNS_ATTR = "mlflow_run_id", "mlflow_seed_run_ids"
+BASELINE, BASELINE_ATTR = "optuna.baseline", "baseline"
 
 
 def trial_run_ids(user_attrs: dict) -> list[str]:

@@ -14,6 +14,7 @@ import time
 import optuna
 
 from rul.console import duration
+from rul.tracking.study_runs import BASELINE_ATTR
 from rul.training.listener import TrainingListener
 
 ENDED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
@@ -65,9 +66,11 @@ def say(line: str) -> None:
 
 
 def started_line(trial: optuna.Trial, counted: int, target: int | None) -> str:
-    """`trial 3 (4 of 20): lr=0.0012 filters=32`: `counted` trials so far, this one too."""
+    """`trial 3 (4 of 20): lr=0.0012 filters=32`: `counted` trials so far, this one too; the
+    baseline trial's values are said to be the base config's."""
     place = f" ({counted} of {target})" if target else ""
-    return f"trial {trial.number}{place}: {_values(trial.params)}"
+    base = " (the base config's)" if trial.user_attrs.get(BASELINE_ATTR) else ""
+    return f"trial {trial.number}{place}: {_values(trial.params)}{base}"
 
 
 def ended_line(number: int, state: str, watch: TrialWatch, reason: str = "") -> str:

@@ -102,6 +102,9 @@ def _opened(work: "StudyWork", n_trials: int) -> "StudyWork":
         done = len(study.trials)
         print(f"study {name}: " + (f"continuing ({done} trials so far)" if done else "new"),
               file=sys.stderr)
+        if config.baseline_trial:  # once: not again where it trained or waits
+            study.enqueue_trial(config.baseline_params(), skip_if_exists=True,
+                                user_attrs={study_runs.BASELINE_ATTR: True})
         parent_run_id = _parent_run(study, config, work.store)
         if not heartbeat:  # with a heartbeat, Optuna fails dead workers' trials itself
             _close_interrupted_trials(study, MlflowClient())
@@ -265,6 +268,8 @@ def _trial_role(trial: optuna.Trial, parent_run_id: str, index: int, seeds: int,
     first is `trial-NNN` (the trial's model: the one registered if it is the best), the others
     `trial-NNN-s<seed>`, each tagged with the trial (and with its seed's index, of several)."""
     tags = {study_runs.TRIAL: str(trial.number), study_runs.STUDY: trial.study.study_name}
+    if trial.user_attrs.get(study_runs.BASELINE_ATTR):
+        tags[study_runs.BASELINE] = "true"
     if seeds > 1:
         tags[study_runs.SEED_INDEX] = str(index)
     name = f"trial-{trial.number:03d}" + (f"-s{plan.config.seed}" if index else "")

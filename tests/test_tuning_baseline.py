@@ -1,0 +1,104 @@
+"""`baseline_trial`: a study whose first trial trains the base config's own values of the
+searched keys (the recipe in place), scored like the draws. One real study of tiny trials on
+FD001, then resumed: the baseline trains once.
+"""
+
+from types import SimpleNamespace
+
+import optuna
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+from test_tuning import MODEL_NAME, make_config
+
+from rul import config as cfg
+from rul.reporting.pages import study_section
+from rul.reporting.studies import read_recorded_studies, read_studies, to_record
+from rul.tracking import study_runs
+from rul.workflows.tune import run_study
+
+STUDY = "tune-baseline"
+BASE = {"micro_batch_size": 2048, "accumulation_steps": 1, "lr": 1e-3, "dropout": 0.1}
+SPACE = {"lr": {"type": "float", "low": 1e-4, "high": 3e-3, "log": True},
+         "dropout": {"type": "categorical", "choices": [0.1, 0.3]}}
+
+
+def baseline_config(root, data_dir, **changes) -> cfg.TuningConfig:
+    return make_config(root, data_dir, **BASE, search_space=SPACE, baseline_trial=True,
+                       pruner="none", **changes)
+
+
+@pytest.fixture(scope="module")
+def studied(tmp_path_factory, real_data_dir, mlflow_store_at):
+    root = tmp_path_factory.mktemp("tune-baseline")
+    with mlflow_store_at(root):
+        config = baseline_config(root, real_data_dir)
+        storage = f"sqlite:///{root}/optuna.db"
+        first = run_study(config, n_trials=2, storage=storage, study_name=STUDY)
+        resumed = run_study(config, n_trials=1, storage=storage, study_name=STUDY)
+        study = optuna.load_study(study_name=STUDY, storage=storage)
+        client = MlflowClient(tracking_uri=config.train.tracking_uri)
+        runs = client.search_runs(
+            [client.get_experiment_by_name(MODEL_NAME).experiment_id],
+            f"tags.`{study_runs.STUDY}` = '{STUDY}' and tags.`{study_runs.TRIAL}` != ''")
+        yield SimpleNamespace(trials=study.get_trials(deepcopy=True), summary=[first, resumed],
+                              runs={int(r.data.tags[study_runs.TRIAL]): r for r in runs},
+                              client=client)
+
+
+def test_the_first_trial_trains_the_base_values_and_only_it_is_marked(studied):
+    assert [t.state for t in studied.trials] == [optuna.trial.TrialState.COMPLETE] * 3
+    first, *drawn = studied.trials
+    assert first.params == {"lr": 1e-3, "dropout": 0.1}
+    assert first.user_attrs[study_runs.BASELINE_ATTR] is True
+    assert all(study_runs.BASELINE_ATTR not in t.user_attrs for t in drawn)
+    assert all(t.params["lr"] != 1e-3 for t in drawn)  # drawn, not the base's
+    run = studied.runs[0]
+    assert (run.data.params["lr"], run.data.params["dropout"]) == ("0.001", "0.1")
+    assert run.data.tags[study_runs.BASELINE] == "true"
+    assert [study_runs.BASELINE in studied.runs[n].data.tags for n in (1, 2)] == [False, False]
+
+
+def test_a_resumed_study_does_not_train_the_baseline_again(studied):
+    assert len(studied.trials) == 3  # 2, then 1 drawn: no second baseline, waiting or trained
+    assert sum(bool(t.user_attrs.get(study_runs.BASELINE_ATTR)) for t in studied.trials) == 1
+
+
+def test_the_results_page_and_the_record_mark_the_baseline(studied, tmp_path):
+    study = next(s for s in read_studies(studied.client) if s.name == STUDY)
+    assert [t.baseline for t in study.trials] == [True, False, False]
+    section = "\n".join(study_section(study))
+    assert "Trial 0 (base) trained the base config's own values" in section
+    assert sum("| 0 (base) |" in line or "| **0** (base) |" in line
+               for line in section.splitlines()) == 1
+    record = to_record(study)
+    assert record["trials"][0]["baseline"] is True
+    assert "baseline" not in record["trials"][1]
+    path = tmp_path / "studies.yaml"
+    path.write_text(yaml.safe_dump({"studies": [record]}))
+    assert [t.baseline for t in read_recorded_studies(path)[0].trials] == [True, False, False]
+
+
+def test_the_start_line_says_the_values_are_the_base_configs(tmp_path, real_data_dir,
+                                                             mlflow_store_at, capfd):
+    with mlflow_store_at(tmp_path):
+        config = baseline_config(tmp_path, real_data_dir, epochs=1)
+        run_study(config, n_trials=1, storage=f"sqlite:///{tmp_path}/optuna.db",
+                  study_name=STUDY)
+    err = capfd.readouterr().err
+    assert "trial 0 (1 of 1): lr=0.001 dropout=0.1 (the base config's)" in err
+
+
+@pytest.mark.parametrize("space, said", [
+    ({"lr": {"type": "float", "low": 2e-3, "high": 3e-3}},
+     "search_space.lr: baseline_trial needs the base value 0.001 within 0.002..0.003"),
+    ({"dropout": {"type": "categorical", "choices": [0.2, 0.3]}},
+     r"search_space.dropout: baseline_trial needs the base value 0.1 among the choices "
+     r"\[0.2, 0.3\]"),
+])
+def test_a_base_value_the_space_cannot_draw_is_refused_in_one_line(tmp_path, real_data_dir,
+                                                                     space, said):
+    with pytest.raises(cfg.ConfigError, match=said) as error:
+        make_config(tmp_path, real_data_dir, **BASE, search_space=space, baseline_trial=True)
+    assert "\n" not in str(error.value)
+    make_config(tmp_path, real_data_dir, **BASE, search_space=space)  # without it: fine
