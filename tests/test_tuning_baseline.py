@@ -3,6 +3,8 @@ searched keys (the recipe in place), scored like the draws. One real study of ti
 FD001, then resumed: the baseline trains once.
 """
 
+import contextlib
+import io
 from types import SimpleNamespace
 
 import optuna
@@ -32,10 +34,12 @@ def baseline_config(root, data_dir, **changes) -> cfg.TuningConfig:
 def studied(tmp_path_factory, real_data_dir, mlflow_store_at):
     root = tmp_path_factory.mktemp("tune-baseline")
     with mlflow_store_at(root):
-        config = baseline_config(root, real_data_dir)
+        config = baseline_config(root, real_data_dir, epochs=1)
         storage = f"sqlite:///{root}/optuna.db"
-        first = run_study(config, n_trials=2, storage=storage, study_name=STUDY)
-        resumed = run_study(config, n_trials=1, storage=storage, study_name=STUDY)
+        said = io.StringIO()
+        with contextlib.redirect_stderr(said):  # the trials' start lines
+            first = run_study(config, n_trials=2, storage=storage, study_name=STUDY)
+            resumed = run_study(config, n_trials=1, storage=storage, study_name=STUDY)
         study = optuna.load_study(study_name=STUDY, storage=storage)
         client = MlflowClient(tracking_uri=config.train.tracking_uri)
         runs = client.search_runs(
@@ -43,7 +47,7 @@ def studied(tmp_path_factory, real_data_dir, mlflow_store_at):
             f"tags.`{study_runs.STUDY}` = '{STUDY}' and tags.`{study_runs.TRIAL}` != ''")
         yield SimpleNamespace(trials=study.get_trials(deepcopy=True), summary=[first, resumed],
                               runs={int(r.data.tags[study_runs.TRIAL]): r for r in runs},
-                              client=client)
+                              client=client, said=said.getvalue())
 
 
 def test_the_first_trial_trains_the_base_values_and_only_it_is_marked(studied):
@@ -79,14 +83,11 @@ def test_the_results_page_and_the_record_mark_the_baseline(studied, tmp_path):
     assert [t.baseline for t in read_recorded_studies(path)[0].trials] == [True, False, False]
 
 
-def test_the_start_line_says_the_values_are_the_base_configs(tmp_path, real_data_dir,
-                                                             mlflow_store_at, capfd):
-    with mlflow_store_at(tmp_path):
-        config = baseline_config(tmp_path, real_data_dir, epochs=1)
-        run_study(config, n_trials=1, storage=f"sqlite:///{tmp_path}/optuna.db",
-                  study_name=STUDY)
-    err = capfd.readouterr().err
-    assert "trial 0 (1 of 1): lr=0.001 dropout=0.1 (the base config's)" in err
+def test_the_start_line_says_the_values_are_the_base_configs(studied):
+    starts = [line for line in studied.said.splitlines() if line.startswith("trial ")
+              and ": lr=" in line]
+    assert starts[0] == "trial 0 (1 of 2): lr=0.001 dropout=0.1 (the base config's)"
+    assert len(starts) == 3 and not any("base" in line for line in starts[1:])
 
 
 @pytest.mark.parametrize("space, said", [
