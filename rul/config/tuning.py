@@ -191,17 +191,24 @@ class TuningConfig(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _baseline_in_the_space(self) -> "TuningConfig":
-        if self.baseline_trial:
-            for key, value in self.baseline_params().items():
-                dimension = self.search_space[key]
-                if isinstance(dimension, Categorical):
-                    if value not in dimension.choices:
-                        raise rule_error(f"search_space.{key}", f"baseline_trial needs the base "
-                                         f"value {value!r} among the choices {dimension.choices}")
-                elif not dimension.low <= value <= dimension.high:
-                    raise rule_error(f"search_space.{key}", f"baseline_trial needs the base "
-                                     f"value {value!r} within {dimension.low}..{dimension.high}")
+    def _baseline_trains_the_base_config(self) -> "TuningConfig":
+        """The baseline trial must train what `rul train` would: values the space can draw,
+        an unscaled lr, an effective batch the study does not prune."""
+        if not self.baseline_trial:
+            return self
+        if self.scale_lr_with_batch:
+            raise rule_error("baseline_trial=true", "with scale_lr_with_batch the baseline would "
+                             "train lr x effective_batch / 512, not the base config's lr: turn "
+                             "one of them off")
+        b = self.train.effective_batch_size
+        if self.max_effective_batch and b > self.max_effective_batch:
+            raise rule_error("baseline_trial=true", f"the base effective batch {b} is over "
+                             f"max_effective_batch={self.max_effective_batch}: the baseline "
+                             "would be pruned before training")
+        for key, value in self.baseline_params().items():
+            if problem := _undrawable(value, self.search_space[key]):
+                raise rule_error(f"search_space.{key}", f"the base {key}={_yaml(value)} "
+                                 f"{problem}, so baseline_trial cannot train it")
         return self
 
     def baseline_params(self) -> dict[str, Any]:
@@ -235,6 +242,28 @@ class TuningConfig(_Strict):
 
 # Keys read by `rul tune` only (TuningConfig's own fields).
 TUNING_KEYS = tuple(k for k in TuningConfig.model_fields if k != "train")
+
+
+def _undrawable(value, dimension) -> str | None:
+    """Why a dimension cannot draw `value` (None: it can)."""
+    if isinstance(dimension, Categorical):
+        if any(value == c and isinstance(value, bool) == isinstance(c, bool)
+               for c in dimension.choices):  # true is not 1
+            return None
+        return "is not among its choices [" + ", ".join(_yaml(c) for c in dimension.choices) + "]"
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if numeric and dimension.low <= value <= dimension.high and (
+            isinstance(dimension, FloatRange) or float(value).is_integer()):
+        return None
+    kind = "an integer" if isinstance(dimension, IntRange) else "a number"
+    return f"is not {kind} within low={dimension.low}..high={dimension.high}"
+
+
+def _yaml(value) -> str:
+    """A value as YAML writes it (null, true), for messages about config values."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return str(value)
 
 
 def _check_dimension(train: TrainConfig, key: str, dimension) -> None:

@@ -168,7 +168,8 @@ def study_section(study: StudyRecord) -> list[str]:
         lines[-1] += (f" Each trial trained {study.seeds_per_trial} seeds, each its own "
                       "validation split: a complete trial's val RMSE is their mean, a pruned "
                       "one's its first seed's when the pruner stopped it.")
-    if baseline := next((t for t in study.trials if t.baseline), None):
+    baselines = sorted((t for t in study.trials if t.baseline), key=_trial_order)
+    if baseline := next(iter(baselines), None):  # a retried one's that trained, not the dead
         lines[-1] += (f" Trial {baseline.number} (base) trained the base config's own values, "
                       "the recipe the study set out from.")
     if total > len(study.trials):

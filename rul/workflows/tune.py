@@ -102,15 +102,26 @@ def _opened(work: "StudyWork", n_trials: int) -> "StudyWork":
         done = len(study.trials)
         print(f"study {name}: " + (f"continuing ({done} trials so far)" if done else "new"),
               file=sys.stderr)
-        if config.baseline_trial:  # once: not again where it trained or waits
-            study.enqueue_trial(config.baseline_params(), skip_if_exists=True,
-                                user_attrs={study_runs.BASELINE_ATTR: True})
         parent_run_id = _parent_run(study, config, work.store)
         if not heartbeat:  # with a heartbeat, Optuna fails dead workers' trials itself
             _close_interrupted_trials(study, MlflowClient())
+        if config.baseline_trial:
+            _enqueue_baseline(study, config)
         grace = config.heartbeat_grace_period or 2 * config.heartbeat_interval
         target = study_target(study, n_trials, grace if heartbeat else None)
     return replace(work, parent_run_id=parent_run_id, target=target)
+
+
+def _enqueue_baseline(study: optuna.Study, config: TuningConfig) -> None:
+    """The trial of the base config's own values (baseline_trial), unless one has trained,
+    runs or waits; one that failed (interrupted, killed) is trained again."""
+    from optuna.trial import TrialState
+
+    alive = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+    if not any(t.user_attrs.get(study_runs.BASELINE_ATTR)
+               for t in study.get_trials(deepcopy=False, states=alive)):
+        study.enqueue_trial(config.baseline_params(),
+                            user_attrs={study_runs.BASELINE_ATTR: True})
 
 
 def _parent_run(study: optuna.Study, config: TuningConfig, store: Store) -> str:
