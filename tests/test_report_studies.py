@@ -22,6 +22,8 @@ RECORDED = ROOT / "docs" / "data" / "studies.yaml"
      "experiments/fd001.yaml"),
     ("rul-fd001-b512-muon-seeds", 14, {"COMPLETE": 4, "PRUNED": 8, "FAIL": 2}, (6, 11.0331),
      ""),
+    ("rul-fd001-b512-muon-arch", 10, {"COMPLETE": 4, "PRUNED": 6}, (4, 10.9264),
+     "experiments/fd001.yaml"),
 ])
 def test_the_recorded_studies_behind_make_trains_recipes_are_read_whole(name, trials, counts,
                                                                          best, adopted_by):
@@ -36,6 +38,8 @@ def test_the_recorded_studies_behind_make_trains_recipes_are_read_whole(name, tr
             assert getattr(train, key) == (pytest.approx(value, rel=1e-2)
                                            if isinstance(value, float) else value), key
     assert set(study.search_space) == set(study.best.params)
+    baseline = [t.number for t in study.trials if t.baseline]  # the recipe scored in place
+    assert baseline == ([0] if name == "rul-fd001-b512-muon-arch" else [])
     assert (ROOT / study.config).is_file()
     assert study.seeds_per_trial == cfg.load_tuning(ROOT / study.config).seeds_per_trial
 
