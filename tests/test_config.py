@@ -170,8 +170,8 @@ def test_tuning_file_keeps_the_old_study():
 
 def test_tuning_keys_are_the_tuning_models_own_fields():
     assert cfg.TUNING_KEYS == ("search_space", "max_effective_batch", "scale_lr_with_batch",
-                               "n_trials", "seeds_per_trial", "baseline_trial", "pruner", "pruner_warmup_epochs",
-                               "study_name",
+                               "n_trials", "seeds_per_trial", "baseline_trial", "pruner",
+                               "pruner_warmup_epochs", "study_name",
                                "heartbeat_interval", "heartbeat_grace_period",
                                "retry_dead_trials", "objectives")
     assert not set(cfg.TUNING_KEYS) & set(cfg.TrainConfig.model_fields)

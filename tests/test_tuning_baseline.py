@@ -40,14 +40,14 @@ def studied(tmp_path_factory, real_data_dir, mlflow_store_at):
         storage = f"sqlite:///{root}/optuna.db"
         said = io.StringIO()
         with contextlib.redirect_stderr(said):  # the trials' start lines
-            first = run_study(config, n_trials=2, storage=storage, study_name=STUDY)
-            resumed = run_study(config, n_trials=1, storage=storage, study_name=STUDY)
+            run_study(config, n_trials=2, storage=storage, study_name=STUDY)
+            run_study(config, n_trials=1, storage=storage, study_name=STUDY)  # resumed
         study = optuna.load_study(study_name=STUDY, storage=storage)
         client = MlflowClient(tracking_uri=config.train.tracking_uri)
         runs = client.search_runs(
             [client.get_experiment_by_name(MODEL_NAME).experiment_id],
             f"tags.`{study_runs.STUDY}` = '{STUDY}' and tags.`{study_runs.TRIAL}` != ''")
-        yield SimpleNamespace(trials=study.get_trials(deepcopy=True), summary=[first, resumed],
+        yield SimpleNamespace(trials=study.get_trials(deepcopy=True),
                               runs={int(r.data.tags[study_runs.TRIAL]): r for r in runs},
                               client=client, said=said.getvalue())
 

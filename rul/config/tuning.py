@@ -125,8 +125,8 @@ class TuningConfig(_Strict):
     baseline_trial: Flag = False
     """Start the study with a trial of the base config's own values of the searched keys (the
     recipe in place), so it is scored on the same splits, and judged by the same pruner, as
-    the values drawn. Each base value must be one the space can draw. A resumed study that
-    has trained it already does not train it again."""
+    the values drawn. Each base value must be one the space can draw. A resumed study trains
+    it again only if it was interrupted or killed."""
     pruner: _one_of("median", "hyperband", "none") = "median"
     """Pruner that stops unpromising trials on their per-epoch validation RMSE (off for several
     objectives)."""
