@@ -120,6 +120,19 @@ def test_the_validation_brier_counts_each_left_out_engine_once(report_tool):
     assert 0 < report_tool.validation_brier(points) < 0.1
 
 
+def test_the_test_like_validation_rmse_counts_each_engine_once(report_tool):
+    """Engines of 100 and 300 cycles erring by 1 and 3 everywhere: every window once weighs
+    the long engine by its 271 windows against 71, test-like each engine once."""
+    from rul.evaluation.intervals import CalibrationSet
+
+    units = np.repeat([1, 2], [71, 271])  # the full windows of 30 of lives 100 and 300
+    targets = np.linspace(0.0, 125.0, 342)
+    val = CalibrationSet(targets + np.where(units == 1, 1.0, 3.0), targets, units, 30)
+    windows, test_like = report_tool.validation_rmse({"val": val, "split_seed": 1})
+    assert windows == pytest.approx(np.sqrt((71 * 1 + 271 * 9) / 342))
+    assert test_like == pytest.approx(np.sqrt((1 + 9) / 2))
+
+
 def test_the_width_bound_is_the_narrowest_span_holding_90_percent_of_the_test_units(
         report_tool):
     """100 test units predicted at 60, unit k erring by k - 50 cycles: the narrowest span

@@ -8,6 +8,8 @@ recalibrates). Then, on the validation engines, each left out in turn (calibrate
 others, scored on its test-like truncation points), and on the FD001 test units (reported
 only, never calibrated on):
 
+- per model, its validation RMSE over every full window (as training reports it) and
+  test-like (each validation engine once, at its truncation points, as a test unit counts);
 - coverage and mean width, over the units and per true-RUL band (<= 25, 26-75, > 75 cycles),
   per model and as the mean over models of one track and kind, beside a bound: the same bands
   fitted on the test units themselves, the narrowest any calibration could make them;
@@ -94,6 +96,16 @@ def leave_one_engine_out(model: dict, fit, horizon: float) -> list[dict]:
             point["failed"] = true <= horizon
         found.append(point)
     return found
+
+
+def validation_rmse(model: dict) -> tuple[float, float]:
+    """The model's validation RMSE over every full window (each window once, as training
+    reports it) and test-like (each engine once, at its truncation points, as the test units
+    are scored): recipes with the same windows compared as the test would see them."""
+    val = model["val"]
+    squared = (val.predicted - val.targets) ** 2
+    weights = truncation_weights(val.units, val.window, model["split_seed"])
+    return float(np.sqrt(squared.mean())), float(np.sqrt(np.sum(weights * squared)))
 
 
 def validation_brier(points: list[dict]) -> float:
@@ -248,13 +260,15 @@ def report(models: list[dict], horizon: float) -> str:
         val = summarize_points(points)
         kind = "ensemble" if m["members"] > 1 else "single"
         groups[(m["track"], kind)].append((test, val, fitted_on_test(m)))
+        rmse_windows, rmse_test_like = validation_rmse(m)
         per_model.append([m["track"], kind, m["seed"], m["name"],
+                          f"{rmse_windows:.2f}", f"{rmse_test_like:.2f}",
                           *(percent_or_cycles(k, test[k]) for k in REPORTED),
                           f"{test['p_fail_brier']:.3f}",
                           percent_or_cycles("coverage", val["coverage"]),
                           percent_or_cycles("engine_min", val["engine_min"])])
-    header = ["track", "kind", "seed", "run", "test coverage", "<= 25", "26-75", "> 75",
-              "test width", "<= 25", "26-75", "> 75"]
+    header = ["track", "kind", "seed", "run", "val RMSE", "val RMSE test-like",
+              "test coverage", "<= 25", "26-75", "> 75", "test width", "<= 25", "26-75", "> 75"]
     out.append("## Per model (test units; validation engines left out in turn)\n")
     out.append(markdown([*header, f"Brier p_fail({horizon:g})", "val coverage",
                          "val worst engine"], per_model))
