@@ -53,6 +53,22 @@ def test_a_longer_window_is_scored_on_the_same_truncations_edge_padded(tool, fd0
     assert n_full == n - 3 * 10 and full != score
 
 
+def test_the_test_like_score_weighs_each_engine_once_as_training_validation_does(tool, fd001):
+    """From the window on, the test-like score is the weighted RMSE of every full window with
+    the weights training's test-like validation (val_weights: truncation) gives them."""
+    from rul.evaluation.truncation import truncation_weights
+
+    rows = rows_of(fd001.train, np.array([3, 17, 58]))
+    inner = tiny_model(fd001, 30)
+    windows = inner.preprocessor.window_set(rows)
+    predicted = predict_windows(inner.model, WindowBatches(windows, torch.device("cpu")))
+    errors, units = tool.truncation_errors(inner, rows, first_cycle=30)
+    np.testing.assert_array_equal(units, windows.units)
+    expected = rmse(predicted, windows.targets, truncation_weights(windows.units, 30, 7))
+    assert tool.test_like_rmse(errors, units, 30, seed=7) == pytest.approx(expected, rel=1e-5)
+    assert expected != pytest.approx(rmse(predicted, windows.targets), rel=1e-3)
+
+
 def test_a_lean_model_scores_as_its_torch_network(tool, fd001, tmp_path):
     """Models logged now run ONNX: the same score as the torch network within float noise."""
     from rul.models.spec import NetworkSpec

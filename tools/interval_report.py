@@ -51,6 +51,7 @@ from rul.evaluation.intervals import (
     fit_interval,
     interval_metrics,
 )
+from rul.evaluation.metrics import rmse
 from rul.evaluation.truncation import truncation_weights
 from rul.preprocessing.target import cap_rul
 
@@ -103,9 +104,8 @@ def validation_rmse(model: dict) -> tuple[float, float]:
     reports it) and test-like (each engine once, at its truncation points, as the test units
     are scored): recipes with the same windows compared as the test would see them."""
     val = model["val"]
-    squared = (val.predicted - val.targets) ** 2
     weights = truncation_weights(val.units, val.window, model["split_seed"])
-    return float(np.sqrt(squared.mean())), float(np.sqrt(np.sum(weights * squared)))
+    return rmse(val.predicted, val.targets), rmse(val.predicted, val.targets, weights)
 
 
 def validation_brier(points: list[dict]) -> float:
