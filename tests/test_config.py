@@ -67,8 +67,7 @@ def test_defaults_are_the_old_fd001_values_and_types():
 def test_make_train_is_the_studied_recipe_and_the_age_recipe_adds_the_age_to_it():
     """make train reads the sensors alone (a late-starting record costs the age model more
     than it gains) with Muon and the rate, dropout, head width, kernel and epochs its studies
-    chose;
-    experiments/fd001_age.yaml is that recipe with the engine's age;
+    chose; experiments/fd001_age.yaml is that recipe with the engine's age;
     experiments/fd001_b512_adamw.yaml keeps the AdamW recipe its study chose before, and
     experiments/fd001_b512_e100.yaml the recipe before that study."""
     from rul.data.dataset import Dataset
