@@ -247,6 +247,7 @@ TRAIN_ERRORS = [
     (["epochs=5", "warmup_epochs=6"], "warmup_epochs=6: must be at most epochs=5"),
     ("warmup_epochs=-1", "warmup_epochs=-1: must be a non-negative integer"),
     ("val_weights=last", "val_weights='last': must be one of windows, truncation"),
+    ("train_sampling=all", "train_sampling='all': must be one of windows, truncation"),
     ("normalization=robust", "normalization='robust': must be one of minmax, zscore"),
     ("subset=FD009", "subset='FD009': must be one of FD001, FD002, FD003, FD004"),
     ("features=[s_99]", "features=['s_99']: unknown feature columns ['s_99']"),

@@ -1,12 +1,12 @@
 """Nothing is chosen on the test units: tuning and calibration never read the test files.
 
 Two copies of one synthetic C-MAPSS subset differ only in their test files (other sensor
-readings, other lengths' worth of cycles, another true RUL for every unit). Everything a run
-or a study chooses or calibrates is bit for bit the same on both: each epoch's validation
-RMSE, the epoch early stopping keeps, the interval and its predictive distribution (a single
-model's and an ensemble's, its validation weighed either way), a study's draws, its trials'
-values and its best trial. Only what is reported on the test units differs, which shows
-that the test files were read, and read only for that.
+readings, other lengths' worth of cycles, another true RUL for every unit). Everything a run or
+a study chooses or calibrates is bit for bit the same on both: each epoch's validation RMSE,
+the epoch early stopping keeps, the interval and its predictive distribution (a single model's
+and an ensemble's, its validation weighed either way, its training windows drawn either way), a
+study's draws, its trials' values and its best trial. Only what is reported on the test units
+differs, which shows that the test files were read, and read only for that.
 """
 
 from pathlib import Path
@@ -52,11 +52,11 @@ def chosen(outcome) -> dict:
             "best_epoch": state.best_epoch, "interval": outcome.interval.to_dict()}
 
 
-@pytest.mark.parametrize("val_weights", ["windows", "truncation"])
-def test_early_stopping_and_the_interval_never_read_the_test_files(twins, tmp_path,
-                                                                   val_weights):
+@pytest.mark.parametrize("weighed", [{"val_weights": "windows"}, {"val_weights": "truncation"},
+                                     {"train_sampling": "truncation"}])
+def test_early_stopping_and_the_interval_never_read_the_test_files(twins, tmp_path, weighed):
     outcomes = {name: train(plan_run(cfg.load(None, {
-        **SMALL, "data_dir": str(folder), "val_weights": val_weights,
+        **SMALL, "data_dir": str(folder), **weighed,
         "checkpoint_dir": str(tmp_path / name)})), progress=False)
         for name, folder in twins.items()}
     assert chosen(outcomes["real"]) == chosen(outcomes["other"])

@@ -150,6 +150,12 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         description="a number > 0, or null to disable clipping")] = 1.0
     """Gradients are clipped to this global L2 norm after unscaling, once per optimizer step;
     null disables clipping."""
+    train_sampling: _one_of("windows", "truncation") = "windows"
+    """How each epoch draws its training windows: every full window once, shuffled (windows),
+    or as many windows drawn with replacement as the test units are cut off, each training
+    engine equally often at points over its life (truncation: the law of
+    rul.evaluation.truncation), so that long engines and the cycles at the RUL cap weigh no
+    more than the test gives them. An epoch takes as many steps either way."""
     val_weights: _one_of("windows", "truncation") = "windows"
     """How the validation RMSE (early stopping, a study's objective, the val RMSE reported)
     weighs the validation windows: every full window once (windows), or as the test units are
@@ -376,7 +382,7 @@ KEY_ROLES = {
 # A network kind's new architecture key goes here too (tests/test_model_kinds.py checks it).
 OMITTED_AT_DEFAULT = ("memory_budget", "ensemble", "ensemble_split", "ensemble_training",
                       "include_cycle", "late_start_max", "strict_data", "max_data_mb", "data",
-                      "warmup_epochs", "val_weights", "optimizer")
+                      "warmup_epochs", "val_weights", "optimizer", "train_sampling")
 
 
 def keys_with(*roles: str) -> tuple[str, ...]:

@@ -20,6 +20,9 @@ import numpy as np
 
 LIFE_FRACTION = (0.2, 0.97)  # where NASA's FD001 test records end, as a share of the life
 DRAWS = 200  # truncation points per validation engine
+# per training engine (train_sampling: truncation): enough that each window's weight is its
+# probability under the law to about 1 %, drawn once per run (about 0.1 s for FD001)
+TRAINING_DRAWS = 10_000
 
 
 def truncation_points(window_units, window: int) -> tuple[np.ndarray, np.ndarray]:
@@ -60,3 +63,15 @@ def truncation_weights(window_units, window: int, seed: int,
         index = np.clip(drawn, window, life[start]) - window  # position among its windows
         weights[start:start + length] = np.bincount(index, minlength=length)[:length]
     return weights / weights.sum()
+
+
+def training_weights(how: str, window_units, window: int, seed: int) -> np.ndarray | None:
+    """The probability with which each epoch draws each training window (the config's
+    train_sampling): None for "windows" (a shuffle: each window once), for "truncation" the
+    law above, each training engine drawn equally often at points over its life, as the test
+    units are cut off (TRAINING_DRAWS per engine, drawn with `seed`)."""
+    if how == "windows":
+        return None
+    if how == "truncation":
+        return truncation_weights(window_units, window, seed, draws=TRAINING_DRAWS)
+    raise ValueError(f"train_sampling must be windows or truncation, got {how!r}")

@@ -9,6 +9,7 @@ last one stops. For one network every call is the one the loop makes for a run.
 import time
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from rul.console import duration
@@ -36,6 +37,10 @@ class Members:
         self.active: list[int] = []  # the members still training this epoch
         self.results: list[list[StepResult]] = []  # each active member's, this epoch
         self.clock = (time.perf_counter(), states[0].epoch)  # the start: the bar's estimate
+        # each training window's probability in an epoch's draw; None: a shuffle. Stacked
+        # members share one split, so one law (drawn with the first member's split seed)
+        sampling = plans[0].train_sampling
+        self.sampling = None if sampling is None else torch.from_numpy(sampling)
 
     @property
     def stacked(self) -> bool:
@@ -67,9 +72,9 @@ class Members:
         """The epoch's effective batches: a run's indices, or (members, batch) indices."""
         if not self.stacked:
             return effective_batches(n, batch_size, self.plans[0].seeds.shuffle, epoch, world,
-                                     device)
+                                     device, self.sampling)
         return member_batches(n, batch_size, [p.seeds.shuffle for p in self.plans], epoch,
-                              device)
+                              device, self.sampling)
 
     def record(self, result: StepResult) -> None:
         """A step's result, each active member's to its state and listener."""
