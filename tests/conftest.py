@@ -33,17 +33,21 @@ import pytest
 
 from rul.data.schema import COLUMNS, INFORMATIVE_SENSORS, SENSOR_COLUMNS, SETTING_COLUMNS
 
-# The test files that take longest (seconds of both tiers together, measured on a 2-core CPU
-# with two workers), run first: the Makefile hands whole files to parallel workers in this
-# order (--no-loadscope-reorder), so the long ones start early and the workers finish together.
-LONGEST_FIRST = ("test_scale_out.py", "test_interrupts.py", "test_tuning.py", "test_distributed.py",
-                 "test_memory.py", "test_lean_env.py", "test_ensemble.py", "test_full_disk.py",
-                 "test_evaluate.py", "test_checkpoints.py", "test_plan.py", "test_stacked.py",
-                 "test_reproducibility.py", "test_store_first_use.py", "test_tracking.py",
-                 "test_ui_browser.py", "test_intervals.py", "test_console.py", "test_ui_stop.py",
-                 "test_training_step.py", "test_report.py", "test_registry.py",
-                 "test_tuning_objectives.py", "test_inference.py", "test_gpu_check.py",
-                 "test_tools.py", "test_model_kinds.py")
+# The test files that take longest (seconds of both tiers together, from pytest --durations
+# on a 2-core CPU with two workers), run first: the Makefile hands whole files to parallel
+# workers in this order (--no-loadscope-reorder), so the long ones start early and the workers
+# finish together. A long file left off this list starts last and runs alone at the end (the
+# README's commands, 8 minutes of the end-to-end tier, did).
+LONGEST_FIRST = ("test_readme_runs.py", "test_full_disk.py", "test_scale_out.py", "test_tuning.py",
+                 "test_store_first_use.py", "test_interrupts.py", "test_memory.py",
+                 "test_lean_env.py", "test_ensemble.py", "test_distributed.py",
+                 "test_checkpoints.py", "test_reproducibility.py", "test_evaluate.py",
+                 "test_test_units_unseen.py", "test_intervals.py", "test_fleet.py", "test_plan.py",
+                 "test_console.py", "test_stacked.py", "test_tracking.py", "test_ui_browser.py",
+                 "test_training_step.py", "test_registry.py", "test_gpu_check.py",
+                 "test_hostile_clients.py", "test_study_best.py", "test_tuning_baseline.py",
+                 "test_lean_runtime.py", "test_tuning_seeds.py", "test_tuning_objectives.py",
+                 "test_model_kinds.py")
 
 
 def pytest_configure(config):
