@@ -37,24 +37,23 @@ def test_windows_is_a_shuffle_and_truncation_weighs_each_engine_once_over_its_te
 
 def test_an_epoch_draws_as_many_windows_from_the_law_the_same_on_resume_and_for_each_rank():
     weights = torch.tensor([0.5, 0.25, 0.25, 0.0], dtype=torch.float64)
-    drawn = torch.cat([torch.cat(list(effective_batches(4, 3, 7, epoch, weights=weights)))
+    drawn = torch.cat([torch.cat(list(effective_batches(weights, 3, 7, epoch)))
                        for epoch in range(4000)])
     assert len(drawn) == 4 * 4000  # n windows an epoch: as many steps as a shuffle
     frequencies = torch.bincount(drawn, minlength=4).double() / len(drawn)
     torch.testing.assert_close(frequencies, weights, atol=0.01, rtol=0)
-    batches = list(effective_batches(1100, 512, 7, 3, weights=torch.ones(1100)))
+    batches = list(effective_batches(torch.ones(1100), 512, 7, 3))
     assert [len(b) for b in batches] == [512, 512, 76]
-    again = list(effective_batches(1100, 512, 7, 3, weights=torch.ones(1100)))
+    again = list(effective_batches(torch.ones(1100), 512, 7, 3))
     assert all(torch.equal(a, b) for a, b in zip(batches, again, strict=True))  # a resume
     assert any(len(b.unique()) < len(b) for b in batches)  # with replacement
-    shares = [list(effective_batches(1100, 512, 7, 3, World(r, 2, r), weights=torch.ones(1100)))
+    shares = [list(effective_batches(torch.ones(1100), 512, 7, 3, World(r, 2, r)))
               for r in (0, 1)]
     for batch, *parts in zip(batches, *shares, strict=True):
         assert torch.equal(torch.cat(parts).sort().values, batch.sort().values)
-    stacked = next(member_batches(1100, 512, [7, 8], 3, weights=torch.ones(1100)))
+    stacked = next(member_batches(torch.ones(1100), 512, [7, 8], 3))
     assert torch.equal(stacked[0], batches[0])  # each member draws as it would alone
-    assert torch.equal(stacked[1], next(effective_batches(1100, 512, 8, 3,
-                                                          weights=torch.ones(1100))))
+    assert torch.equal(stacked[1], next(effective_batches(torch.ones(1100), 512, 8, 3)))
 
 
 SMALL = {"filters": 4, "hidden_size": 8, "num_layers": 1, "window": 20, "epochs": 2,

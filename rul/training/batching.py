@@ -37,37 +37,39 @@ class WindowBatches:
             yield self.get(index)
 
 
-def effective_batches(n: int, batch_size: int, seed: int, epoch: int, world: World | None = None,
-                      device: torch.device | None = None, weights: torch.Tensor | None = None):
+def effective_batches(windows: int | torch.Tensor, batch_size: int, seed: int, epoch: int,
+                      world: World | None = None, device: torch.device | None = None):
     """Yield, per optimizer step, this rank's share of an effective batch of `batch_size`
     indices (over all ranks: rank r of N takes batch[r::N]); the step splits it into
     micro-batches.
 
-    The epoch is a shuffle of the n windows, or, given each window's probability (`weights`,
-    train_sampling: truncation), n windows drawn with replacement from it: as many steps
-    either way.
+    `windows` is their number, each window drawn once an epoch in a shuffle, or each window's
+    probability (train_sampling: truncation), as many windows drawn from it with
+    replacement: an epoch takes as many steps either way.
 
-    The permutation is seeded by (seed, epoch) so a resumed run draws the same batches, on
-    every device alike: it is drawn on the CPU (about 0.1 ms for FD001) and moved to `device`
-    in one copy per epoch, so that no step waits for an index to cross. The last effective
+    The order is seeded by (seed, epoch) so a resumed run draws the same batches, on every
+    device alike: it is drawn on the CPU (about 0.1 ms for FD001) and moved to `device` in
+    one copy per epoch, so that no step waits for an index to cross. The last effective
     batch of an epoch may be short; the step weights each sample by its share of the batch,
     so nothing is ÷K there.
     """
     world = world or World()
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    order = (torch.randperm(n, generator=generator) if weights is None
-             else torch.multinomial(weights, n, replacement=True, generator=generator))
+    if isinstance(windows, int):
+        order = torch.randperm(windows, generator=generator)
+    else:
+        order = torch.multinomial(windows, len(windows), replacement=True, generator=generator)
     if device is not None and device.type != "cpu":
         order = order.pin_memory().to(device, non_blocking=True)
     for batch in order.split(batch_size):
         yield batch[world.rank::world.size]
 
 
-def member_batches(n: int, batch_size: int, seeds: list[int], epoch: int,
-                   device: torch.device | None = None, weights: torch.Tensor | None = None):
+def member_batches(windows: int | torch.Tensor, batch_size: int, seeds: list[int], epoch: int,
+                   device: torch.device | None = None):
     """Yield, per optimizer step, each of stacked members' effective batch of indices as
     effective_batches draws it for that member's shuffle seed: (members, batch) indices."""
-    orders = [effective_batches(n, batch_size, seed, epoch, device=device, weights=weights)
+    orders = [effective_batches(windows, batch_size, seed, epoch, device=device)
               for seed in seeds]
     for indices in zip(*orders, strict=True):
         yield torch.stack(indices)

@@ -70,11 +70,12 @@ class Members:
 
     def batches(self, n: int, batch_size: int, epoch: int, world, device):
         """The epoch's effective batches: a run's indices, or (members, batch) indices."""
+        windows = n if self.sampling is None else self.sampling
         if not self.stacked:
-            return effective_batches(n, batch_size, self.plans[0].seeds.shuffle, epoch, world,
-                                     device, self.sampling)
-        return member_batches(n, batch_size, [p.seeds.shuffle for p in self.plans], epoch,
-                              device, self.sampling)
+            return effective_batches(windows, batch_size, self.plans[0].seeds.shuffle, epoch,
+                                     world, device)
+        return member_batches(windows, batch_size, [p.seeds.shuffle for p in self.plans], epoch,
+                              device)
 
     def record(self, result: StepResult) -> None:
         """A step's result, each active member's to its state and listener."""
