@@ -13,7 +13,8 @@ So each validation engine gets DRAWS truncation points drawn from that law (life
 uniform in LIFE_FRACTION, t = round(fraction x L), at least the window: the first cycle a full
 window ends), from a generator seeded by the run's split seed, and each draw weighs
 1 / (DRAWS x engines): every engine counts once, as a test unit does. A window drawn k times
-weighs k draws; one never drawn weighs nothing.
+weighs k draws; one never drawn weighs nothing. Training may draw its windows by the same law
+(train_sampling: truncation), from many more draws per engine.
 """
 
 import numpy as np
@@ -21,7 +22,7 @@ import numpy as np
 LIFE_FRACTION = (0.2, 0.97)  # where NASA's FD001 test records end, as a share of the life
 DRAWS = 200  # truncation points per validation engine
 # per training engine (train_sampling: truncation): enough that each window's weight is its
-# probability under the law to about 1 %, drawn once per run (about 0.1 s for FD001)
+# probability under the law to about 1 %, drawn once per run (about 0.02 s for FD001)
 TRAINING_DRAWS = 10_000
 
 
