@@ -19,7 +19,7 @@ from rul.config import TrainConfig
 from rul.data import Dataset, load_dataset
 from rul.errors import ConfigError
 from rul.evaluation.conformal import min_calibration_size
-from rul.evaluation.truncation import training_weights, validation_weights
+from rul.evaluation.truncation import TRAINING_DRAWS, window_weights
 from rul.models.spec import NetworkSpec
 from rul.preprocessing.prepared import PreparedData, prepare_data, prepare_members
 from rul.training import checkpoint
@@ -64,16 +64,15 @@ class RunPlan:
         """Each validation window's weight in the validation RMSE (config.val_weights);
         None: every window once."""
         val = self.data.val
-        return validation_weights(self.config.val_weights, val.units, val.window,
-                                  self.seeds.split)
+        return window_weights(self.config.val_weights, val.units, val.window, self.seeds.split)
 
     @property
     def train_sampling(self):
         """Each training window's probability in an epoch's draw (config.train_sampling);
         None: a shuffle, every window once."""
         train = self.data.train
-        return training_weights(self.config.train_sampling, train.units, train.window,
-                                self.seeds.split)
+        return window_weights(self.config.train_sampling, train.units, train.window,
+                              self.seeds.split, TRAINING_DRAWS)
 
     @property
     def global_batch_size(self) -> int:

@@ -8,7 +8,12 @@ import torch
 from conftest import synthetic_frame
 
 from rul import config as cfg
-from rul.evaluation.truncation import LIFE_FRACTION, training_weights, truncation_points
+from rul.evaluation.truncation import (
+    LIFE_FRACTION,
+    TRAINING_DRAWS,
+    truncation_points,
+    window_weights,
+)
 from rul.plan import plan_run
 from rul.training.batching import effective_batches, member_batches
 from rul.training.distributed import World
@@ -19,8 +24,8 @@ UNITS = np.repeat([1, 2, 3], [20, 80, 170])  # full windows per engine: lives 49
 
 
 def test_windows_is_a_shuffle_and_truncation_weighs_each_engine_once_over_its_test_life():
-    assert training_weights("windows", UNITS, WINDOW, seed=0) is None
-    weights = training_weights("truncation", UNITS, WINDOW, seed=0)
+    assert window_weights("windows", UNITS, WINDOW, 0, TRAINING_DRAWS) is None
+    weights = window_weights("truncation", UNITS, WINDOW, 0, TRAINING_DRAWS)
     per_engine = [weights[np.equal(UNITS, u)].sum() for u in (1, 2, 3)]
     assert per_engine == pytest.approx([1 / 3] * 3)  # 20 windows weigh as much as 170
     t, life = truncation_points(UNITS, WINDOW)

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from rul.evaluation.metrics import rmse
-from rul.evaluation.truncation import truncation_weights, validation_weights
+from rul.evaluation.truncation import truncation_weights, window_weights
 from rul.preprocessing.windows import WindowSet
 from rul.training.batching import WindowBatches
 from rul.training.predict import validation_rmse
@@ -39,8 +39,8 @@ def batches():
 
 
 def test_windows_weighs_every_window_once_and_truncation_each_engine_once():
-    assert validation_weights("windows", UNITS, 3, seed=0) is None
-    weights = validation_weights("truncation", UNITS, 3, seed=0)
+    assert window_weights("windows", UNITS, 3, seed=0) is None
+    weights = window_weights("truncation", UNITS, 3, seed=0)
     np.testing.assert_array_equal(weights, truncation_weights(UNITS, 3, 0))
     per_engine = [weights[np.equal(UNITS, u)].sum() for u in (1, 2, 3)]
     assert per_engine == pytest.approx([per_engine[0]] * 3)  # 5 windows count as 40 do

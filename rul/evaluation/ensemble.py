@@ -17,7 +17,7 @@ from rul.evaluation.conformal import Interval
 from rul.evaluation.intervals import CalibrationSet, calibrate_interval
 from rul.evaluation.metrics import rmse
 from rul.evaluation.scoring import score_test
-from rul.evaluation.truncation import validation_weights
+from rul.evaluation.truncation import window_weights
 
 
 @dataclass
@@ -68,8 +68,8 @@ def combine(config, members: list) -> EnsembleOutcome:
     validation = validation_predictions(members)
     test_mean, test_std = averaged(members, data.test)
     test, predictions = score_test(test_mean, data, config.rul_cap)
-    weights = validation_weights(config.val_weights, validation.units, validation.window,
-                                 members[0].plan.seeds.split)
+    weights = window_weights(config.val_weights, validation.units, validation.window,
+                             members[0].plan.seeds.split)
     metrics = {
         "val_rmse": rmse(validation.predicted, validation.targets, weights),
         **test,

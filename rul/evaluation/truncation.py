@@ -37,16 +37,18 @@ def truncation_points(window_units, window: int) -> tuple[np.ndarray, np.ndarray
     return window + position, np.repeat(window + counts - 1, counts)
 
 
-def validation_weights(how: str, window_units, window: int, seed: int) -> np.ndarray | None:
-    """The weight of each validation window in the validation RMSE (the config's
-    val_weights): None for "windows" (each window once), for "truncation" the weights above,
+def window_weights(how: str, window_units, window: int, seed: int,
+                   draws: int = DRAWS) -> np.ndarray | None:
+    """Each window's weight as the config asks (val_weights: in the validation RMSE;
+    train_sampling: its probability in an epoch's draw, with TRAINING_DRAWS): None for
+    "windows" (each window once), for "truncation" the weights below, `draws` per engine
     drawn with `seed` (the run's split seed), so that each engine counts once, as a test unit
     does."""
     if how == "windows":
         return None
     if how == "truncation":
-        return truncation_weights(window_units, window, seed)
-    raise ValueError(f"val_weights must be windows or truncation, got {how!r}")
+        return truncation_weights(window_units, window, seed, draws=draws)
+    raise ValueError(f"must be windows or truncation, got {how!r}")
 
 
 def truncation_weights(window_units, window: int, seed: int,
@@ -65,14 +67,3 @@ def truncation_weights(window_units, window: int, seed: int,
         weights[start:start + length] = np.bincount(index, minlength=length)[:length]
     return weights / weights.sum()
 
-
-def training_weights(how: str, window_units, window: int, seed: int) -> np.ndarray | None:
-    """The probability with which each epoch draws each training window (the config's
-    train_sampling): None for "windows" (a shuffle: each window once), for "truncation" the
-    law above, each training engine drawn equally often at points over its life, as the test
-    units are cut off (TRAINING_DRAWS per engine, drawn with `seed`)."""
-    if how == "windows":
-        return None
-    if how == "truncation":
-        return truncation_weights(window_units, window, seed, draws=TRAINING_DRAWS)
-    raise ValueError(f"train_sampling must be windows or truncation, got {how!r}")
