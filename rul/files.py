@@ -1,6 +1,6 @@
 """What rul does to files beyond reading them: what it agrees to read (`refusal`: a regular
-file, within a size limit, checked before a byte is read) and renames made durable
-(`sync_folder`).
+file, within a size limit, checked before a byte is read), renames made durable
+(`sync_folder`), and the user's cache (`cache_folder`, `keep_in_cache`).
 
 Every file rul reads has a limit with a knob to raise it: a config file CONFIG_LIMIT (a
 config is a few KB), a training data file `max_data_mb` (DATA_LIMIT), `rul predict --input`
@@ -9,6 +9,7 @@ it could be refused; a file that is not a regular file (a folder, a named pipe, 
 cannot be read twice, as the readers do to name a bad line.
 """
 
+import contextlib
 import os
 import stat
 from dataclasses import dataclass
@@ -74,3 +75,27 @@ def sync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(handle)
+
+
+def cache_folder() -> Path:
+    """rul's cache for this user: RUL_CACHE_DIR, else $XDG_CACHE_HOME/rul, else ~/.cache/rul.
+    What is kept there saves time and is never needed: a machine's precision figures
+    (rul.training.cpu_probe), ONNX graphs traced once (rul.serving.onnx_export). Delete it
+    at will."""
+    if os.environ.get("RUL_CACHE_DIR"):
+        return Path(os.environ["RUL_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rul"
+
+
+def keep_in_cache(path: Path, data: bytes) -> None:
+    """Write `data` to the cache file `path` whole or not at all: a scratch file renamed over
+    it (processes writing the same file at once: either wins). A cache that cannot be written
+    (a read-only or full disk) is no error: what it would have kept is redone next time."""
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        scratch.write_bytes(data)
+        scratch.replace(path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            scratch.unlink(missing_ok=True)

@@ -59,6 +59,7 @@ def pytest_configure(config):
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // workers))
     _fixed_precision_probe(config)
+    _own_cache(config)
 
 
 # What the suite's `precision: auto` reads on a CPU with native bf16 (rul.training.cpu_probe's
@@ -79,6 +80,21 @@ def _fixed_precision_probe(config) -> None:
     path = Path(folder) / "precision.json"
     path.write_text(json.dumps({machine_key(): PROBED}))
     os.environ["RUL_PRECISION_CACHE"] = str(path)
+
+
+def _own_cache(config) -> None:
+    """rul's user cache (rul.files.cache_folder: ONNX graphs traced once) in a folder of this
+    run's own, made by the first pytest process and inherited by its workers and every process
+    they start: the suite writes nothing into the user's cache, and what one test traced the
+    others read."""
+    import shutil
+    import tempfile
+
+    if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("RUL_CACHE_DIR"):
+        return
+    folder = tempfile.mkdtemp(prefix="rul-cache-")
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    os.environ["RUL_CACHE_DIR"] = folder
 
 
 def pytest_collection_modifyitems(config, items):

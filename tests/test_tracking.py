@@ -6,6 +6,7 @@ and serving are tested in test_inference.py and test_serving.py.
 """
 
 import hashlib
+import json
 import math
 import os
 import shutil
@@ -186,6 +187,28 @@ def test_run_finished_with_three_dataset_inputs(fd001_client, trained):
         tag.value for i in inputs for tag in i.tags if tag.key == "mlflow.data.context"
     )
     assert contexts == ["testing", "training", "validation"]
+    for logged_input in inputs:  # each table's columns, none with a missing value
+        schema = json.loads(logged_input.dataset.schema)["mlflow_colspec"]
+        assert [c["name"] for c in schema][:2] == ["unit", "cycle"] and len(schema) == 26
+        assert all(c["required"] for c in schema), schema
+
+
+@pytest.mark.filterwarnings("ignore:Hint. Inferred schema contains integer")
+def test_a_logged_table_has_the_schema_mlflow_infers(fd001):
+    """The same types and required flags as MLflow's own inference (which tests every value
+    in Python), on FD001's table with a user's kinds of column added: names, gaps, int32."""
+    from mlflow.types.utils import _infer_schema
+
+    from rul.tracking.run_logging import table_schema
+
+    frame = fd001.train.copy()
+    frame["engine"] = "engine-" + frame["unit"].astype(str)
+    frame["gappy"] = np.where(frame.index % 7 == 3, np.nan, 1.0)  # the first row has a value
+    frame["first_missing"] = np.where(frame.index % 5 == 0, np.nan, 2.0)
+    frame["small"] = frame["cycle"].astype("int32")
+    ours = table_schema(frame).to_dict()
+    assert ours == _infer_schema(frame).to_dict()
+    assert [c["required"] for c in ours][-4:] == [True, False, False, True]
 
 
 def test_figures_and_weights_are_logged(fd001_client, trained):

@@ -1,15 +1,16 @@
 """Export a trained torch network to ONNX for the lean runtime, and prove it computes the same.
 
 torch.onnx.export (the torch.export-based exporter) with a dynamic batch axis, traced once per
-architecture and process (export_onnx): input
-`windows` (batch, window, features) float32, output `rul` (batch,) in cycles, clamped to
-[0, rul_cap] like the network in eval mode. The DCNN's CPU fast path (banded products) is
-traced as its convolutions: the same layers, equal up to float32 rounding. Every export is
-checked on a probe batch through onnxruntime against the network itself (MAX_DIFFERENCE).
+architecture and kept (export_onnx): input `windows` (batch, window, features) float32,
+output `rul` (batch,) in cycles, clamped to [0, rul_cap] like the network in eval mode. The
+DCNN's CPU fast path (banded products) is traced as its convolutions: the same layers, equal
+up to float32 rounding. Every export is checked on a probe batch through onnxruntime against
+the network itself (MAX_DIFFERENCE).
 """
 
 import contextlib
 import copy
+import hashlib
 import logging
 import warnings
 from collections import OrderedDict
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from rul.data.layout import CMAPSS, Layout
+from rul.files import cache_folder, keep_in_cache
 from rul.serving.runtime import INPUT_NAME, OUTPUT_NAME
 from rul.serving.spec import SPEC_FILE, InferenceSpec
 
@@ -51,6 +53,9 @@ def _quiet():
 # ensemble's members, a parent re-exporting them, a study's repeats share one graph.
 _GRAPHS: OrderedDict[tuple, bytes] = OrderedDict()
 KEPT_GRAPHS = 8
+# ... and of those traced by any process, in the user's cache (rul.files.cache_folder()): a
+# training process exports once and would otherwise trace its network (seconds) every time.
+GRAPH_CACHE = "onnx-graphs"
 
 
 def export_onnx(network: torch.nn.Module, path: str | Path, window: int,
@@ -59,33 +64,66 @@ def export_onnx(network: torch.nn.Module, path: str | Path, window: int,
     the largest difference in cycles from torch on a probe batch (ExportError above
     MAX_DIFFERENCE).
 
-    torch.onnx's exporter traces the network (about a second) only once per architecture and
-    process: the graph is kept unoptimized, and each export puts the network's weights in it
-    (ONNXProgram.apply_weights) before torch's optimization, so the file of a kept graph is
-    byte for byte the one its fresh trace writes. A kept graph that fails in any way (it does
-    not take the network's weights, or does not compute what the network computes) is traced
-    again."""
+    torch.onnx's exporter traces the network (seconds, with its imports) only once per
+    architecture: the graph is kept unoptimized, in this process and in the user's cache, and
+    each export puts the network's weights in it (ONNXProgram.apply_weights) before torch's
+    optimization, so the file of a kept graph is byte for byte the one its fresh trace
+    writes. A kept graph is trusted no further than the check of every export: one that
+    fails in any way (unreadable, not taking the network's weights, or not computing what the
+    network computes) is passed over, and the graph traced anew replaces it."""
     network = copy.deepcopy(network).cpu().float().eval()
-    try:
-        key = _architecture(network, window, n_features)
-        hash(key)
-    except TypeError:  # a setting that cannot be compared: traced each time
-        key = None
-    if key in _GRAPHS:
-        _GRAPHS.move_to_end(key)
+    key = _comparable(_architecture(network, window, n_features))
+    for graph in _kept(key):
         try:
-            _write(network, _GRAPHS[key], path)
-            return check_export(network, path, window, n_features)
-        except Exception:  # noqa: BLE001 (not the network's graph after all: traced again)
-            del _GRAPHS[key]
+            _write(network, graph, path)
+            difference = check_export(network, path, window, n_features)
+        except Exception:  # noqa: BLE001 (not the network's graph after all: the next, or a trace)
+            continue
+        _remember(key, graph, on_disk=False)
+        return difference
     graph = _trace(network, window, n_features)
     _write(network, graph, path)
     difference = check_export(network, path, window, n_features)  # raises: nothing kept
-    if key is not None:
-        _GRAPHS[key] = graph
-        while len(_GRAPHS) > KEPT_GRAPHS:
-            _GRAPHS.popitem(last=False)
+    _remember(key, graph, on_disk=True)
     return difference
+
+
+def _comparable(key: tuple) -> tuple | None:
+    try:
+        hash(key)
+    except TypeError:  # a setting that cannot be compared: traced each time
+        return None
+    return key
+
+
+def _kept(key: tuple | None):
+    """The graphs kept for `key`: this process's, then the user cache's."""
+    if key is None:
+        return
+    if key in _GRAPHS:
+        yield _GRAPHS[key]
+    with contextlib.suppress(OSError):
+        yield _cache_file(key).read_bytes()
+
+
+def _remember(key: tuple | None, graph: bytes, on_disk: bool) -> None:
+    if key is None:
+        return
+    _GRAPHS[key] = graph
+    _GRAPHS.move_to_end(key)
+    while len(_GRAPHS) > KEPT_GRAPHS:
+        _GRAPHS.popitem(last=False)
+    if on_disk:
+        keep_in_cache(_cache_file(key), graph)
+
+
+def _cache_file(key: tuple) -> Path:
+    """The cache file of an architecture's graph, for the exporter's versions: a new torch or
+    onnxscript traces again."""
+    import onnxscript
+
+    named = repr((key, torch.__version__, onnxscript.__version__)).encode()
+    return cache_folder() / GRAPH_CACHE / f"{hashlib.sha256(named).hexdigest()[:32]}.onnx"
 
 
 def _trace(network: torch.nn.Module, window: int, n_features: int) -> bytes:

@@ -6,10 +6,10 @@ The flag alone says nothing about speed: on a 2-core Intel Xeon with AVX512-BF16
 bf16 autocast ran the default step at 0.86x the reference where fp32's banded products ran
 it at 1.20x (issue 51); on the AMD EPYC of the Performance page bf16 was the faster.
 
-The figures are kept in a user cache file (RUL_PRECISION_CACHE, else
-$XDG_CACHE_HOME/rul/precision.json, else ~/.cache/rul/precision.json) under the CPU's model
-name and torch's version, so a machine measures once; delete the file to measure again. The
-probe leaves torch's random state as it found it (a run's seeds decide its numbers alone).
+The figures are kept in a user cache file (RUL_PRECISION_CACHE, else precision.json in
+rul.files.cache_folder(), ~/.cache/rul/ by default) under the CPU's model name and torch's
+version, so a machine measures once; delete the file to measure again. The probe leaves
+torch's random state as it found it (a run's seeds decide its numbers alone).
 """
 
 import json
@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from rul.files import cache_folder, keep_in_cache
 
 B = 512  # the default effective batch, in two micro-batches of 256
 ROUNDS = 3  # interleaved: fp32, bf16, fp32, bf16, ...; the median of each
@@ -51,8 +53,7 @@ class Measured:
 def cache_path() -> Path:
     if os.environ.get("RUL_PRECISION_CACHE"):
         return Path(os.environ["RUL_PRECISION_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "rul" / "precision.json"
+    return cache_folder() / "precision.json"
 
 
 def machine_key() -> str:
@@ -70,13 +71,7 @@ def measured(measure=None) -> Measured:
         return Measured({n: float(kept[key][n]) for n in PRECISIONS}, key, path, fresh=False)
     rates = (measure or measure_step)()
     kept[key] = {**rates, "measured": time.strftime("%Y-%m-%d")}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        scratch = path.with_suffix(f".{os.getpid()}.tmp")
-        scratch.write_text(json.dumps(kept, indent=1))
-        scratch.replace(path)  # another process's probe may write the same key: either wins
-    except OSError:
-        pass  # a read-only home: measured again next time, still correct
+    keep_in_cache(path, json.dumps(kept, indent=1).encode())  # not kept: measured again next time
     return Measured(rates, key, path, fresh=True)
 
 
