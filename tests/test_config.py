@@ -67,7 +67,8 @@ def test_defaults_are_the_old_fd001_values_and_types():
 def test_make_train_is_the_studied_recipe_and_the_age_recipe_adds_the_age_to_it():
     """make train reads the sensors alone (a late-starting record costs the age model more
     than it gains) with Muon and the rate, dropout, head width, kernel and epochs its studies
-    chose; experiments/fd001_age.yaml is that recipe with the engine's age;
+    chose, its training windows drawn as test histories are cut off;
+    experiments/fd001_age.yaml is that recipe with the engine's age;
     experiments/fd001_b512_adamw.yaml keeps the AdamW recipe its study chose before, and
     experiments/fd001_b512_e100.yaml the recipe before that study."""
     from rul.data.dataset import Dataset
@@ -79,7 +80,8 @@ def test_make_train_is_the_studied_recipe_and_the_age_recipe_adds_the_age_to_it(
     previous = {**OLD_FD001, "patience": 40}
     adamw = {**previous, "lr": 0.0108, "warmup_epochs": 1, "epochs": 150, "ema_decay": 0.998}
     muon = {**previous, "optimizer": "muon", "lr": 0.0148, "dropout": 0.746, "hidden_size": 50,
-            "kernel_size": 14, "warmup_epochs": 1, "epochs": 50, "ema_decay": 0.998}
+            "kernel_size": 14, "warmup_epochs": 1, "epochs": 50, "ema_decay": 0.998,
+            "train_sampling": "truncation"}
     assert cfg.load(TRAIN_PATH).to_dict() == muon
     assert preprocessor_for(cfg.load(TRAIN_PATH), fd001, choices).include_cycle is False
     assert cfg.load(ROOT / "experiments" / "fd001_b512_adamw.yaml").to_dict() == adamw
