@@ -77,13 +77,17 @@ def sync_folder(folder: Path) -> None:
         os.close(handle)
 
 
+USER_CACHE_ENV = "RUL_USER_CACHE"
+
+
 def cache_folder() -> Path:
-    """rul's cache for this user: RUL_CACHE_DIR, else $XDG_CACHE_HOME/rul, else ~/.cache/rul.
-    What is kept there saves time and is never needed: a machine's precision figures
-    (rul.training.cpu_probe), ONNX graphs traced once (rul.serving.onnx_export). Delete it
-    at will."""
-    if os.environ.get("RUL_CACHE_DIR"):
-        return Path(os.environ["RUL_CACHE_DIR"])
+    """rul's cache for this user: $RUL_USER_CACHE, else $XDG_CACHE_HOME/rul, else
+    ~/.cache/rul. What is kept there saves time and is never needed: a machine's precision
+    figures (rul.training.cpu_probe), ONNX graphs traced once (rul.serving.onnx_export).
+    Delete it at will. Not the downloaded data's folder (data/cmapss/, RUL_CACHE_DIR:
+    rul.data.sources), which a run needs."""
+    if os.environ.get(USER_CACHE_ENV):
+        return Path(os.environ[USER_CACHE_ENV])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rul"
 
 

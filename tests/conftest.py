@@ -90,11 +90,13 @@ def _own_cache(config) -> None:
     import shutil
     import tempfile
 
-    if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("RUL_CACHE_DIR"):
+    from rul.files import USER_CACHE_ENV
+
+    if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(USER_CACHE_ENV):
         return
-    folder = tempfile.mkdtemp(prefix="rul-cache-")
+    folder = tempfile.mkdtemp(prefix="rul-user-cache-")
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
-    os.environ["RUL_CACHE_DIR"] = folder
+    os.environ[USER_CACHE_ENV] = folder
 
 
 def pytest_collection_modifyitems(config, items):

@@ -205,6 +205,18 @@ def test_cache_dir_defaults_to_data_cmapss(tmp_path, monkeypatch):
     assert cache_dir() == tmp_path / "elsewhere"
 
 
+def test_the_user_cache_does_not_move_the_data(tmp_path, monkeypatch):
+    """rul's user cache (precision figures, ONNX graphs: never needed) has a variable of its
+    own: pointing it elsewhere, as the test suite does, leaves the data where it is."""
+    from rul.data.sources import cache_dir
+    from rul.files import USER_CACHE_ENV, cache_folder
+
+    monkeypatch.delenv(CACHE_ENV_VAR)
+    monkeypatch.setenv(USER_CACHE_ENV, str(tmp_path / "user"))
+    assert cache_folder() == tmp_path / "user"
+    assert cache_dir() == Path("data") / "cmapss"
+
+
 # --- a configured folder that lacks files: an error, never a fallback ---------------------------
 
 
