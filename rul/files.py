@@ -94,12 +94,15 @@ def cache_folder() -> Path:
 def keep_in_cache(path: Path, data: bytes) -> None:
     """Write `data` to the cache file `path` whole or not at all: a scratch file renamed over
     it (processes writing the same file at once: either wins). A cache that cannot be written
-    (a read-only or full disk) is no error: what it would have kept is redone next time."""
+    (a read-only or full disk) is no error: what it would have kept is redone next time. An
+    interrupted write leaves no scratch file."""
     scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         scratch.write_bytes(data)
         scratch.replace(path)
     except OSError:
+        pass
+    finally:
         with contextlib.suppress(OSError):
             scratch.unlink(missing_ok=True)

@@ -209,6 +209,20 @@ def test_a_cache_that_cannot_be_written_is_no_error(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a file, not a folder", "a.onnx"]
 
 
+def test_a_cache_write_interrupted_leaves_no_scratch_file(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from rul.files import keep_in_cache
+
+    def interrupted(self, target):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        keep_in_cache(tmp_path / "cache" / "graph.onnx", b"graph")
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
 class _Scaled(torch.nn.Module):
     """A network holding a constant that is neither a parameter nor a buffer."""
 
