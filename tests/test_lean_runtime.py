@@ -11,6 +11,7 @@ from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
 from rul.data.schema import SETTING_COLUMNS
 from rul.evaluation.conformal import Interval
+from rul.files import USER_CACHE_ENV
 from rul.models.spec import NetworkSpec
 from rul.preprocessing import Preprocessor
 from rul.preprocessing.envelope import Envelope
@@ -123,7 +124,7 @@ def test_an_architecture_is_traced_once_and_each_network_exports_its_own_weights
     real = torch.onnx.export
     monkeypatch.setattr(torch.onnx, "export", lambda *a, **k: traced.append(1) or real(*a, **k))
     monkeypatch.setattr(onnx_export, "_GRAPHS", onnx_export.OrderedDict())
-    monkeypatch.setenv("RUL_USER_CACHE", str(tmp_path / "cache"))  # nothing traced before
+    monkeypatch.setenv(USER_CACHE_ENV, str(tmp_path / "cache"))  # nothing traced before
     first, second = (tiny_network("transformer", 14, seed=s).build().eval() for s in (0, 1))
     for name, network in (("first", first), ("second", second), ("again", first)):
         assert export_onnx(network, tmp_path / f"{name}.onnx", 30, 14) <= 1e-3
@@ -140,11 +141,19 @@ def test_an_architecture_is_traced_once_and_each_network_exports_its_own_weights
     assert len(traced) == 2
 
 
+def _this_process_only(tmp_path, monkeypatch) -> None:
+    """No user cache (its folder cannot be made): a graph this process kept that fails is
+    traced again, with no good copy on disk to fall back on."""
+    blocked = tmp_path / "not a folder"
+    blocked.write_text("")
+    monkeypatch.setenv(USER_CACHE_ENV, str(blocked))
+
+
 def test_a_kept_graph_that_computes_something_else_is_traced_again(tmp_path, monkeypatch):
     from rul.serving import onnx_export
 
     monkeypatch.setattr(onnx_export, "_GRAPHS", onnx_export.OrderedDict())
-    monkeypatch.setenv("RUL_USER_CACHE", str(tmp_path / "cache"))  # nothing traced before
+    _this_process_only(tmp_path, monkeypatch)
     network = tiny_network("transformer", 14).build().eval()
     export_onnx(network, tmp_path / "a.onnx", 30, 14)
     (key,) = onnx_export._GRAPHS
@@ -169,7 +178,7 @@ def test_a_graph_traced_by_one_process_exports_in_the_next_without_a_trace(
     traced = []
     real = torch.onnx.export
     monkeypatch.setattr(torch.onnx, "export", lambda *a, **k: traced.append(1) or real(*a, **k))
-    monkeypatch.setenv("RUL_USER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(USER_CACHE_ENV, str(tmp_path / "cache"))
     network = tiny_network("cnn", 14).build().eval()
     for name in ("first", "next"):
         monkeypatch.setattr(onnx_export, "_GRAPHS", onnx_export.OrderedDict())  # a new process
@@ -183,7 +192,7 @@ def test_a_graph_traced_by_one_process_exports_in_the_next_without_a_trace(
 def test_a_damaged_cache_file_is_traced_again_and_replaced(tmp_path, monkeypatch):
     from rul.serving import onnx_export
 
-    monkeypatch.setenv("RUL_USER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(USER_CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(onnx_export, "_GRAPHS", onnx_export.OrderedDict())
     network = tiny_network("cnn", 14).build().eval()
     export_onnx(network, tmp_path / "a.onnx", 30, 14)
@@ -203,7 +212,7 @@ def test_a_cache_that_cannot_be_written_is_no_error(tmp_path, monkeypatch):
 
     blocked = tmp_path / "a file, not a folder"
     blocked.write_text("")
-    monkeypatch.setenv("RUL_USER_CACHE", str(blocked))
+    monkeypatch.setenv(USER_CACHE_ENV, str(blocked))
     monkeypatch.setattr(onnx_export, "_GRAPHS", onnx_export.OrderedDict())
     assert export_onnx(tiny_network("cnn", 14).build().eval(), tmp_path / "a.onnx", 30, 14) <= 1e-3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a file, not a folder", "a.onnx"]
@@ -239,7 +248,7 @@ def test_a_network_with_constants_of_its_own_exports_and_a_broken_kept_graph_is_
     from rul.serving import onnx_export
 
     monkeypatch.setattr(onnx_export, "_GRAPHS", onnx_export.OrderedDict())
-    monkeypatch.setenv("RUL_USER_CACHE", str(tmp_path / "cache"))  # nothing traced before
+    _this_process_only(tmp_path, monkeypatch)
     for name in ("a", "b"):  # the second from the kept graph, its own weights
         assert export_onnx(_Scaled().eval(), tmp_path / f"{name}.onnx", 30, 14) <= 1e-3
     (key,) = onnx_export._GRAPHS

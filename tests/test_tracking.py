@@ -211,6 +211,25 @@ def test_a_logged_table_has_the_schema_mlflow_infers(fd001):
     assert [c["required"] for c in ours][-4:] == [True, False, False, True]
 
 
+@pytest.mark.filterwarnings("ignore:Hint. Inferred schema contains integer")
+@pytest.mark.filterwarnings("ignore:The specified dataset source")
+def test_a_logged_dataset_carries_its_schema_without_mlflow_testing_each_value(
+        fd001, monkeypatch):
+    """What a run logs for each table: MLflow's per-value check of missing values (seconds for
+    FD001, every run) sees one row at most, and the entity holds the schema all the same."""
+    import mlflow.types.utils
+
+    from rul.tracking.run_logging import logged_dataset, table_schema
+
+    checked, real = [], mlflow.types.utils._infer_required
+    monkeypatch.setattr(mlflow.types.utils, "_infer_required",
+                        lambda col: checked.append(len(col)) or real(col))
+    dataset = logged_dataset(fd001.train, "train_FD001.txt", "FD001-training")
+    logged = json.loads(dataset._to_mlflow_entity().schema)["mlflow_colspec"]
+    assert checked and max(checked) == 1, max(checked)
+    assert logged == table_schema(fd001.train).to_dict()
+
+
 def test_figures_and_weights_are_logged(fd001_client, trained):
     figures = {a.path for a in fd001_client.list_artifacts(trained.run_id, "figures")}
     assert figures >= {"figures/learning_curves.png", "figures/predicted_vs_true.png",

@@ -167,9 +167,7 @@ def _log_inputs(data) -> None:
             ("validation", rows_of(data.subset.train, data.val_units), sources["train"]),
             ("testing", data.subset.test, sources["test"]),
         ):
-            dataset = mlflow.data.from_pandas(frame, source=source,
-                                              name=f"{data.subset.name}-{context}")
-            vars(dataset)["schema"] = table_schema(frame)  # a cached_property: what is logged
+            dataset = logged_dataset(frame, source, f"{data.subset.name}-{context}")
             for attempt in range(5):  # parallel tuning workers may insert the same dataset row
                 try:
                     mlflow.log_input(dataset, context=context)
@@ -178,6 +176,14 @@ def _log_inputs(data) -> None:
                     if "UNIQUE constraint" not in str(error) or attempt == 4:
                         raise
                     time.sleep(0.2 * (attempt + 1))
+
+
+def logged_dataset(frame: pd.DataFrame, source: str, name: str):
+    """MLflow's dataset of a table, its schema given (table_schema) rather than inferred: the
+    schema is a functools.cached_property, and the value set here is the one logged."""
+    dataset = mlflow.data.from_pandas(frame, source=source, name=name)
+    vars(dataset)["schema"] = table_schema(frame)
+    return dataset
 
 
 def table_schema(frame: pd.DataFrame) -> Schema:
