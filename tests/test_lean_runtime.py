@@ -2,6 +2,10 @@
 envelope's flags. No MLflow here (test_inference.py and test_serving.py serve the model)."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,8 +22,9 @@ from rul.preprocessing.envelope import Envelope
 from rul.preprocessing.fitted import FittedPreprocessing
 from rul.serving.onnx_export import ExportError, check_export, export_onnx, save_runtime
 from rul.serving.predictor import predict_frame
-from rul.serving.runtime import LeanModel
+from rul.serving.runtime import TELEMETRY_ENV, LeanModel, onnxruntime
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY = {"filters": 4, "num_layers": 2, "hidden_size": 16, "num_heads": 2}
 
 
@@ -107,9 +112,7 @@ def test_an_onnx_file_of_other_weights_is_refused(tmp_path):
 
 
 def _exported(path, windows: np.ndarray) -> np.ndarray:
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = onnxruntime().InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return session.run(None, {"windows": windows})[0]
 
 
@@ -281,6 +284,39 @@ def test_lean_ensemble_predicts_what_torch_predicts(fd001, fd001_preprocessor,
     others = ["unit", "padded", "flagged", "flag_reason"]
     pd.testing.assert_frame_equal(lean[others], by_torch[others])
     assert (lean["rul_std"] > 0).mean() > 0.5
+
+
+def test_onnxruntime_writes_nothing_and_reports_to_no_one(real_data_dir, tmp_path):
+    """Exported, checked and loaded in a fresh process whose home and temporary folders are
+    empty: onnxruntime's telemetry (on by default in its Linux wheels: a device id under
+    ~/.cache/Microsoft, a session file in the temporary folder, events sent to Microsoft) is
+    off, and nothing lands in either folder; a user who sets the variable decides."""
+    home, temporary = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir()
+    temporary.mkdir()
+    script = f"""
+import numpy as np
+from rul.data import load_subset
+from rul.preprocessing import Preprocessor
+from rul.serving.onnx_export import save_runtime
+from rul.serving.runtime import LeanModel
+from test_lean_runtime import tiny_network
+data = load_subset("FD001", {str(real_data_dir)!r})
+preprocessor = Preprocessor(window=30).fit(data.train)
+spec = tiny_network("cnn", preprocessor.n_features)
+save_runtime({str(tmp_path / "model")!r}, spec, [spec.build().eval()], preprocessor, None)
+print(len(LeanModel.load({str(tmp_path / "model")!r}).predict(data.test)))
+"""
+    env = {k: v for k, v in os.environ.items() if k != TELEMETRY_ENV}
+    env.update(HOME=str(home), TMPDIR=str(temporary), XDG_CACHE_HOME=str(home / ".cache"),
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    env.pop(USER_CACHE_ENV, None)  # the cache of exported graphs goes to this home too
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.split()[-1] == "100", done.stderr[-3000:]
+    written = [str(p.relative_to(tmp_path)) for p in (*home.rglob("*"), *temporary.rglob("*"))
+               if p.is_file()]
+    assert [w for w in written if not w.startswith("home/.cache/rul/")] == [], written
 
 
 def test_a_served_prediction_past_its_deadline_stops(fd001, fd001_preprocessor,

@@ -14,6 +14,7 @@ from rul import config as cfg
 from rul.models import build_model
 from rul.models.spec import ARCHITECTURE_DEFAULTS, KINDS, NETWORK_KINDS, NetworkSpec
 from rul.serving.onnx_export import MAX_DIFFERENCE, export_onnx
+from rul.serving.runtime import onnxruntime
 from rul.serving.spec import InferenceSpec
 from rul.serving.torch_weights import load_networks
 from rul.tracking.run_names import config_digest
@@ -81,9 +82,7 @@ def test_every_kind_exports_to_onnx_with_any_batch(kind, tmp_path):
     network = tiny_network(kind).eval()
     difference = export_onnx(network, tmp_path / "net.onnx", 30, 14)
     assert difference <= MAX_DIFFERENCE == 1e-3
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(str(tmp_path / "net.onnx"))
+    session = onnxruntime().InferenceSession(str(tmp_path / "net.onnx"))
     for batch in (1, 3, 100):
         x = np.random.default_rng(batch).normal(0, 1, (batch, 30, 14)).astype(np.float32)
         with torch.inference_mode():

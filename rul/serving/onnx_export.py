@@ -21,7 +21,7 @@ import torch
 
 from rul.data.layout import CMAPSS, Layout
 from rul.files import cache_folder, keep_in_cache
-from rul.serving.runtime import INPUT_NAME, OUTPUT_NAME
+from rul.serving.runtime import INPUT_NAME, OUTPUT_NAME, onnxruntime
 from rul.serving.spec import SPEC_FILE, InferenceSpec
 
 MAX_DIFFERENCE = 1e-3  # cycles: the most an exported network may differ from torch
@@ -172,11 +172,9 @@ def check_export(network: torch.nn.Module, path: str | Path, window: int,
                  n_features: int) -> float:
     """The largest difference between the ONNX file and the network on a seeded probe batch
     of windows in the range the preprocessing produces (and somewhat beyond)."""
-    import onnxruntime
-
     probe = np.random.default_rng(0).uniform(-1.5, 1.5, (PROBE_BATCH, window, n_features))
     probe = probe.astype(np.float32)
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = onnxruntime().InferenceSession(str(path), providers=["CPUExecutionProvider"])
     exported = session.run([OUTPUT_NAME], {INPUT_NAME: probe})[0]
     with torch.inference_mode():
         expected = network(torch.from_numpy(probe)).numpy()

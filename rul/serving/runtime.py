@@ -11,6 +11,7 @@ folder carries the rul code it needs in code/ (MLflow's code_paths): with rul no
 put that folder on the path first (sys.path.insert(0, "path/to/model/code")).
 """
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,20 @@ RUNTIME_FOLDER = "inference"  # the pyfunc artifact holding the spec and the ONN
 INPUT_NAME = "windows"  # (batch, window, features) float32 -> "rul" (batch,)
 OUTPUT_NAME = "rul"
 CHUNK = 4096  # windows per onnxruntime call (one per unit: 100 FD001 test units are one call)
+
+
+TELEMETRY_ENV = "ORT_DISABLE_TELEMETRY"
+
+
+def onnxruntime():
+    """onnxruntime, imported with its telemetry off unless the environment says otherwise: its
+    Linux wheels send usage events to Microsoft by default and write a device id under
+    ~/.cache/Microsoft and a session file in the temporary folder, none of which a model's
+    user asked for. Every import of onnxruntime in rul goes through here."""
+    os.environ.setdefault(TELEMETRY_ENV, "1")
+    import onnxruntime
+
+    return onnxruntime
 
 
 def runtime_folder(path: str | Path) -> Path:
@@ -51,16 +66,15 @@ class LeanModel:
     def load(cls, path: str | Path, threads: int | None = None) -> "LeanModel":
         """Load from a model folder; `threads`: onnxruntime's intra-op threads (None: its
         default, one per core)."""
-        import onnxruntime
-
+        ort = onnxruntime()
         folder = runtime_folder(path)
         spec = InferenceSpec.read(folder / SPEC_FILE)
         if not spec.onnx:
             raise ValueError(f"{folder / SPEC_FILE}: names no ONNX files")
-        options = onnxruntime.SessionOptions()
+        options = ort.SessionOptions()
         if threads is not None:
             options.intra_op_num_threads = threads
-        sessions = [onnxruntime.InferenceSession(str(folder / name), options,
+        sessions = [ort.InferenceSession(str(folder / name), options,
                                                  providers=["CPUExecutionProvider"])
                     for name in spec.onnx]
         return cls(spec, sessions)
