@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import os
 import resource
+import signal
 import sys
 import tempfile
 from dataclasses import replace
@@ -98,21 +99,38 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     limits = open_files(from_args(parser, args))
     refusal_log.install()
+    signal.signal(signal.SIGTERM, _stop_requested)
+    try:
+        with tempfile.TemporaryDirectory(prefix="rul-serve-") as folder:
+            _run(args, limits, folder)
+    except (KeyboardInterrupt, StopRequested):  # Ctrl-C or SIGTERM, while loading or after
+        print("stopped", file=sys.stderr)  # uvicorn's shutdown (it raises the signal again
+        # once done): the normal end, exit 0, with the scratch folder removed
+
+
+def _run(args, limits: Limits, folder: str) -> None:
     import uvicorn
 
-    with tempfile.TemporaryDirectory(prefix="rul-serve-") as folder:
-        guard = build(args.model, limits, folder, args.docs)
-        config = uvicorn.Config(guard, host=args.host, port=args.port,
-                                http=protocol(limits), timeout_keep_alive=limits.keep_alive,
-                                log_config=None, log_level="warning")
-        print(f"serving {args.model} on http://{args.host}:{args.port}/invocations "
-              f"({describe(limits)})", file=sys.stderr, flush=True)
-        try:
-            asyncio.run(_serve(uvicorn.Server(config)))
-        except KeyboardInterrupt:  # Ctrl-C, after uvicorn's shutdown: the normal end, exit 0
-            print("stopped", file=sys.stderr)  # (uvicorn raises the signal again once done)
-        finally:
-            guard.lanes.close()
+    guard = build(args.model, limits, folder, args.docs)
+    config = uvicorn.Config(guard, host=args.host, port=args.port, http=protocol(limits),
+                            timeout_keep_alive=limits.keep_alive, log_config=None,
+                            log_level="warning")
+    print(f"serving {args.model} on http://{args.host}:{args.port}/invocations "
+          f"({describe(limits)})", file=sys.stderr, flush=True)
+    try:
+        asyncio.run(_serve(uvicorn.Server(config)))
+    finally:
+        guard.lanes.close()
+
+
+class StopRequested(Exception):
+    """SIGTERM (a service manager or container stopping the server), raised once uvicorn has
+    shut down: without it the default action would end the process before its scratch folder
+    and the fork server's are removed."""
+
+
+def _stop_requested(signum, frame) -> None:
+    raise StopRequested
 
 
 async def _serve(server) -> None:
