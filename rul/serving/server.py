@@ -31,6 +31,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from rul.interrupts import Terminated
 from rul.serving import refusal_log
 from rul.serving.connections import protocol
 from rul.serving.guard import Guard
@@ -99,11 +100,11 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     limits = open_files(from_args(parser, args))
     refusal_log.install()
-    signal.signal(signal.SIGTERM, _stop_requested)
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         with tempfile.TemporaryDirectory(prefix="rul-serve-") as folder:
             _run(args, limits, folder)
-    except (KeyboardInterrupt, StopRequested):  # Ctrl-C or SIGTERM, while loading or after
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (Terminated), while loading or after
         print("stopped", file=sys.stderr)  # uvicorn's shutdown (it raises the signal again
         # once done): the normal end, exit 0, with the scratch folder removed
 
@@ -123,14 +124,11 @@ def _run(args, limits: Limits, folder: str) -> None:
         guard.lanes.close()
 
 
-class StopRequested(Exception):
-    """SIGTERM (a service manager or container stopping the server), raised once uvicorn has
-    shut down: without it the default action would end the process before its scratch folder
-    and the fork server's are removed."""
-
-
-def _stop_requested(signum, frame) -> None:
-    raise StopRequested
+def _terminated(signum, frame) -> None:
+    """SIGTERM (a service manager or container stopping the server), run once uvicorn has
+    shut down and raised it again: as an exception, not the default action, which would end
+    the process before its scratch folder and the fork server's are removed."""
+    raise Terminated
 
 
 async def _serve(server) -> None:
