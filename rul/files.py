@@ -83,7 +83,8 @@ USER_CACHE_ENV = "RUL_USER_CACHE"
 def cache_folder() -> Path:
     """rul's cache for this user: $RUL_USER_CACHE, else $XDG_CACHE_HOME/rul, else
     ~/.cache/rul. What is kept there saves time and is never needed: a machine's precision
-    figures (rul.training.cpu_probe), ONNX graphs traced once (rul.serving.onnx_export).
+    figures (rul.training.cpu_probe), ONNX graphs traced once (rul.serving.onnx_export), an
+    empty MLflow store per MLflow version (rul.tracking.store).
     Delete it at will. Not the downloaded data's folder (data/cmapss/, RUL_CACHE_DIR:
     rul.data.sources), which a run needs."""
     if os.environ.get(USER_CACHE_ENV):

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from rul.files import USER_CACHE_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["epochs=1", "patience=5", "window=20", "filters=4", "num_layers=2", "hidden_size=8",
         "micro_batch_size=64", "accumulation_steps=1", "register=false"]
@@ -142,6 +144,7 @@ def test_a_store_killed_while_it_is_created_is_never_left_half_built(write_cmaps
     complete = schema_version(tmp_path / "reference.db")
     seen = set()
     for delay in (0.0, 0.1, 0.3, 0.6, 1.0, 1.6):  # after the tables began (a busy machine
+        env[USER_CACHE_ENV] = str(tmp_path / f"cache-{delay}")  # no kept store: migrations
         process = subprocess.Popen([sys.executable, "-c", KILLED_WHILE_CREATING,  # takes
                                     "sqlite:///mlflow.db"], cwd=work, env=env,  # seconds to
                                    stdout=subprocess.PIPE, text=True)  # import what it needs)
@@ -206,3 +209,109 @@ def test_a_half_built_store_of_an_earlier_rul_is_built_anew_and_one_with_runs_is
     assert "\n" not in str(refused.value) and "as3/half.db" in str(refused.value)
     with sqlite3.connect(half) as db:  # kept as it was
         assert db.execute("SELECT run_uuid FROM runs").fetchall() == [(run.info.run_id,)]
+
+
+def _tables(db) -> list:
+    """A SQLite database's tables and indexes, each definition's lines sorted (MLflow's own
+    migrations write a table's constraints in an order that varies from build to build)."""
+    return sorted((kind, name, table, sorted(line.strip().rstrip(",")
+                                             for line in (sql or "").splitlines()))
+                  for kind, name, table, sql in db.execute(
+                      "SELECT type, name, tbl_name, sql FROM sqlite_master"))
+
+
+def _new_store(folder: Path, monkeypatch) -> tuple[list, list]:
+    """A new default store made by rul in `folder` with one experiment: its tables and its
+    experiments (id, name, artifact location)."""
+    import sqlite3
+
+    from rul.tracking import store
+
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    store.configure("sqlite:///mlflow.db")
+    store.ensure_experiment("e")
+    with contextlib.closing(sqlite3.connect(folder / "mlflow.db")) as db:
+        return (_tables(db),
+                db.execute("SELECT experiment_id, name, artifact_location, lifecycle_stage "
+                           "FROM experiments ORDER BY experiment_id").fetchall())
+
+
+@pytest.fixture
+def migrations(tmp_path, monkeypatch) -> list:
+    """Each time MLflow creates a store's tables (its migrations), with a user cache of the
+    test's own and the default store."""
+    import mlflow.store.db.utils as db_utils
+
+    monkeypatch.setenv(USER_CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    done, initialize = [], db_utils._initialize_tables
+    monkeypatch.setattr(db_utils, "_initialize_tables",
+                        lambda engine: (done.append(engine.url), initialize(engine)))
+    return done
+
+
+def test_a_new_store_is_the_kept_empty_one_and_equals_what_mlflow_builds(tmp_path, monkeypatch,
+                                                                         migrations):
+    """The first new store of this MLflow version runs the migrations and keeps the empty
+    store; the next is a copy of it that runs none, with the same tables, its Default
+    experiment in its own folder and the next experiment's id the same."""
+    from rul.tracking import store
+
+    tables, first = _new_store(tmp_path / "first", monkeypatch)
+    assert len(migrations) == 1 and store._template().is_file()
+    copied, second = _new_store(tmp_path / "second", monkeypatch)
+    assert len(migrations) == 1
+    assert copied == tables
+    where = tmp_path / "second" / "mlruns"
+    assert second == [(0, "Default", str(where / "0"), "active"), (1, "e", str(where / "1"),
+                                                                    "active")]
+    assert [(i, n) for i, n, *_ in first] == [(i, n) for i, n, *_ in second]
+    assert sorted(p.name for p in (tmp_path / "second").iterdir()) == ["mlflow.db"]
+
+
+def _kept(path: Path) -> tuple:
+    """A kept store's tables, schema version and experiments."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return (_tables(db),
+                db.execute("SELECT version_num FROM alembic_version").fetchone()[0],
+                db.execute("SELECT * FROM experiments").fetchall())
+
+
+@pytest.mark.parametrize("damage", ["cut in half", "not a database", "another schema"])
+def test_a_damaged_kept_store_is_built_anew_and_replaced(tmp_path, monkeypatch, migrations,
+                                                         damage):
+    import sqlite3
+
+    from rul.tracking import store
+
+    tables, _ = _new_store(tmp_path / "first", monkeypatch)
+    kept = store._template()
+    good, kept_good = kept.read_bytes(), _kept(kept)
+    assert kept_good[1:] == (schema_version(tmp_path / "first" / "mlflow.db"), [])
+    if damage == "cut in half":
+        kept.write_bytes(good[: len(good) // 2])
+    elif damage == "not a database":
+        kept.write_bytes(b"x" * 4096)
+    else:
+        with contextlib.closing(sqlite3.connect(kept)) as db:
+            db.execute("UPDATE alembic_version SET version_num = '451aebb31d03'")
+            db.commit()
+    rebuilt, experiments = _new_store(tmp_path / "second", monkeypatch)
+    assert len(migrations) == 2 and rebuilt == tables
+    assert [n for _, n, *_ in experiments] == ["Default", "e"]
+    assert _kept(kept) == kept_good  # replaced by a good one
+    assert sorted(p.name for p in (tmp_path / "second").iterdir()) == ["mlflow.db"]
+    assert sorted(p.name for p in kept.parent.iterdir()) == [kept.name]
+
+
+def test_a_cache_that_cannot_be_written_keeps_no_store_and_is_no_error(tmp_path, monkeypatch,
+                                                                      migrations):
+    from rul.tracking import store
+
+    (tmp_path / "cache").write_text("a file where the cache folder would be")
+    _new_store(tmp_path / "first", monkeypatch)
+    _new_store(tmp_path / "second", monkeypatch)
+    assert len(migrations) == 2 and not store._template().exists()
