@@ -263,7 +263,7 @@ def _keep_template(built: Path) -> None:
             copy.execute("DELETE FROM experiments WHERE experiment_id = 0")
             copy.commit()
             data = copy.serialize()
-    except sqlite3.Error:
+    except (sqlite3.Error, AttributeError):  # serialize: Python 3.11 on (3.10 keeps none)
         return
     keep_in_cache(_template(), data)
 
