@@ -11,9 +11,8 @@ import resource
 import statistics
 from pathlib import Path
 
-import mlflow
 import pytest
-from test_inference import CHAMPION_URI, log_tiny_model
+from test_inference import tiny_model_folder
 from test_intervals import banded_interval
 
 from bench.serving import Server, hostile, percentile
@@ -55,15 +54,7 @@ EXPECTED = {  # what: (status, the answer's line starts with)
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, fd001):
     root = tmp_path_factory.mktemp("hostile")
-    patch = pytest.MonkeyPatch()
-    patch.chdir(root)
-    mlflow.set_tracking_uri(f"sqlite:///{root}/mlflow.db")
-    try:
-        log_tiny_model(fd001, root / "work", interval=banded_interval())
-        folder = mlflow.artifacts.download_artifacts(CHAMPION_URI, dst_path=str(root / "model"))
-    finally:
-        mlflow.set_tracking_uri(None)
-        patch.undo()
+    folder = tiny_model_folder(fd001, root, interval=banded_interval())
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 4 * SLOW:  # this process holds the slow connections' other ends
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(4 * SLOW, hard), hard))

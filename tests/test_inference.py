@@ -65,6 +65,20 @@ def log_tiny_model(fd001, workdir: Path, register: bool = True, interval=None) -
     return uri
 
 
+def tiny_model_folder(fd001, root: Path, interval=None) -> str:
+    """A tiny model logged to a store of its own in `root` and downloaded as a model folder
+    (root/model), the working folder and the tracking URI as they were afterwards."""
+    patch = pytest.MonkeyPatch()
+    patch.chdir(root)
+    mlflow.set_tracking_uri(f"sqlite:///{root}/mlflow.db")
+    try:
+        uri = log_tiny_model(fd001, root / "work", register=False, interval=interval)
+        return mlflow.artifacts.download_artifacts(uri, dst_path=str(root / "model"))
+    finally:
+        mlflow.set_tracking_uri(None)
+        patch.undo()
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, fd001):
     root = tmp_path_factory.mktemp("inference")

@@ -7,9 +7,8 @@ import os
 import signal
 import time
 
-import mlflow
 import pytest
-from test_inference import log_tiny_model
+from test_inference import tiny_model_folder
 
 from bench.serving import Server, descendants, one_engine, post
 
@@ -18,16 +17,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory, fd001):
-    root = tmp_path_factory.mktemp("stop")
-    patch = pytest.MonkeyPatch()
-    patch.chdir(root)
-    mlflow.set_tracking_uri(f"sqlite:///{root}/mlflow.db")
-    try:
-        uri = log_tiny_model(fd001, root / "work", register=False)
-        return mlflow.artifacts.download_artifacts(uri, dst_path=str(root / "model"))
-    finally:
-        mlflow.set_tracking_uri(None)
-        patch.undo()
+    return tiny_model_folder(fd001, tmp_path_factory.mktemp("stop"))
 
 
 @pytest.mark.parametrize("to_group", [False, True], ids=["the process", "its group"])
