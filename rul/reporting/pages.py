@@ -348,8 +348,8 @@ def train_times(results: list[BenchResult]) -> list[str]:
             "`python -m bench accuracy` (untracked) or `make train` itself. A shared machine "
             "is slower: the note says when it was, and which rows measured an earlier recipe "
             "(AdamW: experiments/fd001_b512_e100.yaml, 100 epochs, or "
-            "experiments/fd001_b512_adamw.yaml, 150 epochs, where today's takes Muon for "
-            "50).",
+            "experiments/fd001_b512_adamw.yaml, 150 epochs, or Muon for 50 before today's "
+            "35).",
             "",
             *table(TRAIN_COLUMNS, rows), ""]
 
