@@ -66,8 +66,9 @@ def test_defaults_are_the_old_fd001_values_and_types():
 
 def test_make_train_is_the_studied_recipe_and_the_age_recipe_adds_the_age_to_it():
     """make train reads the sensors alone (a late-starting record costs the age model more
-    than it gains) with Muon and the rate, dropout, head width, kernel and epochs its studies
-    chose, its training windows drawn as test histories are cut off;
+    than it gains) with Muon and the rate, dropout, head width and kernel its studies chose,
+    its training windows drawn as test histories are cut off, for the 35 epochs validation
+    chose with that draw;
     experiments/fd001_age.yaml is that recipe with the engine's age;
     experiments/fd001_b512_adamw.yaml keeps the AdamW recipe its study chose before, and
     experiments/fd001_b512_e100.yaml the recipe before that study."""
@@ -80,7 +81,7 @@ def test_make_train_is_the_studied_recipe_and_the_age_recipe_adds_the_age_to_it(
     previous = {**OLD_FD001, "patience": 40}
     adamw = {**previous, "lr": 0.0108, "warmup_epochs": 1, "epochs": 150, "ema_decay": 0.998}
     muon = {**previous, "optimizer": "muon", "lr": 0.0148, "dropout": 0.746, "hidden_size": 50,
-            "kernel_size": 14, "warmup_epochs": 1, "epochs": 50, "ema_decay": 0.998,
+            "kernel_size": 14, "warmup_epochs": 1, "epochs": 35, "ema_decay": 0.998,
             "train_sampling": "truncation"}
     assert cfg.load(TRAIN_PATH).to_dict() == muon
     assert preprocessor_for(cfg.load(TRAIN_PATH), fd001, choices).include_cycle is False
@@ -483,7 +484,7 @@ def test_replace_returns_a_revalidated_copy():
     base = cfg.load(TRAIN_PATH)
     changed = base.replace(lr="5e-4", epochs=3)
     assert (changed.lr, changed.epochs) == (5e-4, 3)
-    assert (base.lr, base.epochs) == (0.0148, 50)  # the original is untouched
+    assert (base.lr, base.epochs) == (0.0148, 35)  # the original is untouched
     with pytest.raises(cfg.ConfigError, match=r"^config: epochs=0: must be a positive integer$"):
         base.replace(epochs=0)
     with pytest.raises(cfg.ConfigError, match="hidden_size=50: must be divisible by num_heads=4"):
@@ -572,8 +573,9 @@ def test_the_b512_study_searches_the_cards_own_recipe():
 def test_the_muon_studies_search_make_trains_batch_and_hold_its_recipe():
     """experiments/tune_fd001_muon.yaml and tune_fd001_muon_regular.yaml keep `make train`'s
     256 x 2, optimizer, warm-up and weight average; the first drew the rate, weight decay,
-    dropout and epochs (make train keeps its epochs and weight decay), the second the rate,
-    dropout, head width and smoothing at make train's epochs: make train's values lie in it."""
+    dropout and epochs (make train keeps its weight decay; its epochs, chosen later with the
+    truncation draw, lie between the first study's two), the second the rate, dropout, head
+    width and smoothing at the 50 epochs make train had then: make train's values lie in it."""
     first = cfg.load_tuning(ROOT / "experiments" / "tune_fd001_muon.yaml")
     second = cfg.load_tuning(ROOT / "experiments" / "tune_fd001_muon_regular.yaml")
     card = cfg.load(TRAIN_PATH)
@@ -584,10 +586,10 @@ def test_the_muon_studies_search_make_trains_batch_and_hold_its_recipe():
     space = first.search_space
     assert set(space) == {"lr", "weight_decay", "dropout", "epochs"}
     assert card.weight_decay in space["weight_decay"].choices
-    assert card.epochs in space["epochs"].choices
+    assert min(space["epochs"].choices) < card.epochs < max(space["epochs"].choices)
     space = second.search_space
     assert set(space) == {"lr", "dropout", "smoothing_alpha", "hidden_size"}
-    assert (second.train.epochs, second.train.weight_decay) == (card.epochs, card.weight_decay)
+    assert (second.train.epochs, second.train.weight_decay) == (50, card.weight_decay)
     assert space["lr"].low < card.lr < space["lr"].high
     assert space["dropout"].low < card.dropout < space["dropout"].high
     assert card.smoothing_alpha in space["smoothing_alpha"].choices
