@@ -32,9 +32,9 @@ TELEMETRY_ENV = "ORT_DISABLE_TELEMETRY"
 
 def onnxruntime():
     """onnxruntime, imported with its telemetry off unless the environment says otherwise: its
-    Linux wheels send usage events to Microsoft by default and write a device id under
-    ~/.cache/Microsoft and a session file in the temporary folder, none of which a model's
-    user asked for. Every import of onnxruntime in rul goes through here."""
+    Linux wheels carry Microsoft's telemetry, on by default, which writes a device id and an
+    event store under ~/.cache/Microsoft and a session file in the temporary folder, none of
+    which a model's user asked for. Every import of onnxruntime in rul goes through here."""
     os.environ.setdefault(TELEMETRY_ENV, "1")
     import onnxruntime
 

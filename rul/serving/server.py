@@ -25,13 +25,12 @@ import asyncio
 import contextlib
 import os
 import resource
-import signal
 import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from rul.interrupts import Terminated
+from rul.interrupts import interrupts_as_exceptions
 from rul.serving import refusal_log
 from rul.serving.connections import protocol
 from rul.serving.guard import Guard
@@ -100,13 +99,16 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     limits = open_files(from_args(parser, args))
     refusal_log.install()
-    signal.signal(signal.SIGTERM, _terminated)
+    # Ctrl-C and SIGTERM (a container or service manager stopping it) as exceptions, while
+    # loading or once uvicorn has shut down and raised the signal again: the normal end, exit
+    # 0, the scratch folders removed (SIGTERM's default action skipped that) and a second
+    # signal ignored while they are
     try:
-        with tempfile.TemporaryDirectory(prefix="rul-serve-") as folder:
+        with interrupts_as_exceptions(), \
+                tempfile.TemporaryDirectory(prefix="rul-serve-") as folder:
             _run(args, limits, folder)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (Terminated), while loading or after
-        print("stopped", file=sys.stderr)  # uvicorn's shutdown (it raises the signal again
-        # once done): the normal end, exit 0, with the scratch folder removed
+    except KeyboardInterrupt:  # Terminated (SIGTERM) included
+        print("stopped", file=sys.stderr)
 
 
 def _run(args, limits: Limits, folder: str) -> None:
@@ -122,13 +124,6 @@ def _run(args, limits: Limits, folder: str) -> None:
         asyncio.run(_serve(uvicorn.Server(config)))
     finally:
         guard.lanes.close()
-
-
-def _terminated(signum, frame) -> None:
-    """SIGTERM (a service manager or container stopping the server), run once uvicorn has
-    shut down and raised it again: as an exception, not the default action, which would end
-    the process before its scratch folder and the fork server's are removed."""
-    raise Terminated
 
 
 async def _serve(server) -> None:

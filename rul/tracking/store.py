@@ -236,10 +236,7 @@ def _from_template(database: Path) -> Path | None:
     except Exception:  # noqa: BLE001 (a damaged or foreign file: built the slow way instead)
         _remove(aside)
         return None
-    except BaseException:
-        _remove(aside)
-        raise
-    return aside
+    return aside  # (a kill while copying leaves a file the next command's building() removes)
 
 
 def _opened_or_removed(aside: Path) -> None:
