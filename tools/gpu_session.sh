@@ -3,6 +3,8 @@
 # second within the machine's 30 s warm window), results under $OUT each time:
 #   bash tools/gpu_session.sh timed   about 8 min (timeout_s 530): the GPU to itself
 #   bash tools/gpu_session.sh side    5 min (timeout_s 320): the rest side by side
+#   bash tools/gpu_session.sh search  9 min (timeout_s 600): a session's one call for the best
+#                                     model's study and the 5-seed evaluations of its winner
 # With the machine's start (1-2 min) that is all of a session's 15 minutes; with less, run
 # `timed` alone (the promises' figures) and leave `side` to the next session. `timed` grew by a
 # minute when the default recipe went from 100 to 150 epochs (its recipe and train sections).
@@ -32,8 +34,8 @@ mkdir -p "$OUT"
 WORK=$(mktemp -d)
 DRY=${GPU_SESSION_DRY:-0}
 PART=${1:-timed}
-case $PART in timed) DEFAULT_BUDGET=500 ;; side) DEFAULT_BUDGET=300 ;;
-  *) echo "usage: tools/gpu_session.sh timed|side"; exit 2 ;; esac
+case $PART in timed) DEFAULT_BUDGET=500 ;; side) DEFAULT_BUDGET=300 ;; search) DEFAULT_BUDGET=560 ;;
+  *) echo "usage: tools/gpu_session.sh timed|side|search"; exit 2 ;; esac
 start=$(date +%s)
 BUDGET=${GPU_SESSION_SECONDS:-$DEFAULT_BUDGET}  # the part ends by itself this long after it began
 say() { echo "[$(( $(date +%s) - start )) s] $*"; }
@@ -80,6 +82,66 @@ if [ "$PART" = timed ]; then
   timeout -s INT -k 20 $(left 15) $PY -m bench.gpu_check --only recipe splits profile train \
     members peers --json "$WORK/results" >"$OUT/phase1.log" 2>&1
   say "timed part ended (exit $?)"
+  finish
+  exit 0
+fi
+
+if [ "$PART" = search ]; then
+  # experiments/tune_fd001_muon_batch.yaml on 8 workers, trials started until 260 s before the
+  # end; then its best trial and make train's recipe over seeds 42-46, side by side, and over
+  # 47-51 when as long again is left; each evaluation's per-seed test-like validation and
+  # p_fail Brier (tools/interval_report.py) last. Everything in one store (results.tar.gz).
+  say "search: study, then the evaluations of its best and of make train's recipe"
+  store="sqlite:///$WORK/store/mlflow.db"; mkdir -p "$WORK/store" "$WORK/results"
+  common=("tracking_uri=$store" "checkpoint_dir=$WORK/ckpt") short=()
+  journal="$WORK/store/optuna.journal" study=experiments/tune_fd001_muon_batch.yaml workers=8
+  if [ "$DRY" = 1 ]; then  # trials of 1 or 2 epochs on a tiny network
+    common+=("filters=4" "hidden_size=16") short=("epochs=2") workers=2
+    sed -e 's/choices: \[20, 35, 50\]/choices: [1, 2]/' -e 's/^epochs: 35/epochs: 2/' \
+      -e 's/choices: \[128, 256, 512\]/choices: [256, 512]/' \
+      $study >"$WORK/tune.yaml"; study=$WORK/tune.yaml
+  fi
+  timeout -s INT -k 10 $(left 230) $PY -m rul tune $study --workers $workers \
+    --timeout $(left 260) --storage "$journal" "${common[@]}" >"$OUT/search_study.log" 2>&1
+  say "study: exit $?"
+  best=$($PY tools/study_best.py "$journal" rul-fd001-muon-batch 2>&1)
+  say "study's best: $best"
+  evaluate() {  # CONFIG-OVERRIDES... : one 5-seed evaluation, its log in the results
+    local name=$1; shift
+    timeout -s INT -k 10 $(left 40) $PY -m rul evaluate experiments/fd001.yaml --seeds 5 --jobs 5 \
+      --no-progress "${common[@]}" "$@" "${short[@]}" >"$WORK/results/evaluate-$name.log" 2>&1
+    say "evaluation $name: exit $? (val, test: $(grep "^  mean" "$WORK/results/evaluate-$name.log" \
+      | awk '{print $2, $5}'))"
+  }
+  round() {  # SEED: the best trial and make train's recipe from SEED on, side by side
+    local began=$(date +%s)
+    evaluate "recipe-$1" "seed=$1" &
+    case "$best" in "effective_batch_size=512 epochs=35 lr=0.0148"|"") ;;  # trial 0 won (or none)
+      *) evaluate "best-$1" "seed=$1" $best micro_batch_size=auto & ;; esac
+    wait
+    took=$(( $(date +%s) - began ))
+  }
+  round 42
+  if [ $(( start + BUDGET - $(date +%s) )) -gt $(( took + 60 )) ]; then round 47
+  else say "no time for seeds 47-51 (a round took $took s)"; fi
+  # each evaluation's test-like validation and Brier, from its logged models
+  parents=$($PY - "$store" <<'PY'
+import sys, mlflow
+client = mlflow.MlflowClient(sys.argv[1])
+for e in client.search_experiments():
+    for r in client.search_runs([e.experiment_id], "tags.`rul.kind` = 'evaluate'"):
+        if r.info.status == "FINISHED":
+            print(r.info.run_id)
+PY
+)
+  for p in $parents; do
+    MLFLOW_TRACKING_URI=$store timeout -s INT -k 5 $(left 10) $PY tools/interval_report.py \
+      --parent "$p" >"$WORK/results/intervals-$p.txt" 2>&1 &
+  done
+  wait
+  say "interval reports: $(echo $parents | wc -w)"
+  cp "$OUT/search_study.log" "$WORK/results/"
+  grep -h "val\|test\|run " "$WORK"/results/evaluate-*.log | tail -40 >"$OUT/search_eval.log"
   finish
   exit 0
 fi
