@@ -204,6 +204,29 @@ def test_a_fleets_evaluation_has_its_own_section_not_fd001s_tables():
     assert "published" not in fleet and "not comparable with FD001's" in fleet
 
 
+def test_side_by_side_shows_a_recipes_most_complete_row_among_those_of_most_seeds():
+    """Two recorded rows of one recipe and seeds (two machines): the one whose figures were
+    all kept, not the one with the lower test RMSE; more seeds still come first."""
+    from rul.reporting.pages import side_by_side
+    from rul.reporting.records import ResultRecord
+
+    def record(rmse, seeds, metrics):
+        return ResultRecord(config="fd001.yaml", include_cycle=False, recipe="r", seeds=seeds,
+                            metrics={"test_rmse": (rmse, 0.2), **metrics}, machine="m",
+                            precision="fp32", torch="2.13.0", commit="abc1234",
+                            date="2026-11-29", command="rul evaluate fd001.yaml",
+                            source="recorded")
+
+    whole = {"val_rmse": (11.08, 0.6), "test_mae": (8.5, 0.1)}
+    few = record(11.88, [1, 2, 3, 4, 5], {"val_rmse": (11.09, None)})
+    kept = record(11.97, [1, 2, 3, 4, 5], whole)
+    (row,) = [line for line in side_by_side([few, kept]) if line.startswith("| `fd001")]
+    assert "11.97 ± 0.20 (val 11.08 ± 0.60; 5 seeds)" in row
+    more = record(12.5, list(range(10)), {})
+    (row,) = [line for line in side_by_side([few, kept, more]) if line.startswith("| `fd001")]
+    assert "12.50 ± 0.20" in row and "10 seeds" in row
+
+
 def test_a_data_sections_params_rebuild_its_config():
     from rul.tracking.run_logging import config_params
 

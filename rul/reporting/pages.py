@@ -77,10 +77,14 @@ def _order(records: list[ResultRecord]) -> list[ResultRecord]:
 
 def side_by_side(records: list[ResultRecord]) -> list[str]:
     """One row per recipe (named by its sensors-only config where there is one): its result
-    on each track with the most seeds (a run of the store before the record on a tie), test
-    RMSE with val RMSE beside it."""
+    on each track with the most seeds, then the most figures (a record whose store was not
+    kept has fewer), then a run of the store before the record; test RMSE with val RMSE
+    beside it."""
+    def figures(record):
+        return sum(1 + (std is not None) for _, std in record.metrics.values())
+
     recipes: dict[str, dict[bool, ResultRecord]] = {}
-    for record in sorted(_order(records), key=lambda r: -len(r.seeds)):  # stable: most seeds
+    for record in sorted(_order(records), key=lambda r: (-len(r.seeds), -figures(r))):
         recipes.setdefault(record.recipe, {}).setdefault(record.include_cycle, record)
 
     def cell(record):
