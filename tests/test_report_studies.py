@@ -24,6 +24,7 @@ RECORDED = ROOT / "docs" / "data" / "studies.yaml"
      ""),
     ("rul-fd001-b512-muon-arch", 10, {"COMPLETE": 4, "PRUNED": 6}, (4, 10.9264),
      "experiments/fd001.yaml"),
+    ("rul-fd001-muon-batch", 18, {"COMPLETE": 10, "FAIL": 8}, (7, 11.2267), ""),
 ])
 def test_the_recorded_studies_behind_make_trains_recipes_are_read_whole(name, trials, counts,
                                                                          best, adopted_by):

@@ -65,11 +65,15 @@ fi
 TIMEOUT=$($PY -c "import pytest_timeout" 2>/dev/null && echo --timeout)  # per test, if there
 say "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $($PY -c 'import torch; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")')"
 
-finish() {  # the results back: 6 files at most under $OUT
-  cp "$WORK/install.log" "$WORK/results/" 2>/dev/null
-  rm -rf "$WORK/store/mlruns"  # the models: the Results page reads the runs, not their files
+finish() {  # the results back: 7 files at most under $OUT
   mkdir -p "$WORK/results" "$WORK/store"
-  tar -czf "$OUT/results.tar.gz" -C "$WORK" results store 2>/dev/null
+  cp "$WORK/install.log" "$WORK/results/" 2>/dev/null
+  cp "$WORK"/store/*.journal "$WORK/results/" 2>/dev/null  # the study, if the store is too big
+  rm -rf "$WORK/store/mlruns"  # the models: the Results page reads the runs, not their files
+  # apart: a store over the 16 MB a file may come back in (a study's per-step metrics) must
+  # not keep the logs from coming back, as it once did
+  tar -czf "$OUT/results.tar.gz" -C "$WORK" results 2>/dev/null
+  tar -czf "$OUT/store.tar.gz" -C "$WORK" store 2>/dev/null
   grep -hi "rows hold\|passed\|failed\|study's best\|rmse\|exit" "$OUT"/*.log \
     | grep -v "^\[W\|PASSED" | tail -60 >"$OUT/summary.txt"
   say "done: $(ls "$OUT" | tr '\n' ' ')"
@@ -141,7 +145,7 @@ PY
   wait
   say "interval reports: $(echo $parents | wc -w)"
   cp "$OUT/search_study.log" "$WORK/results/"
-  grep -h "val\|test\|run " "$WORK"/results/evaluate-*.log | tail -40 >"$OUT/search_eval.log"
+  grep -hv "^child\|^browse" "$WORK"/results/evaluate-*.log >"$OUT/search_eval.log"
   finish
   exit 0
 fi
