@@ -212,3 +212,51 @@ def test_a_lean_logged_model_is_read_back_with_its_validation_engines(fd001_stor
     expected = predict_windows(outcome.model, WindowBatches(outcome.data.val, "cpu"))
     np.testing.assert_allclose(members[0], expected, atol=1e-5)
     assert logged.track == "sensors" and logged.preprocessor.rul_cap == 125
+
+
+# ------------------------------------------------------------------ tools/validation_limits.py
+
+
+@pytest.fixture(scope="module")
+def limits_tool():
+    return load_tool("validation_limits")
+
+
+def test_errors_by_true_rul_count_each_engine_once_and_split_the_squared_error(limits_tool):
+    """Two engines, each counted once: engine 1 (2 points, true 10 and 100) errs +2 and -4,
+    engine 2 (4 points, true 10, 50, 60, 100) errs +2, +6, +6 and 0. Weights 1/2 per point of
+    engine 1, 1/4 of engine 2, halved over the two engines."""
+    true = np.array([10.0, 100.0, 10.0, 50.0, 60.0, 100.0])
+    error = np.array([2.0, -4.0, 2.0, 6.0, 6.0, 0.0])
+    weights = np.array([0.5, 0.5, 0.25, 0.25, 0.25, 0.25])
+    found = limits_tool.band_errors(true + error, true, weights)
+    w = weights / 2
+    total = np.sum(w * error ** 2)  # 0.25*4 + 0.25*16 + 0.125*(4+36+36+0) = 14.5
+    assert found["rmse"] == pytest.approx(np.sqrt(total)) == pytest.approx(np.sqrt(14.5))
+    low, middle, high = found["rul_le25"], found["rul_26_75"], found["rul_gt75"]
+    assert (low["rmse"], low["bias"], low["points"]) == (pytest.approx(2.0), pytest.approx(2.0),
+                                                         pytest.approx(0.375))
+    assert (middle["rmse"], middle["bias"]) == (pytest.approx(6.0), pytest.approx(6.0))
+    assert high["bias"] == pytest.approx((0.25 * -4) / 0.375)  # late positive, early negative
+    assert high["squared"] == pytest.approx(0.25 * 16 / 14.5)
+    assert low["squared"] + middle["squared"] + high["squared"] == pytest.approx(1.0)
+
+
+def test_the_curves_are_read_per_epoch_on_the_targets_scale(limits_tool, mlflow_store):
+    """Validation RMSE per epoch as logged; the training loss (MSE of RUL / cap) as cycles;
+    the first epoch within 0.1 of the best, and the best's epoch."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(mlflow_store.uri)
+    run = client.create_run(client.create_experiment("rul-fd001")).info.run_id
+    for epoch, (val, loss) in enumerate([(20.0, 0.04), (12.05, 0.01), (12.0, 0.0064),
+                                         (12.3, 0.0049)], start=1):
+        client.log_metric(run, "val/rmse", val, step=epoch)
+        client.log_metric(run, "train/loss_epoch", loss, step=epoch)
+    found = limits_tool.curves(client, run, 125.0)
+    assert found["val"] == [20.0, 12.05, 12.0, 12.3]
+    assert found["train"] == pytest.approx([25.0, 12.5, 10.0, 8.75])
+    assert (found["best"], found["best_epoch"], found["near_epoch"]) == (12.0, 3, 2)
+    empty = client.create_run(client.get_run(run).info.experiment_id).info.run_id
+    with pytest.raises(ValueError, match=f"run {empty}: no per-epoch"):
+        limits_tool.curves(client, empty, 125.0)
