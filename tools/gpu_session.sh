@@ -105,7 +105,9 @@ if [ "$PART" = search ]; then
   # experiments/tune_fd001_muon_batch.yaml on 8 workers, trials started until 260 s before the
   # end; then its best trial and make train's recipe over seeds 42-46, side by side, and over
   # 47-51 when as long again is left; each evaluation's per-seed test-like validation and
-  # p_fail Brier (tools/interval_report.py) last. Everything in one store (results.tar.gz).
+  # p_fail Brier (tools/interval_report.py) and what limits it (tools/validation_limits.py)
+  # last. The runs in store.tar.gz; the logs, reports and the study's journal in
+  # results.tar.gz.
   say "search: study, then the evaluations of its best and of make train's recipe"
   store="sqlite:///$WORK/store/mlflow.db"; mkdir -p "$WORK/store" "$WORK/results"
   common=("tracking_uri=$store" "checkpoint_dir=$WORK/ckpt") short=()
@@ -152,9 +154,11 @@ PY
   for p in $parents; do
     MLFLOW_TRACKING_URI=$store timeout -s INT -k 5 $(left 10) $PY tools/interval_report.py \
       --parent "$p" >"$WORK/results/intervals-$p.txt" 2>&1 &
+    MLFLOW_TRACKING_URI=$store timeout -s INT -k 5 $(left 10) $PY tools/validation_limits.py \
+      --parent "$p" >"$WORK/results/limits-$p.txt" 2>&1 &
   done
   wait
-  say "interval reports: $(echo $parents | wc -w)"
+  say "interval and limits reports: $(echo $parents | wc -w) each"
   cp "$OUT/search_study.log" "$WORK/results/"
   grep -hv "^child\|^browse" "$WORK"/results/evaluate-*.log >"$OUT/search_eval.log"
   finish
