@@ -121,7 +121,7 @@ if [ "$PART" = search ]; then
   timeout -s INT -k 10 $(left 230) $PY -m rul tune $study --workers $workers \
     --timeout $(left 260) --storage "$journal" "${common[@]}" >"$OUT/search_study.log" 2>&1
   say "study: exit $?"
-  best=$($PY tools/study_best.py "$journal" rul-fd001-muon-batch 2>&1)
+  best=$($PY tools/study_best.py "$journal" rul-fd001-muon-batch)
   say "study's best: $best"
   evaluate() {  # CONFIG-OVERRIDES... : one 5-seed evaluation, its log in the results
     local name=$1; shift
@@ -133,8 +133,8 @@ if [ "$PART" = search ]; then
   round() {  # SEED: the best trial and make train's recipe from SEED on, side by side
     local began=$(date +%s)
     evaluate "recipe-$1" "seed=$1" &
-    case "$best" in "effective_batch_size=512 epochs=35 lr=0.0148"|"") ;;  # trial 0 won (or none)
-      *) evaluate "best-$1" "seed=$1" $best micro_batch_size=auto & ;; esac
+    # beside it, at no cost in wall time, even where trial 0 (the recipe itself) won
+    [ -n "$best" ] && evaluate "best-$1" "seed=$1" $best micro_batch_size=auto &
     wait
     took=$(( $(date +%s) - began ))
   }
