@@ -56,9 +56,10 @@ def test_an_epoch_draws_as_many_windows_from_the_law_the_same_on_resume_and_for_
               for r in (0, 1)]
     for batch, *parts in zip(batches, *shares, strict=True):
         assert torch.equal(torch.cat(parts).sort().values, batch.sort().values)
-    stacked = next(member_batches(torch.ones(1100), 512, [7, 8], 3))
+    other = torch.arange(1100.0)  # another member's law (drawn with its own split seed)
+    stacked = next(member_batches([torch.ones(1100), other], 512, [7, 8], 3))
     assert torch.equal(stacked[0], batches[0])  # each member draws as it would alone
-    assert torch.equal(stacked[1], next(effective_batches(torch.ones(1100), 512, 8, 3)))
+    assert torch.equal(stacked[1], next(effective_batches(other, 512, 8, 3)))
 
 
 SMALL = {"filters": 4, "hidden_size": 8, "num_layers": 1, "window": 20, "epochs": 2,

@@ -65,12 +65,13 @@ def effective_batches(windows: int | torch.Tensor, batch_size: int, seed: int, e
         yield batch[world.rank::world.size]
 
 
-def member_batches(windows: int | torch.Tensor, batch_size: int, seeds: list[int], epoch: int,
+def member_batches(windows: list, batch_size: int, seeds: list[int], epoch: int,
                    device: torch.device | None = None):
     """Yield, per optimizer step, each of stacked members' effective batch of indices as
-    effective_batches draws it for that member's shuffle seed: (members, batch) indices."""
-    orders = [effective_batches(windows, batch_size, seed, epoch, device=device)
-              for seed in seeds]
+    effective_batches draws it for that member's windows (a number or its law) and shuffle
+    seed: (members, batch) indices."""
+    orders = [effective_batches(law, batch_size, seed, epoch, device=device)
+              for law, seed in zip(windows, seeds, strict=True)]
     for indices in zip(*orders, strict=True):
         yield torch.stack(indices)
 

@@ -37,10 +37,10 @@ class Members:
         self.active: list[int] = []  # the members still training this epoch
         self.results: list[list[StepResult]] = []  # each active member's, this epoch
         self.clock = (time.perf_counter(), states[0].epoch)  # the start: the bar's estimate
-        # each training window's probability in an epoch's draw; None: a shuffle. Stacked
-        # members share one split, so one law (drawn with the first member's split seed)
-        sampling = plans[0].train_sampling
-        self.sampling = None if sampling is None else torch.from_numpy(sampling)
+        # each training window's probability in an epoch's draw, each member's drawn with its
+        # own split seed as it is alone; None: a shuffle
+        laws = [plan.train_sampling for plan in plans]
+        self.sampling = None if laws[0] is None else [torch.from_numpy(law) for law in laws]
 
     @property
     def stacked(self) -> bool:
@@ -70,11 +70,11 @@ class Members:
 
     def batches(self, n: int, batch_size: int, epoch: int, world, device):
         """The epoch's effective batches: a run's indices, or (members, batch) indices."""
-        windows = n if self.sampling is None else self.sampling
+        laws = [n] * len(self.plans) if self.sampling is None else self.sampling
         if not self.stacked:
-            return effective_batches(windows, batch_size, self.plans[0].seeds.shuffle, epoch,
+            return effective_batches(laws[0], batch_size, self.plans[0].seeds.shuffle, epoch,
                                      world, device)
-        return member_batches(windows, batch_size, [p.seeds.shuffle for p in self.plans], epoch,
+        return member_batches(laws, batch_size, [p.seeds.shuffle for p in self.plans], epoch,
                               device)
 
     def record(self, result: StepResult) -> None:
