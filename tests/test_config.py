@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAIN_PATH = ROOT / "experiments" / "fd001.yaml"
 TUNE_PATH = ROOT / "experiments" / "tune_fd001.yaml"
 
-# What `make train` trains: experiments/fd001.yaml from before the defaults moved into the
-# model (less its tuning keys), with the cosine schedule from 2e-3 that replaced a constant 1e-3.
+# TrainConfig's defaults before they became `make train`'s recipe (the AdamW era): what the
+# historic configs of experiments/ were measured with, and pin to keep their meaning.
 OLD_FD001 = {
     "subset": "FD001", "data_dir": None, "window": 30, "rul_cap": 125,
     "features": "informative", "include_settings": False, "drop_constant": False,
@@ -28,15 +28,6 @@ OLD_FD001 = {
     "experiment": None, "register": True, "run_name": None,
     "checkpoint_dir": "mlruns/checkpoints",
     "interval_coverage": 0.9,  # not part of the run's digest: same checkpoint id as before
-}
-OLD_TUNE_SPACE = {
-    "effective_batch_size": {"type": "categorical", "choices": [128, 256, 512, 1024, 2048]},
-    "lr": {"type": "float", "low": 0.0003, "high": 0.003, "log": True},
-    "hidden_size": {"type": "categorical", "choices": [50, 100, 200]},
-    "num_layers": {"type": "int", "low": 2, "high": 5},
-    "dropout": {"type": "float", "low": 0.0, "high": 0.5},
-    "window": {"type": "categorical", "choices": [20, 30, 40]},
-    "smoothing_alpha": {"type": "float", "low": 0.05, "high": 1.0, "log": True},
 }
 
 
@@ -56,12 +47,30 @@ def tune_error(changes: dict) -> str:
 # ---------------------------------------------------------------- defaults
 
 
-def test_defaults_are_the_old_fd001_values_and_types():
-    for config in (cfg.TrainConfig(), cfg.load()):
+# `make train`'s recipe, as TrainConfig's defaults hold it (and nothing else states it).
+RECIPE = {**OLD_FD001, "patience": 40, "optimizer": "muon", "lr": 0.0148, "dropout": 0.746,
+          "hidden_size": 50, "kernel_size": 14, "warmup_epochs": 1, "epochs": 35,
+          "ema_decay": 0.998, "train_sampling": "truncation"}
+
+
+def test_the_defaults_are_make_trains_recipe_with_the_types_runs_were_tracked_with():
+    for config in (cfg.TrainConfig(), cfg.load(), cfg.load(TRAIN_PATH)):
         values = config.to_dict()
-        assert values == OLD_FD001
+        assert values == RECIPE
         assert {k: type(v) for k, v in values.items()} == {
-            k: type(v) for k, v in OLD_FD001.items()}  # 0.0 stays a float: same checkpoint id
+            k: type(v) for k, v in RECIPE.items()}  # 0.0 stays a float: same checkpoint id
+
+
+def test_a_key_added_later_is_written_only_when_it_differs_from_what_runs_had_before_it():
+    """Not from today's default: an AdamW run (before `optimizer` existed) keeps its params and
+    digest, and is rebuilt from them as AdamW, though the default is Muon."""
+    from rul.config.training import with_legacy_values
+
+    adamw = cfg.load(None, ["optimizer=adamw", "train_sampling=windows", "warmup_epochs=0"])
+    assert not {"optimizer", "train_sampling", "warmup_epochs"} & set(adamw.to_dict())
+    assert cfg.build(with_legacy_values(adamw.to_dict())) == adamw
+    assert adamw.replace(seed=7).optimizer == "adamw"
+    assert cfg.TrainConfig().to_dict()["optimizer"] == "muon"  # stated: it differs from before
 
 
 def test_make_train_is_the_studied_recipe_and_the_age_recipe_adds_the_age_to_it():
@@ -80,9 +89,7 @@ def test_make_train_is_the_studied_recipe_and_the_age_recipe_adds_the_age_to_it(
     choices = DataChoices(1, "", ["s_2"], "")
     previous = {**OLD_FD001, "patience": 40}
     adamw = {**previous, "lr": 0.0108, "warmup_epochs": 1, "epochs": 150, "ema_decay": 0.998}
-    muon = {**previous, "optimizer": "muon", "lr": 0.0148, "dropout": 0.746, "hidden_size": 50,
-            "kernel_size": 14, "warmup_epochs": 1, "epochs": 35, "ema_decay": 0.998,
-            "train_sampling": "truncation"}
+    muon = RECIPE
     assert cfg.load(TRAIN_PATH).to_dict() == muon
     assert preprocessor_for(cfg.load(TRAIN_PATH), fd001, choices).include_cycle is False
     assert cfg.load(ROOT / "experiments" / "fd001_b512_adamw.yaml").to_dict() == adamw
@@ -98,15 +105,27 @@ def test_a_one_epoch_try_of_make_train_is_all_warm_up_not_an_error():
     assert (short.epochs, short.warmup_epochs) == (1, 1)
 
 
-def test_yaml_files_only_override_defaults():
-    for path in (TRAIN_PATH, TUNE_PATH):
+def test_no_config_file_restates_a_default():
+    """The recipe's one home is TrainConfig: a file that restated a default would keep the old
+    value when the recipe moves. A historic config pins only what differs from today's
+    defaults (and the tests above pin what it resolves to)."""
+    defaults = cfg.TrainConfig().model_dump()
+    tuning_defaults = cfg.TuningConfig().to_dict()
+    paths = sorted((ROOT / "experiments").glob("*.yaml"))
+    assert TRAIN_PATH in paths and TUNE_PATH in paths
+    for path in paths:
         values = yaml.safe_load(path.read_text())
         same = [k for k, v in values.items()
-                if k != "subset" and k in OLD_FD001 and v == OLD_FD001[k]]
+                if k != "subset" and k in defaults and v == defaults[k]]
         assert same == [], f"{path.name} repeats defaults {same}"
-        tuning_defaults = cfg.TuningConfig().to_dict()
         same = [k for k in cfg.TUNING_KEYS if k in values and values[k] == tuning_defaults[k]]
         assert same == [], f"{path.name} repeats tuning defaults {same}"
+
+
+def test_make_trains_config_is_short():
+    comments = [line for line in TRAIN_PATH.read_text().splitlines()
+                if line.lstrip().startswith("#")]
+    assert len(comments) <= 12
 
 
 def test_the_batch_256_recipe_changes_only_the_effective_batch():
@@ -158,12 +177,18 @@ def test_include_cycle_is_stated_only_when_on():
     assert "include_cycle" not in cfg.load().to_dict()  # old configs keep their digest
 
 
-def test_tuning_file_keeps_the_old_study():
+def test_make_tune_searches_around_make_trains_recipe_from_the_recipe_itself():
     tuning = cfg.load_tuning(TUNE_PATH)
-    assert tuning.train.to_dict() == {**OLD_FD001, "epochs": 12, "patience": 5}
-    assert tuning.to_dict()["search_space"] == OLD_TUNE_SPACE
-    assert (tuning.n_trials, tuning.pruner, tuning.pruner_warmup_epochs) == (10, "median", 3)
-    assert (tuning.max_effective_batch, tuning.scale_lr_with_batch) == (2048, False)
+    assert tuning.train.to_dict() == RECIPE
+    assert tuning.baseline_trial  # trial 0: the recipe, which every dimension can draw
+    for key, dimension in tuning.search_space.items():
+        value = RECIPE.get(key, tuning.train.effective_batch_size)
+        if isinstance(dimension, cfg.Categorical):
+            assert value in dimension.choices, key
+        else:
+            assert dimension.low < value < dimension.high, key
+    assert (tuning.n_trials, tuning.pruner, tuning.pruner_warmup_epochs) == (8, "median", 15)
+    assert (tuning.max_effective_batch, tuning.scale_lr_with_batch) == (None, False)
     assert tuning.study_name is None and tuning.effective_study_name == "rul-fd001-tune"
     named = tuning.replace(study_name="mine", subset="fd003")
     assert (named.effective_study_name, named.train.subset) == ("mine", "FD003")
@@ -334,7 +359,8 @@ def test_tuning_keys_given_to_train_point_to_rul_tune():
     with pytest.raises(cfg.ConfigError) as error:
         cfg.load(TUNE_PATH)  # the tuning file read by `rul train`
     assert str(error.value) == (
-        f"{TUNE_PATH}: 'n_trials', 'max_effective_batch', 'search_space' are tuning keys used "
+        f"{TUNE_PATH}: 'n_trials', 'baseline_trial', 'pruner_warmup_epochs', 'search_space' are "
+        "tuning keys used "
         "by `rul tune`, not by `rul train`")
 
 
@@ -404,7 +430,7 @@ TUNE_ERRORS = [
     ({"max_effective_batch": 0}, "max_effective_batch=0: must be a positive integer or null"),
     ({"scale_lr_with_batch": "yes"}, "scale_lr_with_batch='yes': must be true or false"),
     ({"max_effective_batch": 16}, "max_effective_batch=16: every trial would be pruned: the "
-     "smallest effective_batch_size is 128"),
+     "smallest effective_batch_size is 256"),
     ({"n_trial": 3}, "unknown key(s) 'n_trial' (did you mean 'n_trials'?)"),
     ({"lerning_rate": 1}, "unknown key(s) 'lerning_rate' (did you mean 'lr'?)"),
     ({"epochs": 0}, "epochs=0: must be a positive integer"),  # training keys checked too
@@ -463,7 +489,7 @@ def test_tuning_splits_the_flat_file_and_overrides():
     t = cfg.load_tuning(TUNE_PATH, ["lr=2e-3", "n_trials=4", "pruner=hyperband",
                                     "search_space={lr: {type: float, low: 1e-4, high: 1e-2}}"])
     assert isinstance(t.train, cfg.TrainConfig)
-    assert (t.train.lr, t.train.epochs, t.n_trials, t.pruner) == (2e-3, 12, 4, "hyperband")
+    assert (t.train.lr, t.train.epochs, t.n_trials, t.pruner) == (2e-3, 35, 4, "hyperband")
     assert list(t.search_space) == ["lr"]
     assert isinstance(t.search_space["lr"], cfg.FloatRange) and not t.search_space["lr"].log
     flat = t.to_dict()
@@ -473,8 +499,9 @@ def test_tuning_splits_the_flat_file_and_overrides():
 
 def test_cross_field_values_of_a_trial_are_left_to_the_trial():
     """hidden_size 50 is fine for the field; with a transformer it is the trial that is pruned."""
-    t = cfg.load_tuning(TUNE_PATH, {"model": "transformer", "hidden_size": 64})
-    assert t.search_space["hidden_size"].choices == [50, 100, 200]
+    t = cfg.load_tuning(TUNE_PATH, {"model": "transformer", "hidden_size": 64,
+                                       "baseline_trial": False})
+    assert t.search_space["hidden_size"].choices == [32, 50, 100]
 
 
 # ---------------------------------------------------------------- immutability, replace

@@ -44,7 +44,8 @@ def tiny_config(micro: int, k: int):
 
 
 def trimmed(window_set, n):
-    return replace(window_set, starts=window_set.starts[:n], targets=window_set.targets[:n])
+    return replace(window_set, starts=window_set.starts[:n], targets=window_set.targets[:n],
+                   units=window_set.units[:n])
 
 
 class StepLosses(TrainingListener):

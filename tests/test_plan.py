@@ -120,14 +120,21 @@ def test_the_key_lists_are_derived_from_the_roles():
         "precision", "deterministic", "memory_budget"}
 
 
+BEFORE_THE_RECIPE = ROOT / "experiments" / "fd001_b512_e100.yaml"  # + patience 20: the
+# defaults of then
+
+
 @pytest.mark.parametrize("path, overrides, digest", [
-    (None, {}, "22530c6237769408"),
+    (BEFORE_THE_RECIPE, {"patience": 20}, "22530c6237769408"),
     # make train's config while it read the engine's age (then fd001_age.yaml's recipe):
     # the recipe before the study with the age resumes its runs
-    (ROOT / "experiments" / "fd001_b512_e100.yaml", {"include_cycle": True},
-     "e49e820a1e3231c7"),
-    (None, {"micro_batch_size": "auto", "effective_batch_size": 512, "ensemble": 3,
-            "include_cycle": True}, "7cc7efcd9382b33e"),
+    (BEFORE_THE_RECIPE, {"include_cycle": True}, "e49e820a1e3231c7"),
+    (BEFORE_THE_RECIPE, {"patience": 20, "micro_batch_size": "auto", "effective_batch_size": 512,
+                         "ensemble": 3, "include_cycle": True}, "7cc7efcd9382b33e"),
+    # make train's and its age track's, from before the defaults became the recipe
+    (None, {}, "3b4347845d9a1ac8"),
+    (ROOT / "experiments" / "fd001.yaml", {}, "3b4347845d9a1ac8"),
+    (ROOT / "experiments" / "fd001_age.yaml", {}, "7e3162a29106b870"),
 ])
 def test_identities_of_runs_tracked_before_are_kept(path, overrides, digest):
     """`--resume` finds runs by their digest: the digests of runs tracked by earlier versions

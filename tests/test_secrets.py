@@ -144,7 +144,7 @@ def test_no_output_and_no_store_holds_the_secret(postgres, write_cmapss, tmp_pat
     assert predicted.exit_code == 0, predicted.stderr[-3000:]
 
     tune_config = Path(__file__).resolve().parents[1] / "experiments" / "tune_fd001.yaml"
-    tuned = run_rul(["tune", str(tune_config), *base, "max_effective_batch=null",
+    tuned = run_rul(["tune", str(tune_config), *base, "baseline_trial=false",
                      "search_space={lr: {type: float, low: 0.001, high: 0.002}}",
                      "--n-trials", "1", "--storage", postgres.replace("rul_secrets", "rul_study")],
                     work)
@@ -162,7 +162,8 @@ def test_no_output_and_no_store_holds_the_secret(postgres, write_cmapss, tmp_pat
     assert ui.main(["server", "--backend-store-uri", missing]) == 2  # `make server`'s check
     server = capsys.readouterr()
     driver = postgres.replace("postgresql:", "postgresql+psycopg2:")  # one database, however
-    shared = run_rul(["tune", str(tune_config), *base, "--storage", postgres], work,  # spelled
+    shared = run_rul(["tune", str(tune_config), *base, "baseline_trial=false", "--storage",
+                      postgres], work,  # spelled
                      env={"MLFLOW_TRACKING_URI": driver})
     outputs.append(shared.stdout + shared.stderr)
     assert shared.exit_code == 2 and "the tracking store's database" in shared.stderr

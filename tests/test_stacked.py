@@ -28,7 +28,9 @@ from rul.workflows.ensemble import MEMBER_TAG, TRAINING_REASON_TAG, TRAINING_TAG
 
 TINY = {"epochs": 2, "patience": 5, "filters": 4, "num_layers": 2, "hidden_size": 16,
         "window": 20, "micro_batch_size": 8, "accumulation_steps": 2, "dropout": 0.0,
-        "precision": "fp32", "ensemble": 3, "interval_coverage": None, "register": False}
+        "precision": "fp32", "ensemble": 3, "interval_coverage": None, "register": False,
+        "optimizer": "adamw", "lr": 0.002, "kernel_size": 10,  # AdamW (elementwise) stacks
+        "train_sampling": "windows", "warmup_epochs": 0, "ema_decay": 0.99}
 
 
 @pytest.fixture
@@ -53,11 +55,14 @@ def test_each_member_starts_from_the_weights_it_starts_from_alone(members):
     assert not torch.equal(_flat(stacked[0]), _flat(stacked[1]))
 
 
-@pytest.mark.parametrize("val_weights", ["windows", "truncation"])
-def test_without_dropout_each_member_trains_as_it_trains_alone(members, val_weights):
-    """Validation weighed per window or as the test units are cut (each member's weights
-    drawn with its own split seed): the same validation RMSE as alone."""
-    plans = members(val_weights=val_weights)
+@pytest.mark.parametrize("val_weights, train_sampling", [
+    ("windows", "windows"), ("truncation", "windows"), ("windows", "truncation")])
+def test_without_dropout_each_member_trains_as_it_trains_alone(members, val_weights,
+                                                               train_sampling):
+    """Validation weighed per window or as the test units are cut, training windows drawn
+    once each or as the test units are cut (each member's weights and law drawn with its own
+    split seed): the same validation RMSE as alone."""
+    plans = members(val_weights=val_weights, train_sampling=train_sampling)
     alone = [train(plan, progress=False) for plan in plans]
     stacked = train_members(plans)
     assert len(alone[0].state.grad_norms) >= 8  # steps enough for the rounding to show

@@ -40,14 +40,15 @@ def windows(real_data_dir):
 
 
 def head(windows, n: int):
-    return replace(windows, starts=windows.starts[:n], targets=windows.targets[:n])
+    return replace(windows, starts=windows.starts[:n], targets=windows.targets[:n],
+                   units=windows.units[:n])
 
 
 def tiny(**changes):
     return cfg.load(None, {"model": "cnn", "filters": 4, "num_layers": 2, "hidden_size": 16,
                            "dropout": 0.0, "epochs": 2, "micro_batch_size": 256,
                            "accumulation_steps": 2, "device": "cpu", "ema_decay": 0.9,
-                           **changes})
+                           "optimizer": "adamw", "warmup_epochs": 0, **changes})
 
 
 class Steps(TrainingListener):

@@ -83,7 +83,7 @@ def study_of(folder: Path, root: Path, seeds_per_trial: int) -> dict:
     """A 3-trial study on `folder`, in its own stores: its trials and its best."""
     config = cfg.load_tuning(TUNE_PATH, {
         **SMALL, "data_dir": str(folder), "tracking_uri": f"sqlite:///{root}/mlflow.db",
-        "checkpoint_dir": str(root / "ckpt"), "max_effective_batch": None,
+        "checkpoint_dir": str(root / "ckpt"), "baseline_trial": False,
         "pruner": "none", "seeds_per_trial": seeds_per_trial,
         "search_space": {"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
                          "warmup_epochs": {"type": "int", "low": 0, "high": 2},

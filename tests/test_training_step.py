@@ -225,7 +225,7 @@ def test_fit_counts_skipped_steps_and_does_not_advance_scheduler(fd001_windows):
     train, val = fd001_windows
     config = cfg.load(None, {"model": "cnn", "filters": 4, "num_layers": 2, "hidden_size": 16,
                              "dropout": 0.0, "epochs": 1, "scheduler": "cosine", "lr": 1e-3,
-                             "micro_batch_size": 1024, "accumulation_steps": 2,
+                             "warmup_epochs": 0, "micro_batch_size": 1024, "accumulation_steps": 2,
                              "precision": "fp16", "device": "cpu"})
     torch.manual_seed(0)
     model = build_model(config, n_features=14)
@@ -356,13 +356,14 @@ def test_fp16_splits_skip_the_same_steps_and_move_the_scale_alike(fd001_windows,
 
     monkeypatch.setattr(optim, "make_optimizer",
                         functools.partial(optim.make_optimizer, sync_free=sync_free))
-    train, val = (replace(w, starts=w.starts[:n], targets=w.targets[:n])
+    train, val = (replace(w, starts=w.starts[:n], targets=w.targets[:n], units=w.units[:n])
                   for w, n in zip(fd001_windows, (4096, 512), strict=True))
 
     def run(micro, k):
         config = cfg.load(None, {"model": "cnn", "filters": 4, "num_layers": 2,
                                  "hidden_size": 16, "dropout": 0.0, "epochs": 1,
                                  "micro_batch_size": micro, "accumulation_steps": k,
+                                 "optimizer": "adamw", "train_sampling": "windows",
                                  "precision": "fp16", "device": "cpu"})
         torch.manual_seed(0)
         steps = []
@@ -423,7 +424,7 @@ def test_the_warm_up_rises_linearly_then_hands_over_to_the_schedule(scheduler):
 def test_without_a_warm_up_the_schedule_is_the_one_it_was():
     from rul.training.optim import make_scheduler
 
-    config = cfg.load(None, {"epochs": 10, "lr": 1e-2})
+    config = cfg.load(None, {"epochs": 10, "lr": 1e-2, "warmup_epochs": 0})
     scheduler = make_scheduler(torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-2), config,
                                100)
     assert type(scheduler) is torch.optim.lr_scheduler.CosineAnnealingLR  # rates bit for bit

@@ -29,6 +29,9 @@ from rul.workflows.tune import run_study
 
 TUNE_PATH = Path(__file__).resolve().parents[1] / "experiments" / "tune_fd001.yaml"
 MODEL_NAME = "rul-fd001"
+# make tune's file without its baseline trial, its batch limited: the study's mechanics
+PLAIN = {"baseline_trial": False, "max_effective_batch": 2048}
+PLAIN_ARGS = ["baseline_trial=false", "max_effective_batch=2048"]
 TINY = {"epochs": 2, "patience": 5, "filters": 4, "num_layers": 2, "hidden_size": 16}
 SPACE = {
     "micro_batch_size": {"type": "categorical", "choices": [1024, 2048]},
@@ -43,7 +46,8 @@ def make_config(root: Path, data_dir: Path, **changes) -> cfg.TuningConfig:
     return cfg.load_tuning(TUNE_PATH, {
         **TINY, "data_dir": str(data_dir), "tracking_uri": f"sqlite:///{root}/mlflow.db",
         "checkpoint_dir": str(root / "ckpt"), "search_space": SPACE,
-        "max_effective_batch": None, **changes,
+        "max_effective_batch": None, "baseline_trial": False, "pruner_warmup_epochs": 3,
+        **changes,
     })
 
 
@@ -301,7 +305,7 @@ def test_resuming_with_another_base_config_is_a_one_line_error(main_store, tuned
 def base_study(space=SPACE, trained=True, **changes):
     """A study created by load_study in memory, with a trial running unless not `trained`
     (nothing is trained for real), and a config to resume it."""
-    config = cfg.load_tuning(TUNE_PATH, {"search_space": space, **changes})
+    config = cfg.load_tuning(TUNE_PATH, {**PLAIN, "search_space": space, **changes})
     storage = optuna.storages.InMemoryStorage()
     load_study(config, storage, "s")
     if trained:
@@ -360,12 +364,12 @@ def test_the_batch_keys_compared_are_those_that_decide_the_trials_batch(space, c
 
 
 def test_a_study_from_before_the_check_adopts_the_config_it_resumes_with(capsys):
-    config = cfg.load_tuning(TUNE_PATH, {"search_space": SPACE})
+    config = cfg.load_tuning(TUNE_PATH, {**PLAIN, "search_space": SPACE})
     storage = optuna.storages.InMemoryStorage()
     optuna.create_study(storage=storage, study_name="s").ask()  # a trial, no base config
     load_study(config.replace(epochs=7), storage, "s")
     assert "study 's' has no stored base config (made by an older rul)" in capsys.readouterr().err
-    with pytest.raises(cfg.ConfigError, match="trained with epochs=7; this config has epochs=12"):
+    with pytest.raises(cfg.ConfigError, match="trained with epochs=7; this config has epochs=35"):
         load_study(config, storage, "s")
 
 
@@ -655,7 +659,7 @@ def test_open_storage_picks_the_backend(tmp_path):
 
 
 def test_make_pruner_follows_the_config():
-    base = cfg.load_tuning(TUNE_PATH, {"epochs": 9, "pruner_warmup_epochs": 2})
+    base = cfg.load_tuning(TUNE_PATH, {**PLAIN, "epochs": 9, "pruner_warmup_epochs": 2})
     assert isinstance(make_pruner(base), optuna.pruners.MedianPruner)
     assert isinstance(make_pruner(base.replace(pruner="hyperband")),
                       optuna.pruners.HyperbandPruner)
@@ -687,7 +691,7 @@ def test_suggest_draws_each_kind_within_bounds():
 
 
 def test_trial_overrides_scale_lr_with_the_effective_batch():
-    base = cfg.load_tuning(TUNE_PATH, {"scale_lr_with_batch": True, "lr": 1e-3,
+    base = cfg.load_tuning(TUNE_PATH, {**PLAIN, "scale_lr_with_batch": True, "lr": 1e-3,
                                 "micro_batch_size": 256, "accumulation_steps": 2})
     values = {"micro_batch_size": 256, "accumulation_steps": 4, "lr": 2e-3}
     changes, reason = trial_overrides(base, values)
@@ -705,7 +709,7 @@ def test_trial_overrides_scale_lr_with_the_effective_batch():
 
 
 def test_trial_overrides_refuse_batches_over_the_limit():
-    base = cfg.load_tuning(TUNE_PATH)  # max_effective_batch 2048, K 2
+    base = cfg.load_tuning(TUNE_PATH, PLAIN)  # max_effective_batch 2048, K 2
     assert base.max_effective_batch == 2048
     changes, reason = trial_overrides(base, {"micro_batch_size": 512, "accumulation_steps": 8})
     assert reason == "effective batch 512x8=4096 > max 2048"
@@ -718,14 +722,15 @@ def test_trial_overrides_refuse_batches_over_the_limit():
 
 
 def test_trial_overrides_check_transformer_heads():
-    base = cfg.load_tuning(TUNE_PATH, {"model": "transformer", "hidden_size": 64, "num_heads": 4})
+    base = cfg.load_tuning(TUNE_PATH, {**PLAIN, "model": "transformer", "hidden_size": 64,
+                                       "num_heads": 4})
     _, reason = trial_overrides(base, {"hidden_size": 50})
     assert reason == "hidden_size=50: must be divisible by num_heads=4"
     _, reason = trial_overrides(base, {"num_heads": 3})
     assert reason == "hidden_size=64: must be divisible by num_heads=3"
     assert trial_overrides(base, {"hidden_size": 96, "num_heads": 8})[1] is None
     assert trial_overrides(base, {"model": "cnn", "hidden_size": 50})[1] is None  # its kind's rule
-    cnn = cfg.load_tuning(TUNE_PATH)  # heads are ignored for other models...
+    cnn = cfg.load_tuning(TUNE_PATH, PLAIN)  # heads are ignored for other models...
     assert trial_overrides(cnn, {"hidden_size": 50})[1] is None
     _, reason = trial_overrides(cnn, {"model": "transformer", "hidden_size": 50})  # ...unless
     assert reason == "hidden_size=50: must be divisible by num_heads=4"
@@ -735,7 +740,7 @@ def test_trial_overrides_check_transformer_heads():
 
 
 def test_trial_overrides_derive_the_split_from_the_effective_batch():
-    base = cfg.load_tuning(TUNE_PATH, {"scale_lr_with_batch": True})  # max 2048
+    base = cfg.load_tuning(TUNE_PATH, {**PLAIN, "scale_lr_with_batch": True})  # max 2048
     changes, reason = trial_overrides(base, {"effective_batch_size": 1024, "lr": 1e-3})
     assert reason is None
     assert changes["micro_batch_size"] == "auto"  # measured per trial, never drawn

@@ -20,7 +20,13 @@ from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
-from test_tuning import MODEL_NAME, TUNE_PATH, make_config  # the tiny tuning config
+from test_tuning import (  # the tiny tuning config
+    MODEL_NAME,
+    PLAIN,
+    PLAIN_ARGS,
+    TUNE_PATH,
+    make_config,
+)
 
 from rul import config as cfg
 from rul.cli import main
@@ -57,16 +63,17 @@ def download(run_id: str, path: str, tracking_uri: str, dst: Path) -> Path:
 ])
 def test_bad_objective_lists_are_config_errors_naming_the_key(objectives, problem):
     with pytest.raises(cfg.ConfigError) as error:
-        cfg.load_tuning(TUNE_PATH, {"objectives": objectives})
+        cfg.load_tuning(TUNE_PATH, {**PLAIN, "objectives": objectives})
     assert str(error.value) == f"overrides: objectives={objectives!r}: {problem}"
 
 
 def test_objectives_default_to_val_rmse_and_set_directions():
-    assert cfg.load_tuning(TUNE_PATH).objectives == ["val_rmse"]
-    three = cfg.load_tuning(TUNE_PATH, ["objectives=[peak_memory_mb, val_rmse, samples_per_s]"])
+    assert cfg.load_tuning(TUNE_PATH, PLAIN).objectives == ["val_rmse"]
+    three = cfg.load_tuning(TUNE_PATH, [*PLAIN_ARGS,
+                                        "objectives=[peak_memory_mb, val_rmse, samples_per_s]"])
     assert objs.directions(three.objectives) == ["minimize", "minimize", "maximize"]
     assert isinstance(make_pruner(three), optuna.pruners.NopPruner)  # median asked, none used
-    assert isinstance(make_pruner(cfg.load_tuning(TUNE_PATH)), optuna.pruners.MedianPruner)
+    assert isinstance(make_pruner(cfg.load_tuning(TUNE_PATH, PLAIN)), optuna.pruners.MedianPruner)
 
 
 def test_cli_refuses_a_bad_objective_with_exit_code_2(tmp_path, monkeypatch):

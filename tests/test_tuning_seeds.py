@@ -12,7 +12,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
-from test_tuning import MODEL_NAME, SPACE, TUNE_PATH, make_config, per_epoch
+from test_tuning import MODEL_NAME, PLAIN, SPACE, TUNE_PATH, make_config, per_epoch
 
 from rul import config as cfg
 from rul.reporting import studies as studies_mod
@@ -134,7 +134,7 @@ def test_a_trials_objectives_over_seeds_are_means_and_the_largest_peak():
 def test_a_study_from_before_seeds_per_trial_trained_one_seed():
     """Its stored base config has no seeds_per_trial: resuming it with 3 would put means of
     three splits beside values of one under one best."""
-    config = cfg.load_tuning(TUNE_PATH, {"search_space": SPACE})
+    config = cfg.load_tuning(TUNE_PATH, {**PLAIN, "search_space": SPACE})
     storage = optuna.storages.InMemoryStorage()
     load_study(config, storage, "s")
     study = optuna.load_study(study_name="s", storage=storage)

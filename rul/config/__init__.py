@@ -14,10 +14,10 @@ becomes one line of a ConfigError: `<source>: <key>=<value>: <what is wrong>`.
 from rul.config.loading import build, build_tuning, load, load_tuning
 from rul.config.training import (
     KEY_ROLES,
+    LEGACY_VALUES,
     NOT_COMPARED_IN_A_STUDY,
     NOT_IN_IDENTITY,
     NOT_TUNABLE,
-    OMITTED_AT_DEFAULT,
     TrainConfig,
 )
 from rul.config.tuning import (
@@ -34,6 +34,6 @@ from rul.config.tuning import (
 from rul.errors import ConfigError
 
 __all__ = ["ACCURACY", "DEFAULT_OBJECTIVES", "KEY_ROLES", "NOT_COMPARED_IN_A_STUDY",
-           "NOT_IN_IDENTITY", "NOT_TUNABLE", "OBJECTIVES", "OMITTED_AT_DEFAULT", "TUNING_KEYS",
+           "NOT_IN_IDENTITY", "NOT_TUNABLE", "OBJECTIVES", "LEGACY_VALUES", "TUNING_KEYS",
            "Categorical", "ConfigError", "Dimension", "FloatRange", "IntRange", "TrainConfig",
            "TuningConfig", "build", "build_tuning", "load", "load_tuning"]

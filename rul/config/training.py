@@ -23,21 +23,15 @@ from rul.config.values import (
 )
 from rul.data.schema import SUBSETS
 from rul.files import DATA_LIMIT, SizeLimit
-from rul.models.spec import (
-    ARCHITECTURE_DEFAULTS,
-    DEFAULT_KIND,
-    DEFAULT_RUL_CAP,
-    DEFAULT_WINDOW,
-    KINDS,
-    NETWORK_KINDS,
-    architecture_of,
-)
+from rul.models.spec import KINDS, NETWORK_KINDS, architecture_of
 
 warnings.filterwarnings("ignore", message='Field name "register" in "TrainConfig" shadows')
 
 
 class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on instances
-    """Everything `rul train` reads; the defaults are the default FD001 run (`make train`)."""
+    """Everything `rul train` reads. Its defaults are `make train`'s recipe, and this is their
+    one home: a config that names only its data set trains it, and the precision probe, the
+    benches and `make tune` build it from here. Why each value: docs/results.md (Decisions)."""
 
     # data and preprocessing
     subset: _one_of(*SUBSETS) = "FD001"
@@ -54,9 +48,9 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     max_data_mb: _number("a number of megabytes > 0", gt=0) = DATA_LIMIT.megabytes
     """The largest data file read, in MB: a larger one is refused before it is read (it would
     cost memory several times its size)."""
-    window: PositiveInt = DEFAULT_WINDOW
+    window: PositiveInt = 30
     """Cycles per input window: the model sees a unit's last `window` cycles."""
-    rul_cap: PositiveInt = DEFAULT_RUL_CAP
+    rul_cap: PositiveInt = 125
     """Cap of the piecewise-linear RUL target in cycles: early in life the target stays at the
     cap; predictions and interval bounds never exceed it."""
     features: Annotated[str | list[str], Field(
@@ -90,21 +84,21 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
                           gt=0, lt=1) = 0.2
     """Share of the training units held out (whole units) for early stopping, model selection and
     interval calibration."""
-    # model (architecture defaults: rul.models.spec)
-    model: _one_of(*KINDS) = DEFAULT_KIND
+    # model (its kinds: rul.models.spec.NETWORK_KINDS)
+    model: _one_of(*KINDS) = "cnn"
     """Network: the DCNN of Li et al. (2018), an LSTM, a GRU or a Transformer encoder."""
-    hidden_size: PositiveInt = ARCHITECTURE_DEFAULTS["hidden_size"]
+    hidden_size: PositiveInt = 50
     """Width of the recurrent/Transformer layers, and of the DCNN's dense head."""
-    num_layers: PositiveInt = ARCHITECTURE_DEFAULTS["num_layers"]
+    num_layers: PositiveInt = 4
     """Number of layers: convolution layers of the DCNN, stacked recurrent or Transformer layers
     otherwise."""
-    dropout: _number("a number in [0, 1)", ge=0, lt=1) = ARCHITECTURE_DEFAULTS["dropout"]
+    dropout: _number("a number in [0, 1)", ge=0, lt=1) = 0.746
     """Dropout probability (the DCNN's head; between layers of the others)."""
-    kernel_size: PositiveInt = ARCHITECTURE_DEFAULTS["kernel_size"]
+    kernel_size: PositiveInt = 14
     """Time steps covered by each DCNN convolution."""
-    filters: PositiveInt = ARCHITECTURE_DEFAULTS["filters"]  # cnn
+    filters: PositiveInt = 10  # cnn
     """Channels of each DCNN convolution layer."""
-    num_heads: PositiveInt = ARCHITECTURE_DEFAULTS["num_heads"]  # transformer
+    num_heads: PositiveInt = 4  # transformer
     """Attention heads of the Transformer; must divide hidden_size."""
     # optimization
     # The effective batch B is the accuracy decision; its split into micro-batches x K is a
@@ -124,16 +118,14 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     memory_budget: MemorySize = None
     """Peak memory allowed to micro_batch_size: auto; null: the free CUDA memory less 10 %, or
     half the available RAM on CPU."""
-    epochs: PositiveInt = 100
+    epochs: PositiveInt = 35
     """Maximum number of passes over the training windows."""
-    optimizer: _one_of("adamw", "muon") = "adamw"
+    optimizer: _one_of("adamw", "muon") = "muon"
     """AdamW, or Muon for the weight matrices and convolution filters with AdamW for the rest
     (rul.training.muon): Muon orthogonalises each matrix's update and reaches a given loss in
     fewer steps, which a large effective batch has few of. Both share lr, weight_decay and the
     schedule."""
-    # cosine decay from 2e-3 to 0 over all epochs' steps: on validation units it beat the
-    # constant 1e-3 at the same cost (docs: Results)
-    lr: _number("a number > 0", gt=0) = 2e-3
+    lr: _number("a number > 0", gt=0) = 0.0148
     """Peak learning rate of the optimizer (the cosine schedule decays it to 0)."""
     weight_decay: _number("a number >= 0", ge=0) = 0.0
     """Decoupled weight decay: each step shrinks the weights by lr x weight_decay (AdamW's,
@@ -141,7 +133,7 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     scheduler: _one_of("none", "cosine", "onecycle") = "cosine"
     """Learning-rate schedule over all optimizer steps: constant, cosine decay to 0, or one-
     cycle."""
-    warmup_epochs: NonNegativeInt = 0
+    warmup_epochs: NonNegativeInt = 1
     """Epochs over which the learning rate rises linearly to `lr` before the schedule (cosine:
     decaying to 0 over the steps left; none: constant); 0 turns the warm-up off. A large
     effective batch takes a larger rate, which a warm-up keeps from diverging early. At most
@@ -150,7 +142,7 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         description="a number > 0, or null to disable clipping")] = 1.0
     """Gradients are clipped to this global L2 norm after unscaling, once per optimizer step;
     null disables clipping."""
-    train_sampling: _one_of("windows", "truncation") = "windows"
+    train_sampling: _one_of("windows", "truncation") = "truncation"
     """How each epoch draws its training windows: every full window once, shuffled (windows),
     or as many windows drawn with replacement as the test units are cut off, each training
     engine equally often at points over its life (truncation: the law of
@@ -162,7 +154,7 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     cut off, each validation engine counting once at points drawn over its life (truncation:
     the interval's calibration weights, rul.evaluation.truncation)."""
     ema_decay: _number("a number in [0, 1) (0 turns the weight average off)",
-                       ge=0, lt=1) = 0.99  # evaluate a moving average of the weights
+                       ge=0, lt=1) = 0.998  # evaluate a moving average of the weights
     """Decay of the exponential moving average of the weights used for validation, early stopping
     and the returned model; 0 turns it off."""
     precision: _one_of("auto", "fp32", "fp16", "bf16") = "auto"
@@ -191,7 +183,7 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     weights stacked (stacked), or as fits the device (auto)."""
     deterministic: Flag = False
     """Ask torch for deterministic algorithms (slower; needed for bitwise-equal runs on CUDA)."""
-    patience: PositiveInt = 20
+    patience: PositiveInt = 40
     """Epochs without a better validation RMSE before early stopping ends the run."""
     strict_data: Flag = False
     """Refuse a training file with odd inputs (gaps in the cycles, late first cycles, values far
@@ -333,8 +325,8 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
 
     def to_dict(self) -> dict[str, Any]:
         """The keys a YAML file would hold: B only when it is not micro x K, the keys of
-        OMITTED_AT_DEFAULT only when they differ from their default (so configs written
-        before those keys existed keep their form, params and identity), and `subset` only
+        LEGACY_VALUES only when they differ from the value runs had before the key existed
+        (so configs written before keep their form, params and identity), and `subset` only
         when no `data` section describes the data set."""
         values = self.model_dump()
         if self.data is not None:
@@ -342,8 +334,8 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         if self.micro_batch_size != "auto" and (
                 self.effective_batch_size == self.micro_batch_size * self.accumulation_steps):
             del values["effective_batch_size"]
-        for key in OMITTED_AT_DEFAULT:
-            if values[key] == type(self).model_fields[key].default:
+        for key, legacy in LEGACY_VALUES.items():
+            if values[key] == legacy:
                 del values[key]
         return values
 
@@ -356,7 +348,7 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         """A re-validated copy with `changes` applied."""
         from rul.config.loading import build  # loading imports this module
 
-        return build(self.to_dict(), changes)
+        return build(with_legacy_values(self.to_dict()), changes)
 
 
 # ------------------------------------------------------------------ what each key decides
@@ -378,11 +370,20 @@ KEY_ROLES = {
     # refuses odd inputs or warns, refuses a larger file: what trains is the same
     **dict.fromkeys(("strict_data", "max_data_mb"), "checks"),
 }
-# Keys added after runs were first tracked, written only when they differ from their default.
-# A network kind's new architecture key goes here too (tests/test_model_kinds.py checks it).
-OMITTED_AT_DEFAULT = ("memory_budget", "ensemble", "ensemble_split", "ensemble_training",
-                      "include_cycle", "late_start_max", "strict_data", "max_data_mb", "data",
-                      "warmup_epochs", "val_weights", "optimizer", "train_sampling")
+# Keys added after runs were first tracked, and the value every run had before: such a key is
+# written (params, identity) only when it differs from it. Not the defaults, which move with
+# the recipe. A network kind's new architecture key goes here too (tests/test_model_kinds.py).
+LEGACY_VALUES = {"memory_budget": None, "ensemble": 1, "ensemble_split": "shared",
+                 "ensemble_training": "auto", "include_cycle": False, "late_start_max": 0,
+                 "strict_data": False, "max_data_mb": DATA_LIMIT.megabytes, "data": None,
+                 "warmup_epochs": 0, "val_weights": "windows", "optimizer": "adamw",
+                 "train_sampling": "windows"}
+
+
+def with_legacy_values(written: dict) -> dict:
+    """Keys as `to_dict` wrote them (a config's, a run's params), each key it left out back at
+    its LEGACY_VALUES value, not at today's default."""
+    return {**{k: v for k, v in LEGACY_VALUES.items() if k not in written}, **written}
 
 
 def keys_with(*roles: str) -> tuple[str, ...]:

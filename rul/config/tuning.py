@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from rul.config.spelling import _did_you_mean
-from rul.config.training import NOT_TUNABLE, TrainConfig
+from rul.config.training import NOT_TUNABLE, TrainConfig, with_legacy_values
 from rul.config.values import (
     Flag,
     NonNegativeInt,
@@ -237,7 +237,7 @@ class TuningConfig(_Strict):
         """A re-validated copy; `changes` may hold training and tuning keys."""
         from rul.config.loading import build_tuning  # loading imports this module
 
-        return build_tuning(self.to_dict(), changes)
+        return build_tuning(with_legacy_values(self.to_dict()), changes)
 
 
 # Keys read by `rul tune` only (TuningConfig's own fields).
@@ -275,7 +275,7 @@ def _check_dimension(train: TrainConfig, key: str, dimension) -> None:
         cast = int if isinstance(dimension, IntRange) else float
         values = [("low", cast(dimension.low)), ("high", cast(dimension.high))]
     drawn = " (type float draws fractions: use int)" if isinstance(dimension, FloatRange) else ""
-    base = train.to_dict()
+    base = with_legacy_values(train.to_dict())
     if key == "effective_batch_size":  # a trial's split is derived from it: micro auto
         base["micro_batch_size"] = "auto"
     for name, value in values:

@@ -6,6 +6,7 @@ from pathlib import Path
 import yaml
 
 from rul import config as cfg
+from rul.config.training import with_legacy_values
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 # Keys that say where data and results live, not what is trained.
@@ -23,7 +24,7 @@ def config_from_params(params: dict[str, str]) -> cfg.TrainConfig:
             section, _, sub = key.partition(".")
             into = values.setdefault(section, {}) if sub else values
             into[sub or key] = yaml.safe_load(value)
-    return cfg.build(values, source="params")
+    return cfg.build(with_legacy_values(values), source="params")
 
 
 def recipe_files() -> list[Path]:
