@@ -4,15 +4,15 @@
   engine    rul's training loop vs a minimal hand-written loop, same model and batches
   tracking  the default `rul train` tracked vs untracked (target overhead <= 5%; ~8 min)
   accuracy  the default `make train` config: test RMSE (target <= 13.0) and wall time
-  memory    B = 512 split as 512x1 .. 64x8: peak memory and samples/s per precision
-            (bench/memory.py; needs no mlflow, optuna or pydantic; --quick: one timed step)
+  memory    make train's step, its effective batch B split as Bx1 .. B/8x8: peak memory and
+            samples/s per precision (bench/memory.py; --quick: one timed step)
   mistakes  seconds from a mistyped command to its one-line error (target <= 2 s)
   lean      the registered model in a clean virtualenv of its own requirements: size, import,
             load_model (with and without MLflow's dependency check), predict latency
             (bench/lean.py; installs from the package index, ~1 min)
-  speed     the default training step: samples/s of each path vs fp32 eager; last line
-            `speed ratio: R` (bench/speed.py; no mlflow, optuna or pydantic; --compile adds
-            torch.compile, --quick fewer rounds)
+  speed     make train's training step: samples/s of each path vs fp32 eager; last line
+            `speed ratio: R` (bench/speed.py; --compile adds torch.compile, --quick fewer
+            rounds)
   members   5 ensemble members trained at once (stacked) vs one alone and vs the 5 one after
             another (fp32, and at precision auto): time, and each member's per-step
             difference from training it alone (bench/members.py)
@@ -55,12 +55,13 @@ DEFAULT = ROOT / "experiments" / "fd001.yaml"
 def bench_data():
     from rul import config as cfg
     from rul.data import load_subset
-    from rul.preprocessing.prepared import preprocessor_for  # imports are not timed
+    from rul.plan import data_settings
+    from rul.preprocessing.prepared import fitted_preprocessor  # imports are not timed
 
     start = time.perf_counter()
     subset = load_subset("FD001")
     loaded = time.perf_counter()
-    pre = preprocessor_for(cfg.load(DEFAULT)).fit(subset.train)
+    pre, _ = fitted_preprocessor(data_settings(cfg.load(DEFAULT)), subset, subset.train)
     windows = pre.window_set(subset.train)
     pre.last_windows(subset.test)
     done = time.perf_counter()
@@ -76,11 +77,13 @@ def minimal_loop(model, train, config, epochs):
     weights."""
     from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
+    from rul.plan import optimizer_settings
     from rul.training.optim import make_scheduler, steps_per_epoch
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
-    schedule = make_scheduler(optimizer, config,  # torch's, as the engine builds it
-                              epochs * steps_per_epoch(len(train), config.effective_batch_size))
+    schedule = make_scheduler(  # torch's, as the engine builds it
+        optimizer, optimizer_settings(config),
+        epochs * steps_per_epoch(len(train), config.effective_batch_size))
     ema = (AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema_decay),
                          use_buffers=True) if config.ema_decay else None)
     seen, start = 0, time.perf_counter()
@@ -107,26 +110,24 @@ def minimal_loop(model, train, config, epochs):
 
 def bench_engine(epochs=3):
     from rul import config as cfg
-    from rul.models import build_model
-    from rul.plan import plan_run
-    from rul.preprocessing.prepared import prepare_data
+    from rul.plan import network_of, plan_run, prepared
     from rul.training.batching import WindowBatches
     from rul.training.engine import fit
     from rul.training.seeding import derive_seeds
 
     config = cfg.load(DEFAULT, {"epochs": epochs, "patience": 100, "precision": "fp32",
                                 "device": "cpu", "optimizer": "adamw"})  # the minimal loop's
-    data = prepare_data(config, derive_seeds(config.seed).split)
+    data = prepared(config, derive_seeds(config.seed).split)
     plan = plan_run(config, data=data)  # as `rul train` on a CPU (malloc's settings too)
     n_features = data.preprocessor.n_features
     train = WindowBatches(data.train, torch.device("cpu"))  # the minimal loop's
     rates = {"minimal": [], "rul": []}
     for _ in range(2):  # interleaved, best of two each
         torch.manual_seed(0)
-        model = build_model(config, n_features)
+        model = network_of(config, n_features).build()
         rates["minimal"].append(minimal_loop(model, train, config, epochs))
         torch.manual_seed(0)
-        state = fit(build_model(config, n_features), plan, progress=False)
+        state = fit(network_of(config, n_features).build(), plan, progress=False)
         rates["rul"].append(sum(h["samples_per_s"] for h in state.history) / len(state.history))
     m, r = max(rates["minimal"]), max(rates["rul"])
     print(f"engine: rul {r:,.0f} samples/s vs minimal loop {m:,.0f} samples/s "
@@ -339,9 +340,7 @@ def main(argv):
             sys.exit(f"--epochs {epochs}: must be a whole number >= 1")
         EPOCHS = int(epochs)
     QUICK, COMPILE, DRY_RUN = "--quick" in argv, "--compile" in argv, "--dry-run" in argv
-    if "--sensors-only" in argv:  # the default model without the engine's age (14 inputs):
-        os.environ["RUL_BENCH_FEATURES"] = "14"  # memory and speed, as measured before it
-    argv = [a for a in argv if a not in ("--quick", "--compile", "--sensors-only", "--dry-run")]
+    argv = [a for a in argv if a not in ("--quick", "--compile", "--dry-run")]
     chosen = argv or ["data", "engine", "tracking", "memory", "speed"]
     benches = {"data": bench_data, "engine": bench_engine, "tracking": bench_tracking,
                "accuracy": bench_accuracy, "memory": bench_memory, "speed": bench_speed,

@@ -91,12 +91,11 @@ def config(changes: dict, dry: bool):
 
 
 def trained(cfg_, subset, listener=None, checkpointer=None, resume=None):
-    from rul.plan import plan_run
-    from rul.preprocessing.prepared import prepare_data
+    from rul.plan import plan_run, prepared
     from rul.training.run import train
     from rul.training.seeding import derive_seeds
 
-    data = prepare_data(cfg_, derive_seeds(cfg_.seed).split, subset)
+    data = prepared(cfg_, derive_seeds(cfg_.seed).split, subset)
     started = time.perf_counter()
     outcome = train(plan_run(cfg_, resume, data=data), listener=listener,
                     checkpointer=checkpointer, progress=False)
@@ -205,11 +204,12 @@ def check_rerun(check: Check, subset, dry: bool):
 
 def check_recipe(check: Check, subset, dry: bool, n_seeds: int = 3, eager: bool = False
                  ) -> dict:
+    from rul.plan import cpu_measured
     from rul.training import cuda_graph
-    from rul.training.hardware import auto_precision
+    from rul.training.precision import auto_precision
 
     seeds = tuple(range(42, 42 + n_seeds))
-    auto, _ = auto_precision(torch.device("cuda" if not dry else "cpu"), "cnn")
+    auto, _ = auto_precision(torch.device("cuda" if not dry else "cpu"), "cnn", cpu_measured)
     trained(config({"epochs": 1}, dry), subset)  # warm-up: CUDA's and cuDNN's first-use work
     table = {}
     limit = SECONDS_PER_100_EPOCHS * recipe_epochs() / 100

@@ -1,8 +1,9 @@
-"""`python -m bench speed`: samples/s of the default training step (`make train`'s DCNN,
-effective batch 512 = 256 x 2, AdamW, clipping: rul.training.step.optimizer_step) on each
-candidate path, measured in interleaved rounds on this machine; the median of each, as a ratio
-to the reference on the same device. The last line is `speed ratio: R`: the path `rul train`
-takes here with `precision: auto` (rul.training.hardware) over the reference: on CPU the plain
+"""`python -m bench speed`: samples/s of `make train`'s training step (its DCNN, optimizer,
+effective batch and split, clipping: rul.plan.recipe_step, from the recipe's one home; the step
+rul.training.step.optimizer_step) on each candidate path, measured in interleaved rounds on
+this machine; the median of each, as a ratio to the reference on the same device. The last
+line is `speed ratio: R`: the path `rul train` takes here with `precision: auto`
+(rul.training.precision) over the reference: on CPU the plain
 fp32 eager DCNN as it was before the speed work, on CUDA fp32 eager.
 
 Each path runs in a process of its own, started once: its heap, caches, threads and malloc
@@ -25,8 +26,7 @@ Paths (CPU; and CUDA fp32, fp16 + GradScaler, bf16 when a GPU is present):
                         emulated and ~0.15x fp32 without it
   fp32 torch.compile    only with --compile (compilation time shown as setup_s)
 
-Imports neither mlflow, optuna nor pydantic: the model is built from plain values (as in
-bench/memory.py) and the windows are synthetic (only shapes matter for speed).
+The windows are synthetic (only shapes matter for speed).
 """
 
 import contextlib
@@ -38,13 +38,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from bench.memory import DEFAULT_MODEL, N_FEATURES
 from rul.models.cnn import TimeConv, TrimmedTanh
-from rul.training.hardware import auto_precision, cpu_has_native_bf16, keep_freed_memory
-from rul.training.precision import resolve_precision
-from rul.training.step import StepSettings, optimizer_step
+from rul.plan import cpu_measured, recipe_step
+from rul.training.hardware import cpu_has_native_bf16, keep_freed_memory
+from rul.training.optim import make_optimizer
+from rul.training.precision import auto_precision, resolve_precision
+from rul.training.step import optimizer_step
 
-B, MICRO = 512, 256  # the default effective batch and its split
+RECIPE = recipe_step()
+B, MICRO = RECIPE.effective_batch_size, RECIPE.micro_batch_size
 
 
 def with_bernoulli_dropout(dcnn: nn.Module) -> nn.Module:
@@ -75,7 +77,7 @@ def default_model(kind: str) -> nn.Module:
     on its convolutions ("conv"), or as it was before the speed work ("before"); same
     weights."""
     torch.manual_seed(0)
-    model = DEFAULT_MODEL.build()
+    model = RECIPE.network.build()
     model.backbone.banded = kind in ("default", "bernoulli")
     if kind in ("before", "bernoulli"):
         with_bernoulli_dropout(model.backbone)
@@ -104,15 +106,11 @@ class Path:
             keep_freed_memory()
         self.device = torch.device(spec.device)
         self.precision = resolve_precision(spec.precision, self.device)
-        self.settings = StepSettings(self.precision, 1.0, DEFAULT_MODEL.rul_cap)
+        self.settings = RECIPE.settings(self.precision)
         self.model = default_model(spec.kind).to(self.device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        self.optimizer = make_optimizer(self.model, RECIPE.optimization)  # as training does
         self.scaler = self.precision.grad_scaler()
-        gen = torch.Generator().manual_seed(0)
-        x = torch.randn(B, DEFAULT_MODEL.window, N_FEATURES, generator=gen)
-        y = torch.rand(B, generator=gen) * DEFAULT_MODEL.rul_cap
-        self.batches = list(zip(x.to(self.device).split(MICRO), y.to(self.device).split(MICRO),
-                                strict=True))
+        self.batches = RECIPE.micro_batches(self.device)
         started = time.perf_counter()
         if spec.compiled:
             self.model = torch.compile(self.model)
@@ -206,9 +204,10 @@ def label(device: torch.device, precision: str) -> str:
 def bench_speed(quick: bool = False, compile_too: bool = False) -> dict:
     rounds, steps = (3, 2) if quick else (9, 4)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    chosen, reason = auto_precision(device, "cnn")
+    chosen, reason = auto_precision(device, "cnn", cpu_measured)
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
-    print(f"speed: default DCNN step, B={B} as {MICRO}x{B // MICRO}, {rounds} interleaved "
+    print(f"speed: make train's step ({RECIPE.optimization.kind}), B={B} as "
+          f"{MICRO}x{B // MICRO}, {rounds} interleaved "
           f"rounds of {steps} steps, one process per path; {torch.get_num_threads()} CPU "
           f"threads, {gpu}, torch {torch.__version__}")
     context = multiprocessing.get_context("spawn")

@@ -5,7 +5,9 @@ tracked.
 decides, each in exactly one place: the world (torchrun ranks), the device (and malloc's
 settings on a CPU), the precision and the reason for it, the seeds, the prepared data (split,
 preprocessing fitted on the training units, windows), the network, and the micro-batch x K
-split (measured by the probe for `micro_batch_size: auto`). Nothing here knows MLflow:
+split (measured by the probe for `micro_batch_size: auto`). It also narrows the config into
+the frozen settings each layer below reads (DataSettings, NetworkSpec, OptimizerSettings,
+LoopSettings, StepSettings): nothing below the plan reads the config. Nothing here knows MLflow:
 training executes a plan (rul.training.run), a workflow wraps one in an MLflow run
 (rul.workflows.tracked), and ensembles, `rul evaluate` and tuning build lists of plans
 (plan_ensemble, plan_seeds).
@@ -19,16 +21,19 @@ from rul.config import TrainConfig
 from rul.data import Dataset, load_dataset
 from rul.errors import ConfigError
 from rul.evaluation.conformal import min_calibration_size
-from rul.evaluation.truncation import TRAINING_DRAWS, window_weights
 from rul.models.spec import NetworkSpec
-from rul.preprocessing.prepared import PreparedData, prepare_data, prepare_members
-from rul.training import checkpoint
+from rul.preprocessing.features import candidate_columns
+from rul.preprocessing.prepared import PreparedData, prepare_data, prepare_folds
+from rul.preprocessing.settings import DataSettings
+from rul.training import checkpoint, cpu_probe
 from rul.training.distributed import World, current_world
 from rul.training.hardware import keep_freed_memory
 from rul.training.micro_batch import SplitChoice, probe_split
 from rul.training.precision import Precision, resolve_device, resolve_precision
 from rul.training.seeding import Seeds, derive_seeds
+from rul.training.settings import LoopSettings, OptimizerSettings, StepRecipe, TrainingPlan
 from rul.training.stacked import MemberTraining, member_training
+from rul.training.step import StepSettings
 
 
 @dataclass(frozen=True)
@@ -40,44 +45,87 @@ class ResumeTarget:
     run_id: str | None = None
 
 
-@dataclass(frozen=True)
-class RunPlan:
-    """Everything one training needs, decided."""
+@dataclass(frozen=True, kw_only=True)
+class RunPlan(TrainingPlan):
+    """Everything one training needs, decided (TrainingPlan: what the training layer reads),
+    and the config it was decided from, for tracking."""
 
     config: TrainConfig  # as trained: micro_batch_size and accumulation_steps are integers
     written: TrainConfig  # as written (`auto` stays auto): what the run's identity is made of
-    world: World
-    precision: Precision  # with its device and the reason it was chosen
-    seeds: Seeds
-    data: PreparedData
-    network: NetworkSpec
     split: SplitChoice | None = None  # what `micro_batch_size: auto` measured and chose
-    resume: dict | None = None  # the checkpoint's state to continue from
     resume_run_id: str | None = None  # the tracked run that checkpoint belongs to
 
-    @property
-    def device(self):
-        return self.precision.device
+    @classmethod
+    def of(cls, config: TrainConfig, precision: Precision, seeds: Seeds, data: PreparedData,
+           **decided) -> "RunPlan":
+        """The plan of `config` with what was decided for it (`decided`: world, network,
+        written, split, resume, resume_run_id; by default a world of 1, the config's network
+        for the data's inputs, `config` as written)."""
+        world = decided.pop("world", None) or World()
+        network = decided.pop("network", None) or network_of(config,
+                                                              data.train.values.shape[1])
+        return cls(config=config, written=decided.pop("written", config), world=world,
+                   precision=precision, seeds=seeds, data=data, network=network,
+                   optimization=optimizer_settings(config), loop=loop_settings(config),
+                   step=step_settings(config, precision, world.size),
+                   interval_coverage=config.interval_coverage, **decided)
 
-    @property
-    def val_weights(self):
-        """Each validation window's weight in the validation RMSE (config.val_weights);
-        None: every window once."""
-        val = self.data.val
-        return window_weights(self.config.val_weights, val.units, val.window, self.seeds.split)
 
-    @property
-    def train_sampling(self):
-        """Each training window's probability in an epoch's draw (config.train_sampling);
-        None: a shuffle, every window once."""
-        train = self.data.train
-        return window_weights(self.config.train_sampling, train.units, train.window,
-                              self.seeds.split, TRAINING_DRAWS)
+def network_of(config: TrainConfig, n_features: int) -> NetworkSpec:
+    """The network `config` describes, for `n_features` inputs."""
+    return NetworkSpec(config.model, n_features, config.window, config.rul_cap,
+                       config.architecture)
 
-    @property
-    def global_batch_size(self) -> int:
-        """micro x K x world size: the samples of one optimizer step over all ranks."""
-        return self.config.effective_batch_size * self.world.size
+
+def step_settings(config: TrainConfig, precision: Precision, world_size: int = 1
+                  ) -> StepSettings:
+    return StepSettings(precision, config.max_grad_norm, config.rul_cap, world_size)
+
+
+def optimizer_settings(config: TrainConfig) -> OptimizerSettings:
+    return OptimizerSettings(config.optimizer, config.lr, config.weight_decay, config.scheduler,
+                             config.warmup_epochs, config.epochs, config.ema_decay)
+
+
+def loop_settings(config: TrainConfig) -> LoopSettings:
+    return LoopSettings(config.epochs, config.patience, config.effective_batch_size,
+                        config.micro_batch_size, config.memory_budget, config.train_sampling,
+                        config.val_weights, config.deterministic)
+
+
+def recipe_step(config: TrainConfig | None = None) -> StepRecipe:
+    """One optimizer step of `config` (default: `make train`'s recipe, TrainConfig's own
+    defaults) on C-MAPSS's inputs: what the precision probe and the benches time."""
+    config = config or TrainConfig()
+    inputs = len(candidate_columns(config.features, config.include_settings,
+                                   config.include_cycle))
+    micro = config.micro_batch_size if config.micro_batch_size != "auto" else \
+        config.effective_batch_size
+    return StepRecipe(network_of(config, inputs), optimizer_settings(config),
+                      config.effective_batch_size, micro, config.max_grad_norm)
+
+
+def cpu_measured() -> cpu_probe.Measured:
+    """`make train`'s step timed in fp32 and bf16 on this CPU, once per machine and recipe:
+    what `precision: auto` reads on a CPU with native bf16."""
+    return cpu_probe.measured(recipe_step())
+
+
+def data_settings(config: TrainConfig) -> DataSettings:
+    """What preparing `config`'s data reads (rul.preprocessing.prepared)."""
+    return DataSettings(
+        config.dataset, config.data is not None, config.data_dir, config.data_limit,
+        config.val_fraction, config.late_start_max, config.window, config.rul_cap,
+        config.features, config.include_settings, config.include_cycle, config.drop_constant,
+        config.normalization, config.smoothing_alpha, config.n_conditions, config.strict_data,
+        config.seed)
+
+
+def prepared(config: TrainConfig, split_seed: int, subset: Dataset | None = None
+             ) -> PreparedData:
+    """`config`'s data on the validation split of `split_seed` (rul.preprocessing.prepared);
+    `subset`: its files when already read."""
+    return prepare_data(data_settings(config), split_seed, subset)
 
 
 @dataclass(frozen=True)
@@ -103,15 +151,16 @@ def plan_run(config: TrainConfig, resume: ResumeTarget | None = None,
         keep_freed_memory()  # no page faults per step (rul.training.hardware)
     state = _resume_state(resume, world)
     precision = resolve_precision(config.precision, device, config.model,
-                                  resumed=(state or {}).get("precision"))
+                                  resumed=(state or {}).get("precision"), probe=cpu_measured)
     seeds = derive_seeds(config.seed)
     if data is None:
-        data = prepare_data(config, seeds.split, subset)
+        data = prepared(config, seeds.split, subset)
         check_calibration(config, [data])
-    network = NetworkSpec.of(config, data.preprocessor.n_features)
+    network = network_of(config, data.preprocessor.n_features)
     trained, split = _micro_batch_split(config, network, data, precision, world)
-    return RunPlan(trained, config, world, precision, seeds, data, network, split, state,
-                   resume.run_id if resume else None)
+    return RunPlan.of(trained, precision, seeds, data, world=world, network=network,
+                      written=config, split=split, resume=state,
+                      resume_run_id=resume.run_id if resume else None)
 
 
 def plan_ensemble(config: TrainConfig, subset: Dataset | None = None, jobs: int = 1
@@ -120,7 +169,11 @@ def plan_ensemble(config: TrainConfig, subset: Dataset | None = None, jobs: int 
     weight init, dropout and batch order), on the validation split of `seed` (shared) or on
     fold i of seed's permutation (folds); never registered or resumed on its own. They train
     `jobs` at a time, or stacked (rul.training.stacked.member_training decides)."""
-    data = prepare_members(config, derive_seeds(config.seed).split, subset)
+    split_seed = derive_seeds(config.seed).split
+    if config.ensemble_split == "folds":
+        data = prepare_folds(data_settings(config), config.ensemble, split_seed, subset)
+    else:
+        data = [prepared(config, split_seed, subset)] * config.ensemble
     check_calibration(config, data)
     members = [plan_run(config.replace(seed=config.seed + i, ensemble=1,
                                        ensemble_split="shared", ensemble_training="auto",
@@ -147,7 +200,7 @@ def plan_seeds(config: TrainConfig, n: int) -> list[RunPlan | EnsemblePlan]:
         if config.ensemble > 1:
             plans.append(plan_ensemble(seeded, subset))
         else:
-            data = prepare_data(seeded, derive_seeds(seed).split, subset)
+            data = prepared(seeded, derive_seeds(seed).split, subset)
             check_calibration(seeded, [data])
             plans.append(plan_run(seeded, data=data))
     return plans
@@ -186,7 +239,8 @@ def _micro_batch_split(config: TrainConfig, network: NetworkSpec, data: Prepared
     split = chosen = None
     if world.is_main:
         try:
-            split = probe_split(config, network, data.train, precision)
+            split = probe_split(loop_settings(config), network, optimizer_settings(config),
+                                step_settings(config, precision), data.train)
             chosen = (split.micro_batch_size, split.accumulation_steps)
         except ConfigError as error:  # nothing fits: every rank stops with the same line
             chosen = error

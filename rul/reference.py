@@ -25,15 +25,16 @@ MAKE_TRAIN_CONFIG = ROOT / "experiments" / "fd001.yaml"
 
 
 def field_meanings(model: type[BaseModel]) -> dict[str, str]:
-    """{field: its attribute docstring, on one line} for the fields `model` declares."""
-    source = textwrap.dedent(inspect.getsource(model))
-    (cls,) = ast.parse(source).body
-    meanings, body = {}, cls.body
-    for field, after in zip(body, body[1:]):
-        if (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name)
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)):
-            meanings[field.target.id] = " ".join(after.value.value.split())
+    """{field: its attribute docstring, on one line} for the fields `model` and the models it
+    extends declare."""
+    meanings = {}
+    for declaring in reversed([c for c in model.__mro__ if c.__module__.startswith("rul.")]):
+        (cls,) = ast.parse(textwrap.dedent(inspect.getsource(declaring))).body
+        for field, after in zip(cls.body, cls.body[1:]):
+            if (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name)
+                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)):
+                meanings[field.target.id] = " ".join(after.value.value.split())
     return meanings
 
 
@@ -131,7 +132,7 @@ def config_reference() -> str:
         "before any work starts.",
         "",
         f"`make train` trains `experiments/{MAKE_TRAIN_CONFIG.name}`, which changes "
-        f"{overrides} from the defaults below.",
+        f"{overrides} from the defaults below: they are its recipe, in one place.",
         "",
         "## Training keys",
         "",

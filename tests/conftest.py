@@ -73,12 +73,13 @@ def _fixed_precision_probe(config) -> None:
     import shutil
     import tempfile
 
-    from rul.training.cpu_probe import machine_key
+    from rul.plan import recipe_step
+    from rul.training.cpu_probe import cache_key
 
     folder = tempfile.mkdtemp(prefix="rul-precision-")
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
     path = Path(folder) / "precision.json"
-    path.write_text(json.dumps({machine_key(): PROBED}))
+    path.write_text(json.dumps({cache_key(recipe_step()): {**PROBED, "load": 0, "cores": 1}}))
     os.environ["RUL_PRECISION_CACHE"] = str(path)
 
 
@@ -235,18 +236,14 @@ def fit_plan(config, train, val, seeds=None, precision=None, **fields):
     plan's others (world, resume)."""
     import torch
 
-    from rul.models.spec import NetworkSpec
-    from rul.plan import RunPlan
-    from rul.training.distributed import World
+    from rul.plan import RunPlan, cpu_measured
     from rul.training.precision import resolve_precision
     from rul.training.seeding import derive_seeds
 
     precision = precision or resolve_precision(config.precision, torch.device("cpu"),
-                                               config.model)
+                                               config.model, probe=cpu_measured)
     data = SimpleNamespace(train=train, val=val)
-    return RunPlan(config, config, fields.pop("world", None) or World(), precision,
-                   seeds or derive_seeds(config.seed), data,
-                   NetworkSpec.of(config, train.values.shape[1]), **fields)
+    return RunPlan.of(config, precision, seeds or derive_seeds(config.seed), data, **fields)
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,8 @@ from rul import config as cfg
 from rul.data.records import late_starts, offset_counter, start_late
 from rul.data.split import rows_of
 from rul.evaluation.age import SCENARIOS, AgeOnly, errors_by_age, last_ages, perturbed
+from rul.plan import prepared
 from rul.preprocessing.features import track
-from rul.preprocessing.prepared import prepare_data
 
 
 def test_a_counter_offset_moves_every_cycle_and_nothing_else(make_frame):
@@ -108,8 +108,8 @@ def test_late_start_max_is_a_training_key_off_by_default():
 def test_training_with_late_starts_shortens_and_renumbers_training_records_only(write_cmapss):
     directory = write_cmapss(train_lengths=(60,) * 10, test_lengths=(40,) * 3)
     base = cfg.load(None, {"data_dir": str(directory), "window": 10, "include_cycle": True})
-    recorded = prepare_data(base, split_seed=5)
-    late = prepare_data(base.replace(late_start_max=20), split_seed=5)
+    recorded = prepared(base, split_seed=5)
+    late = prepared(base.replace(late_start_max=20), split_seed=5)
     np.testing.assert_array_equal(late.train_units, recorded.train_units)
     # the validation records as recorded (scaled by the preprocessing fitted on the rows
     # the model trains on)
@@ -127,7 +127,7 @@ def test_training_with_late_starts_shortens_and_renumbers_training_records_only(
     firsts = np.r_[0, last[:-1] + 1]
     np.testing.assert_array_equal(late.train.values[late.train.starts[firsts], -1], -1.0)
     # late_start_max=0 is the data of before, bit for bit
-    again = prepare_data(base.replace(late_start_max=0), split_seed=5)
+    again = prepared(base.replace(late_start_max=0), split_seed=5)
     np.testing.assert_array_equal(again.train.values, recorded.train.values)
 
 

@@ -191,13 +191,12 @@ def test_the_default_layer_does_1_25_times_the_convolutions_work():
 
 PAGE_FAULTS = """
 import resource, sys, torch
-from rul.models import build_model
 from rul.training.hardware import keep_freed_memory
-from bench.memory import DEFAULT_MODEL, N_FEATURES
+from bench.memory import RECIPE
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
-model = DEFAULT_MODEL.build()
-x, y = torch.rand(256, 30, N_FEATURES), torch.rand(256)
+model = RECIPE.network.build()
+x, y = torch.rand(256, RECIPE.network.window, RECIPE.network.n_features), torch.rand(256)
 def step():
     nn = torch.nn.functional.mse_loss(model(x), y)
     nn.backward()

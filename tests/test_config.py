@@ -82,6 +82,7 @@ def test_make_train_is_the_studied_recipe_and_the_age_recipe_adds_the_age_to_it(
     experiments/fd001_b512_adamw.yaml keeps the AdamW recipe its study chose before, and
     experiments/fd001_b512_e100.yaml the recipe before that study."""
     from rul.data.dataset import Dataset
+    from rul.plan import data_settings
     from rul.preprocessing.choices import DataChoices
     from rul.preprocessing.prepared import preprocessor_for
 
@@ -91,12 +92,13 @@ def test_make_train_is_the_studied_recipe_and_the_age_recipe_adds_the_age_to_it(
     adamw = {**previous, "lr": 0.0108, "warmup_epochs": 1, "epochs": 150, "ema_decay": 0.998}
     muon = RECIPE
     assert cfg.load(TRAIN_PATH).to_dict() == muon
-    assert preprocessor_for(cfg.load(TRAIN_PATH), fd001, choices).include_cycle is False
+    recipe = data_settings(cfg.load(TRAIN_PATH))
+    assert preprocessor_for(recipe, fd001, choices).include_cycle is False
     assert cfg.load(ROOT / "experiments" / "fd001_b512_adamw.yaml").to_dict() == adamw
     assert cfg.load(ROOT / "experiments" / "fd001_b512_e100.yaml").to_dict() == previous
     age = cfg.load(ROOT / "experiments" / "fd001_age.yaml")
     assert age.to_dict() == {**muon, "include_cycle": True}
-    assert preprocessor_for(age, fd001, choices).include_cycle is True
+    assert preprocessor_for(data_settings(age), fd001, choices).include_cycle is True
 
 
 def test_a_one_epoch_try_of_make_train_is_all_warm_up_not_an_error():

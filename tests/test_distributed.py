@@ -21,7 +21,7 @@ from conftest import fit_plan
 from mlflow.tracking import MlflowClient
 
 from rul import config as cfg
-from rul.models import build_model
+from rul.plan import network_of
 from rul.tracking.metric_names import logged
 from rul.training.batching import WindowBatches
 from rul.training.distributed import World, global_batch_size, rank_share, share_weights
@@ -59,7 +59,7 @@ class StepLosses(TrainingListener):
 def train_once(config, train_set, val_set, n_features, world=None):
     """(per-step losses, final weights) of 1 epoch; the same weight init on every rank."""
     torch.manual_seed(0)
-    model = build_model(config, n_features)
+    model = network_of(config, n_features).build()
     losses = StepLosses()
     fit(model, fit_plan(config, train_set, val_set, precision=FP32, world=world), losses,
         progress=False)
@@ -88,10 +88,10 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def fd001_sets(real_data_dir):
-    from rul.preprocessing.prepared import prepare_data
+    from rul.plan import prepared
 
     config = replace_dir(tiny_config(256, 2), real_data_dir)
-    prepared = prepare_data(config, derive_seeds(config.seed).split)
+    prepared = prepared(config, derive_seeds(config.seed).split)
     val = trimmed(prepared.val, 300)
     return ({n: (trimmed(prepared.train, n), val) for n in (UNEVEN, ONE_LEFT)},
             prepared.preprocessor.n_features)
@@ -127,7 +127,7 @@ def test_two_ranks_equal_one_process_with_the_same_effective_batch(fd001_sets, t
 
 def untrained_weights(n_features):
     torch.manual_seed(0)
-    return build_model(tiny_config(128, 2), n_features).state_dict()
+    return network_of(tiny_config(128, 2), n_features).build().state_dict()
 
 
 def test_rank_share_weights_are_the_global_share_times_world_size(fd001_sets):

@@ -8,7 +8,7 @@ from torch import nn
 
 from rul import config as cfg
 from rul.evaluation.metrics import mae, phm08_score, rmse, rul_metrics
-from rul.models import build_model
+from rul.plan import network_of
 from rul.training.seeding import derive_seeds
 
 
@@ -38,7 +38,7 @@ def test_rul_metrics_cap_the_true_rul():
 def test_eval_predictions_are_clamped_to_the_target_range_training_outputs_are_not():
     import torch
 
-    net = build_model(cfg.load(None, {"hidden_size": 16, "dropout": 0.0}), n_features=14)
+    net = network_of(cfg.load(None, {"hidden_size": 16, "dropout": 0.0}), 14).build()
     last = net.backbone.head[-1]
     x = torch.randn(4, 30, 14)
     for bias, expected in ((5.0, 125.0), (-5.0, 0.0)):  # backbone output x rul_cap: +-625

@@ -21,6 +21,7 @@ from rul.cli import main
 from rul.evaluation.averaging import average_members
 from rul.evaluation.ensemble import averaged, combine
 from rul.evaluation.intervals import CalibrationSet, fit_interval
+from rul.plan import data_settings
 from rul.preprocessing.prepared import fitted_preprocessor, prepare_folds
 from rul.serving.predictor import predict_frame
 from rul.tracking.metric_names import logged
@@ -98,7 +99,7 @@ def test_parent_metrics_are_those_of_the_averaged_prediction(ensemble):
 def test_one_member_ensemble_scores_like_the_single_run(ensemble):
     """The ensemble's val_rmse is the same measure as a single run's best_val_rmse."""
     member = ensemble.outcome.members[0]
-    alone = combine(ensemble.config, [member])
+    alone = combine(ensemble, [member])
     assert alone.metrics["val_rmse"] == pytest.approx(member.state.best_val_rmse, rel=1e-6)
 
 
@@ -140,10 +141,11 @@ def test_model_by_alias_averages_the_members_on_raw_rows(ensemble, fd001_client,
     member = ensemble.outcome.members[0]
     expected = fit_interval(CalibrationSet.of(averaged(ensemble.outcome.members, member.data.val)
                                               [0], member.data.val), 0.9, member.plan.seeds.split,
-                            ensemble.outcome.config.rul_cap)
+                            ensemble.outcome.plan.config.rul_cap)
     assert interval == expected != member.interval
     assert ensemble.parent.data.metrics[logged("interval_engines")] == 20
-    lower, upper = interval.bounds(result["rul"].to_numpy(), high=ensemble.outcome.config.rul_cap)
+    cap = ensemble.outcome.plan.config.rul_cap
+    lower, upper = interval.bounds(result["rul"].to_numpy(), high=cap)
     np.testing.assert_allclose(result["rul_lower"], lower)
     np.testing.assert_allclose(result["rul_upper"], upper)
     np.testing.assert_allclose(result["p_fail_within"],
@@ -185,7 +187,7 @@ def test_average_members_mean_and_spread():
 
 def test_folds_cut_every_training_unit_once_and_share_one_preprocessor(fd001):
     config = cfg.load(CONFIG_PATH, {"ensemble": 3, "ensemble_split": "folds", "seed": 42})
-    members = prepare_folds(config, derive_seeds(42).split, fd001)
+    members = prepare_folds(data_settings(config), config.ensemble, derive_seeds(42).split, fd001)
     units = np.unique(fd001.train["unit"])
     folds = [m.val_units for m in members]
     assert [len(f) for f in folds] == [34, 33, 33]
@@ -197,17 +199,18 @@ def test_folds_cut_every_training_unit_once_and_share_one_preprocessor(fd001):
                                  fd001.train[fd001.train["unit"].isin(m.val_units)]
                                  .groupby("unit").size())
     # fitted on every training unit (the test units never): the scaling of all of them
-    everything = fitted_preprocessor(config, fd001, fd001.train)[0]
+    everything = fitted_preprocessor(data_settings(config), fd001, fd001.train)[0]
     probe = fd001.train[fd001.train["unit"] == folds[0][0]]
     np.testing.assert_array_equal(members[0].preprocessor.transform(probe),
                                   everything.transform(probe))
-    own = fitted_preprocessor(config, fd001, fd001.train[fd001.train["unit"].isin(
+    own = fitted_preprocessor(data_settings(config), fd001, fd001.train[fd001.train["unit"].isin(
         members[0].train_units)])[0]  # what a member fitted alone would scale with
     assert not np.allclose(members[0].preprocessor.transform(probe), own.transform(probe))
     # the folds are seed's: another seed cuts others, the same seed the same
-    again = prepare_folds(config, derive_seeds(42).split, fd001)
+    again = prepare_folds(data_settings(config), config.ensemble, derive_seeds(42).split, fd001)
     assert all((a.val_units == b.val_units).all() for a, b in zip(members, again, strict=True))
-    other = prepare_folds(config.replace(seed=7), derive_seeds(7).split, fd001)
+    other = prepare_folds(data_settings(config.replace(seed=7)), config.ensemble,
+                          derive_seeds(7).split, fd001)
     assert not (other[0].val_units.shape == folds[0].shape
                 and (other[0].val_units == folds[0]).all())
 
@@ -221,7 +224,8 @@ def test_folds_need_members_and_units(fd001):
         cfg.load(None, {"ensemble": 2, "ensemble_split": "fold"})
     with pytest.raises(cfg.ConfigError, match=r"ensemble=101: cannot cut 100 units into 101 "
                                               r"folds \(the training units of FD001\)"):
-        prepare_folds(cfg.load(None, {"ensemble": 101, "ensemble_split": "folds"}),
+        prepare_folds(data_settings(cfg.load(None, {"ensemble": 101,
+                                                    "ensemble_split": "folds"})), 101,
                       derive_seeds(42).split, fd001)
     assert "ensemble_split" not in cfg.load(None, {"ensemble": 2}).to_dict()  # digest kept
     with pytest.raises(cfg.ConfigError, match="'ensemble_split' is not a tunable"):
@@ -266,7 +270,7 @@ def test_folds_ensemble_validates_out_of_fold(folds_ensemble, fd001):
     assert outcome.interval == fit_interval(CalibrationSet.joined(
         [CalibrationSet.of(member_predictions_on(m, m.data.val), m.data.val)
          for m in outcome.members]), 0.9, outcome.members[0].plan.seeds.split,
-        outcome.config.rul_cap)
+        outcome.plan.config.rul_cap)
     # the test prediction is still the mean of both members on the same test windows
     np.testing.assert_allclose(
         outcome.predictions["predicted_rul"],

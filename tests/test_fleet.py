@@ -28,8 +28,7 @@ from rul import config as cfg
 from rul.cli import main
 from rul.data import load_dataset
 from rul.data.schema import INFORMATIVE_SENSORS, SENSOR_COLUMNS, SETTING_COLUMNS
-from rul.plan import plan_run
-from rul.preprocessing.prepared import prepare_data
+from rul.plan import plan_run, prepared
 from rul.training.run import train
 from rul.training.seeding import derive_seeds
 
@@ -107,7 +106,7 @@ def test_the_rules_choose_fd001s_fourteen_sensors_and_its_one_condition(fleet, c
                           sensors=["T*", "P*", "N*", "phi", "BPR", "htBleed",
                                    "W*"])
     with pytest.warns(UserWarning, match="not read: site"):
-        data = prepare_data(config, derive_seeds(config.seed).split)
+        data = prepared(config, derive_seeds(config.seed).split)
     assert sorted(data.preprocessor.feature_columns_) == sorted(INFORMATIVE)  # table's order
     assert data.choices.n_conditions == 1
     assert "the settings hardly vary" in data.choices.conditions_reason
@@ -143,7 +142,7 @@ def test_engines_still_in_service_train_where_their_target_is_known(fleet):
     the cap have the target cap, known; the later ones are left out; it never validates."""
     config = fleet_config(fleet, train="fleet_all.parquet", test=None, test_rul_column=None,
                           censored_column="in_service")
-    data = prepare_data(config, derive_seeds(config.seed).split)
+    data = prepared(config, derive_seeds(config.seed).split)
     assert data.subset.censored == (3, 7, 11)
     assert not {3, 7, 11} & set(data.val_units) and {3, 7, 11} <= set(data.train_units)
     mine = np.isin(data.train.units, [3, 7, 11])

@@ -14,8 +14,7 @@ import pytest
 import torch
 
 from rul import config as cfg
-from rul.plan import ResumeTarget, plan_run
-from rul.preprocessing.prepared import prepare_data
+from rul.plan import ResumeTarget, plan_run, prepared
 from rul.training import cuda_graph
 from rul.training.checkpoint import Checkpointer
 from rul.training.listener import TrainingListener
@@ -52,7 +51,7 @@ class Steps(TrainingListener):
 
 
 def run(cfg_, subset, resume=None, **kwargs):
-    data = prepare_data(cfg_, derive_seeds(cfg_.seed).split, subset)
+    data = prepared(cfg_, derive_seeds(cfg_.seed).split, subset)
     return train(plan_run(cfg_, resume, data=data), progress=False, **kwargs)
 
 
@@ -111,7 +110,7 @@ def test_the_cuda_graph_computes_what_the_eager_steps_compute(real_data_dir, fd0
 def test_the_memory_probe_measures_the_cuda_step(real_data_dir, fd001, tmp_path):
     cfg_ = config(real_data_dir, tmp_path, micro_batch_size="auto", precision="fp16",
                   memory_budget="1GiB")
-    data = prepare_data(cfg_, derive_seeds(cfg_.seed).split, fd001)
+    data = prepared(cfg_, derive_seeds(cfg_.seed).split, fd001)
     plan = plan_run(cfg_, data=data)
     assert plan.split is not None and plan.split.peak_bytes <= 2**30
     measured = [row for row in plan.split.table if row.peak_bytes > 0]

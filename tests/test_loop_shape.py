@@ -72,7 +72,7 @@ def test_the_walk_finds_the_loop_down_to_the_step():
 
     found = {f for module in modules() for f in written_in(module)}
     for function in (engine.fit, engine.TrainState.end_epoch, backoff.BackoffStep.__call__,
-                     step.optimizer_step, step.StepSettings.of, batching.effective_batches,
+                     step.optimizer_step, rul.plan.step_settings, batching.effective_batches,
                      rul.plan.plan_run, rul.plan.RunPlan.global_batch_size.fget):
         assert function in found, function
 

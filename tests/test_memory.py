@@ -1,5 +1,5 @@
 """The effective batch decides the model; micro x K is measured memory: `auto`, the probe, the
-out-of-memory back-off, and the memory bench without mlflow/optuna/pydantic."""
+out-of-memory back-off, and the memory bench without mlflow or optuna."""
 
 import os
 import subprocess
@@ -11,9 +11,9 @@ import torch
 from conftest import fit_plan
 from torch import nn
 
+import rul.plan
 from rul import config as cfg
 from rul.plan import plan_run
-from rul.preprocessing.prepared import prepare_data
 from rul.training.backoff import BackoffStep
 from rul.training.engine import fit
 from rul.training.hardware import cpu_has_native_bf16
@@ -37,7 +37,7 @@ def auto_split(config, data):
 
 
 def prepared(config, subset=None):
-    return prepare_data(config, derive_seeds(config.seed).split, subset)
+    return rul.plan.prepared(config, derive_seeds(config.seed).split, subset)
 
 
 # ------------------------------------------------------------------ config
@@ -159,7 +159,7 @@ def test_same_effective_batch_under_different_budgets_reaches_the_same_val_rmse(
     small, _ = auto_split(base.replace(memory_budget=(peaks[32] + peaks[256]) // 2), data)
     outcomes = [train(plan_run(base.replace(memory_budget="64GiB"), data=data), progress=False),
                 train(plan_run(small, data=data), progress=False)]  # auto resolved there
-    splits = [(o.config.micro_batch_size, o.config.accumulation_steps) for o in outcomes]
+    splits = [(o.plan.config.micro_batch_size, o.plan.config.accumulation_steps) for o in outcomes]
     assert splits[0] == (256, 1) and splits[1][0] < 256, splits
     a, b = (o.state.best_val_rmse for o in outcomes)
     assert abs(a - b) / a < 1e-4, (splits, a, b)
@@ -196,10 +196,10 @@ class StepLosses(TrainingListener):
 
 
 def _fit(data, config, limit=None):
-    from rul.models import build_model
+    from rul.plan import network_of
 
     seeds = seed_everything(config.seed, config.deterministic)
-    model = build_model(config, data.preprocessor.n_features)
+    model = network_of(config, data.preprocessor.n_features).build()
     if limit is not None:
         model = OutOfMemoryAbove(model, limit, every_second=True)
     listener = StepLosses()
@@ -281,13 +281,14 @@ def test_out_of_memory_at_micro_batch_one_is_raised():
 
 
 # Imported first by every interpreter that has it on its path: the bench's own process and
-# the processes it spawns (bench speed runs each path in one) cannot import these.
+# the processes it spawns (bench speed runs each path in one) cannot import these (the
+# recipe's home, TrainConfig, needs pydantic: a GPU machine is given its wheel).
 BLOCKING_SITECUSTOMIZE = ("import sys\n"
-                          "for name in ('mlflow', 'optuna', 'pydantic', 'pydantic_core'):\n"
+                          "for name in ('mlflow', 'optuna'):\n"
                           "    sys.modules[name] = None  # import of these raises ImportError\n")
 
 
-def run_bench_without_mlflow_optuna_and_pydantic(name: str, tmp_path):
+def run_bench_without_mlflow_and_optuna(name: str, tmp_path):
     (tmp_path / "sitecustomize.py").write_text(BLOCKING_SITECUSTOMIZE)
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}",
            "CUDA_VISIBLE_DEVICES": ""}  # CPU rows only: with a GPU the reference is CUDA's
@@ -298,8 +299,8 @@ def run_bench_without_mlflow_optuna_and_pydantic(name: str, tmp_path):
 
 
 @pytest.mark.slow  # ~20-70 s on 2 shared cores: bf16 on CPU is slow
-def test_memory_bench_runs_without_mlflow_optuna_and_pydantic(tmp_path):
-    done = run_bench_without_mlflow_optuna_and_pydantic("memory", tmp_path)
+def test_memory_bench_runs_without_mlflow_and_optuna(tmp_path):
+    done = run_bench_without_mlflow_and_optuna("memory", tmp_path)
     rows = [line.split() for line in done.stdout.splitlines() if line.startswith("cpu ")]
     # device precision micro K peak_MiB samples/s peak_ratio speed_ratio
     assert [(r[1], int(r[2]), int(r[3])) for r in rows] == [
@@ -311,8 +312,8 @@ def test_memory_bench_runs_without_mlflow_optuna_and_pydantic(tmp_path):
 
 
 @pytest.mark.slow  # ~20-60 s on 2 shared cores: bf16 on CPU is slow
-def test_speed_bench_runs_without_mlflow_optuna_and_pydantic(tmp_path):
-    done = run_bench_without_mlflow_optuna_and_pydantic("speed", tmp_path)
+def test_speed_bench_runs_without_mlflow_and_optuna(tmp_path):
+    done = run_bench_without_mlflow_and_optuna("speed", tmp_path)
     lines = done.stdout.splitlines()
     rows = {line[:30].strip(): line[30:].split() for line in lines if line.startswith("cpu ")}
     assert list(rows) == ["cpu fp32 eager, before", "cpu fp32 eager, conv",

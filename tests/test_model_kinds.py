@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from rul import config as cfg
-from rul.models import build_model
-from rul.models.spec import ARCHITECTURE_DEFAULTS, KINDS, NETWORK_KINDS, NetworkSpec
+from rul.models.spec import ARCHITECTURE_FALLBACKS, KINDS, NETWORK_KINDS, NetworkSpec
+from rul.plan import network_of
 from rul.serving.onnx_export import MAX_DIFFERENCE, export_onnx
 from rul.serving.runtime import onnxruntime
 from rul.serving.spec import InferenceSpec
@@ -49,7 +49,7 @@ def test_a_row_names_a_backbone_and_every_argument_it_takes_in_order(kind):
     backbone = row.backbone_class()
     assert issubclass(backbone, nn.Module)
     assert set(row.inputs) <= {"n_features", "window", "shape"}
-    assert set(row.args) <= set(ARCHITECTURE_DEFAULTS)
+    assert set(row.args) <= set(ARCHITECTURE_FALLBACKS)
     parameters = list(inspect.signature(backbone).parameters)
     assert set(row.fixed) <= set(parameters)
     assert [p for p in parameters if p not in row.fixed] == [*row.inputs, *row.args]
@@ -59,7 +59,7 @@ def test_a_row_names_a_backbone_and_every_argument_it_takes_in_order(kind):
 def test_a_config_of_the_kind_maps_windows_to_rul_without_batchnorm(kind):
     """BatchNorm would make accumulated micro-batches differ from one large batch."""
     config = cfg.load(None, {"model": kind, **TINY, "window": 12})
-    network = build_model(config, n_features=5)
+    network = network_of(config, 5).build()
     assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in network.modules())
     for mode in (network.train, network.eval):
         assert mode()(torch.randn(3, 12, 5)).shape == (3,)
@@ -111,9 +111,9 @@ def test_stored_weights_load_into_a_fresh_build_and_predict_the_same(kind, tmp_p
 def test_architecture_keys_are_config_keys_and_a_spec_without_one_builds_what_runs_had():
     """Each architecture key is a config key; a stored spec lacks only a key added since specs
     were first stored, and builds the value every run had before it (LEGACY_VALUES)."""
-    assert set(ARCHITECTURE_DEFAULTS) <= set(cfg.TrainConfig.model_fields)
-    for key in set(ARCHITECTURE_DEFAULTS) - RECORDED_ARCHITECTURE_KEYS:
-        assert ARCHITECTURE_DEFAULTS[key] == cfg.LEGACY_VALUES[key]
+    assert set(ARCHITECTURE_FALLBACKS) <= set(cfg.TrainConfig.model_fields)
+    for key in set(ARCHITECTURE_FALLBACKS) - RECORDED_ARCHITECTURE_KEYS:
+        assert ARCHITECTURE_FALLBACKS[key] == cfg.LEGACY_VALUES[key]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -125,7 +125,7 @@ def test_a_kinds_keys_keep_the_identity_of_runs_tracked_before(kind):
     row = NETWORK_KINDS[kind]
     added = set(row.args) - RECORDED_ARCHITECTURE_KEYS
     assert added <= set(cfg.LEGACY_VALUES)
-    written = set(config.identity()) & set(ARCHITECTURE_DEFAULTS)
+    written = set(config.identity()) & set(ARCHITECTURE_FALLBACKS)
     assert written == RECORDED_ARCHITECTURE_KEYS
     for key in row.args:  # a valid config with this key at another value
         changed = cfg.load(None, {"model": kind, **WIDTH_FOR_HEADS.get(kind, {}),

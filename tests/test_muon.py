@@ -80,7 +80,7 @@ def test_filters_step_as_the_matrix_of_their_rows(monkeypatch):
 
 
 def test_the_dcnn_gives_its_filters_and_head_to_muon_and_the_rest_to_adamw():
-    from rul.models.network import build_network
+    from rul.models import build_network
 
     net = build_network("cnn", 14, 30, 125.0)
     muon = {name for name, p in net.named_parameters() if takes_muon(p)}

@@ -10,8 +10,9 @@ from click.testing import CliRunner
 from rul import config as cfg
 from rul.cli import main
 from rul.data import load_subset
+from rul.plan import prepared
 from rul.preprocessing.odd_inputs import POLICY
-from rul.preprocessing.prepared import OddInputWarning, prepare_data
+from rul.preprocessing.prepared import OddInputWarning
 from rul.tracking.run_logging import data_tags
 
 TINY = {"epochs": 1, "filters": 4, "num_layers": 2, "hidden_size": 8, "window": 20,
@@ -42,7 +43,7 @@ def test_training_names_each_odd_kind_once_and_records_it(write_cmapss, rewrite)
     config = cfg.load(None, {**TINY, "data_dir": str(folder)})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        data = prepare_data(config, 0, load_subset("FD001", folder))
+        data = prepared(config, 0, load_subset("FD001", folder))
     said = [str(w.message) for w in caught if issubclass(w.category, OddInputWarning)]
     assert said == [
         "training data: two rows of a unit more than one cycle apart in units 2",
@@ -78,10 +79,10 @@ def test_the_real_training_file_has_no_odd_input(fd001):
     config = cfg.load(None, {"data_dir": None})
     with warnings.catch_warnings():
         warnings.simplefilter("error", OddInputWarning)
-        assert prepare_data(config, 0, fd001).odd == {}
+        assert prepared(config, 0, fd001).odd == {}
     with warnings.catch_warnings():  # all 21: its constant sensors are constant in test too
         warnings.simplefilter("ignore", OddInputWarning)
-        assert "varying_in_test" not in prepare_data(config.replace(features="all"), 0,
+        assert "varying_in_test" not in prepared(config.replace(features="all"), 0,
                                                      fd001).odd
 
 
@@ -94,14 +95,14 @@ def test_a_read_sensor_that_varies_only_in_the_test_file_is_named_in_training(wr
     config = cfg.load(None, {**TINY, "data_dir": str(folder), "features": "all"})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        data = prepare_data(config, 0, load_subset("FD001", folder))
+        data = prepared(config, 0, load_subset("FD001", folder))
     said = [str(w.message) for w in caught if issubclass(w.category, OddInputWarning)]
     assert said == ["test data: s_1 vary, but not in the training rows: the model learned "
                     "nothing from them and their test values are scaled far out of range (drop "
                     "them from features, or drop_constant: true)"]
     assert data.odd == {"varying_in_test": ["s_1"]}
     assert data_tags(data)["data.odd.varying_in_test"] == "s_1"
-    assert prepare_data(config.replace(features="informative"), 0,
+    assert prepared(config.replace(features="informative"), 0,
                         load_subset("FD001", folder)).odd == {}  # s_1 is not read
 
 

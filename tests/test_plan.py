@@ -56,7 +56,7 @@ def test_a_tracked_run_resolves_device_precision_and_split_once(small, monkeypat
     outcome, _ = train_tracked(small(micro_batch_size="auto", effective_batch_size=64,
                                      memory_budget="64GiB"), progress=False)
     assert (len(devices), len(precisions), len(probes)) == (1, 1, 1)
-    assert outcome.config.micro_batch_size == 64 and outcome.plan.split.micro_batch_size == 64
+    assert outcome.plan.config.micro_batch_size == 64 and outcome.plan.split.micro_batch_size == 64
     assert outcome.plan.written.micro_batch_size == "auto"  # the identity keeps what was asked
 
 

@@ -11,8 +11,7 @@ from click.testing import CliRunner
 
 from rul import config as cfg
 from rul.cli import main
-from rul.plan import ResumeTarget, plan_run
-from rul.preprocessing.prepared import prepare_data
+from rul.plan import ResumeTarget, plan_run, prepared
 from rul.tracking.metric_names import logged
 from rul.training.checkpoint import Checkpointer
 from rul.training.listener import TrainingListener
@@ -32,7 +31,7 @@ def make_config(data_dir, tmp_path, **changes):
 
 def run_training(config, subset, resume: ResumeTarget | None = None, **kwargs):
     """Plan `config` on the already loaded `subset` (resuming `resume`), then train it."""
-    data = prepare_data(config, derive_seeds(config.seed).split, subset)
+    data = prepared(config, derive_seeds(config.seed).split, subset)
     return train(plan_run(config, resume, data=data), **kwargs)
 
 

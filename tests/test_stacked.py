@@ -143,7 +143,7 @@ def test_what_precision_auto_picked_is_named_when_it_cannot_stack(members, monke
     import rul.training.precision
 
     monkeypatch.setattr(rul.training.precision, "auto_precision",
-                        lambda device, model: ("bf16", "a CPU with native bf16"))
+                        lambda device, model, probe: ("bf16", "a CPU with native bf16"))
     assert stacking_problem(members(precision="auto")) == (
         "precision=auto picks bf16 here: autocast does not reach inside vmap (the members "
         "would train in fp32; precision=fp32 stacks)")
@@ -153,7 +153,7 @@ def test_members_of_other_configs_or_data_or_alone_do_not_stack(members):
     plans = members()
     assert stacking_problem(plans) is None
     assert stacking_problem(plans[:1]) == "one member"
-    other_rate = replace(plans[1], config=plans[1].config.replace(lr=1e-3))  # the same data
+    other_rate = replace(plans[1], optimization=replace(plans[1].optimization, lr=1e-3))
     assert stacking_problem([plans[0], other_rate]) == \
         "the members' configs differ in more than their seed"
     other_data = members()[1]  # the same config, data prepared again
@@ -178,7 +178,7 @@ def test_autocast_does_not_reach_inside_vmap():
     autocast's precisions stack."""
     from torch.func import functional_call, stack_module_state, vmap
 
-    from rul.models.network import build_network
+    from rul.models import build_network
 
     models = [build_network("cnn", 14, 30, 125.0).eval() for _ in range(2)]
     params, _ = stack_module_state(models)

@@ -14,7 +14,7 @@ import torch
 from conftest import fit_plan
 
 from rul import config as cfg
-from rul.models import build_model
+from rul.plan import network_of, optimizer_settings, step_settings
 from rul.training import engine, optim
 from rul.training.backoff import BackoffStep
 from rul.training.batching import WindowBatches
@@ -23,7 +23,7 @@ from rul.training.listener import TrainingListener
 from rul.training.optim import make_optimizer, make_scheduler
 from rul.training.precision import resolve_precision
 from rul.training.seeding import derive_seeds
-from rul.training.step import StepResult, StepSettings, decides_on_device
+from rul.training.step import StepResult, decides_on_device
 from rul.training.sync_free import DeviceSchedule, StepLog, host_optimizer
 
 CPU = torch.device("cpu")
@@ -32,10 +32,10 @@ CPU = torch.device("cpu")
 @pytest.fixture(scope="module")
 def windows(real_data_dir):
     """4096 training and 512 validation windows of FD001 (8 steps of 512 per epoch)."""
-    from rul.preprocessing.prepared import prepare_data
+    from rul.plan import prepared
     from rul.training.seeding import derive_seeds
 
-    prepared = prepare_data(cfg.load(None, {"data_dir": str(real_data_dir)}), derive_seeds(0).split)
+    prepared = prepared(cfg.load(None, {"data_dir": str(real_data_dir)}), derive_seeds(0).split)
     return head(prepared.train, 4096), head(prepared.val, 512)
 
 
@@ -74,7 +74,7 @@ def train(config, windows, sync_free: bool, monkeypatch, poison=None, **kwargs):
     monkeypatch.setattr(optim, "make_optimizer",
                         functools.partial(make_optimizer, sync_free=sync_free))
     torch.manual_seed(0)
-    model = build_model(config, n_features=14)
+    model = network_of(config, 14).build()
     if poison:
         poison_backward(model, poison)
     steps = Steps()
@@ -84,10 +84,12 @@ def train(config, windows, sync_free: bool, monkeypatch, poison=None, **kwargs):
 
 
 def test_only_a_fused_optimizer_with_a_rate_tensor_decides_on_the_device():
-    model = build_model(tiny(), n_features=14)
-    assert not decides_on_device(make_optimizer(model, tiny()))  # a CPU run: as ever
-    assert decides_on_device(make_optimizer(model, tiny(), sync_free=True))
-    assert not decides_on_device(make_optimizer(model, tiny(scheduler="onecycle"),
+    model = network_of(tiny(), 14).build()
+    settings = optimizer_settings(tiny())
+    assert not decides_on_device(make_optimizer(model, settings))  # a CPU run: as ever
+    assert decides_on_device(make_optimizer(model, settings, sync_free=True))
+    one_cycle = optimizer_settings(tiny(scheduler="onecycle", warmup_epochs=0))
+    assert not decides_on_device(make_optimizer(model, one_cycle,
                                                 sync_free=True))  # beta1 moves: host
 
 
@@ -123,11 +125,11 @@ def test_a_skipped_sync_free_step_changes_no_weight_and_no_average(windows, monk
     monkeypatch.setattr(optim, "make_optimizer",
                         functools.partial(make_optimizer, sync_free=True))
     torch.manual_seed(0)
-    model = build_model(config, n_features=14)
+    model = network_of(config, 14).build()
     poison_backward(model, 5)  # the third step's first micro-batch
     precision = resolve_precision("fp32", CPU)
-    parts = optim.TrainingParts(model, config, precision, 8)
-    step = BackoffStep(WindowBatches(windows[0], CPU), StepSettings.of(config, precision), 256,
+    parts = optim.TrainingParts(model, optimizer_settings(config), precision, 8)
+    step = BackoffStep(WindowBatches(windows[0], CPU), step_settings(config, precision), 256,
                        512)
 
     def take_step(indices):
@@ -152,10 +154,12 @@ def test_a_skipped_sync_free_step_changes_no_weight_and_no_average(windows, monk
 
 def test_the_device_schedule_holds_the_host_schedulers_rates_and_catches_it_up():
     config = tiny(scheduler="cosine")
-    model = build_model(config, n_features=14)
-    optimizer = make_optimizer(model, config, sync_free=True)
-    schedule = DeviceSchedule(optimizer, lambda o: make_scheduler(o, config, 10), 10, config.lr)
-    reference = make_scheduler(host_optimizer(config.lr), config, 10)
+    model = network_of(config, 14).build()
+    optimizer = make_optimizer(model, optimizer_settings(config), sync_free=True)
+    settings = optimizer_settings(config)
+    schedule = DeviceSchedule(optimizer, lambda o: make_scheduler(o, settings, 10), 10,
+                              config.lr)
+    reference = make_scheduler(host_optimizer(config.lr), optimizer_settings(config), 10)
     rates = []
     with pytest.warns(UserWarning, match="before `optimizer.step"):  # it never steps
         for _ in range(10):
@@ -194,7 +198,7 @@ def test_a_checkpoint_moves_between_a_host_run_and_a_sync_free_run(windows, monk
     monkeypatch.setattr(optim, "make_optimizer",
                         functools.partial(make_optimizer, sync_free=first))
     torch.manual_seed(0)
-    model = build_model(config, n_features=14)
+    model = network_of(config, 14).build()
     with pytest.raises(KeyboardInterrupt):
         fit(model, fit_plan(config, *windows, derive_seeds(7)), StopAfterTwo(), Keep(),
             progress=False)

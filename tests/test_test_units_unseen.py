@@ -69,8 +69,9 @@ def test_an_ensembles_validation_and_interval_never_read_the_test_files(twins, t
         config = cfg.load(None, {**SMALL, "data_dir": str(folder), "ensemble": 2,
                                  "ensemble_split": "folds", "val_weights": "truncation",
                                  "checkpoint_dir": str(tmp_path / name)})
-        members = [train(plan, progress=False) for plan in plan_ensemble(config).members]
-        found[name] = combine(config, members)
+        ensemble = plan_ensemble(config)
+        members = [train(plan, progress=False) for plan in ensemble.members]
+        found[name] = combine(ensemble, members)
     real, other = found["real"], found["other"]
     assert real.metrics["val_rmse"] == other.metrics["val_rmse"]
     assert real.interval.to_dict() == other.interval.to_dict()

@@ -23,13 +23,13 @@ import torch
 
 from rul import config as cfg
 from rul.data import DataError
-from rul.plan import plan_run
+from rul.plan import cpu_measured, plan_run
 from rul.tracking.metric_names import logged
 from rul.tracking.registry import CHAMPION, register_and_promote
 from rul.tracking.run_checkpoints import RunCheckpoints
 from rul.tracking.store import open_store
-from rul.training.hardware import auto_precision
 from rul.training.listener import TrainingListener
+from rul.training.precision import auto_precision
 from rul.training.seeding import derive_seeds
 from rul.workflows.tracked import OWN_RUN, track
 from rul.workflows.train import train_tracked
@@ -60,7 +60,7 @@ def champion_version(client) -> str:
 
 
 def n_optimizer_steps(outcome, epochs):
-    return epochs * math.ceil(len(outcome.data.train) / outcome.config.effective_batch_size)
+    return epochs * math.ceil(len(outcome.data.train) / outcome.plan.config.effective_batch_size)
 
 
 # ---------------------------------------------------------------- params, tags, metrics
@@ -74,10 +74,10 @@ def test_params_record_the_batch_contract(fd001_client, trained):
     assert params["effective_batch_size"] == str(c.micro_batch_size * c.accumulation_steps)
     assert params["precision"] == str(c.precision)
     tags = fd001_client.get_run(trained.run_id).data.tags
-    # auto as hardware.py picks it where the run trained (a CPU: bf16 where it is native,
-    # fp32 otherwise; a GPU: by its compute capability)
+    # auto as precision.py picks it where the run trained (a CPU: by the probe where bf16 is
+    # native, fp32 otherwise; a GPU: by its compute capability)
     device = trained.outcome.plan.precision.device
-    expected = auto_precision(device, c.model)
+    expected = auto_precision(device, c.model, cpu_measured)
     assert (tags["precision.resolved"], tags["precision.reason"]) == expected
     assert trained.outcome.plan.precision.name == expected[0]
     assert ("CPU" if device.type == "cpu" else "GPU") in tags["precision.reason"]

@@ -8,8 +8,8 @@ from conftest import fit_plan
 from torch import nn
 
 from rul import config as cfg
-from rul.models import build_model
 from rul.models.spec import KINDS
+from rul.plan import cpu_measured, network_of, optimizer_settings
 from rul.training.batching import WindowBatches, effective_batches
 from rul.training.engine import TrainState, fit
 from rul.training.listener import TrainingListener
@@ -23,11 +23,11 @@ FP32 = resolve_precision("fp32", CPU)
 @pytest.fixture(scope="module")
 def fd001_windows(real_data_dir):
     """Real FD001 train/validation windows (split by unit)."""
-    from rul.preprocessing.prepared import prepare_data
+    from rul.plan import prepared
     from rul.training.seeding import derive_seeds
 
     config = cfg.load(None, {"data_dir": str(real_data_dir)})
-    prepared = prepare_data(config, derive_seeds(0).split)
+    prepared = prepared(config, derive_seeds(0).split)
     return prepared.train, prepared.val
 
 
@@ -35,7 +35,7 @@ def tiny_model(seed=0, model="transformer"):
     torch.manual_seed(seed)
     config = cfg.load(None, {"model": model, "hidden_size": 16, "num_heads": 2, "num_layers": 2,
                              "dropout": 0.0, "window": 12, "filters": 4, "kernel_size": 3})
-    return build_model(config, n_features=5)
+    return network_of(config, 5).build()
 
 
 def data(n, seed=1):
@@ -228,7 +228,7 @@ def test_fit_counts_skipped_steps_and_does_not_advance_scheduler(fd001_windows):
                              "warmup_epochs": 0, "micro_batch_size": 1024, "accumulation_steps": 2,
                              "precision": "fp16", "device": "cpu"})
     torch.manual_seed(0)
-    model = build_model(config, n_features=14)
+    model = network_of(config, 14).build()
     poison_first_backward(model)
     precision = resolve_precision("fp16", CPU)
     steps = []
@@ -261,7 +261,7 @@ def test_weight_average_follows_real_steps_only_and_is_what_fit_returns(fd001_wi
                              "micro_batch_size": 1024, "accumulation_steps": 2,
                              "precision": "fp16", "device": "cpu"})
     torch.manual_seed(0)
-    model = build_model(config, n_features=14)
+    model = network_of(config, 14).build()
     poison_first_backward(model)
     snapshots, skipped = [], []
 
@@ -312,7 +312,7 @@ def test_auto_precision_says_what_it_picked_and_why(monkeypatch, device, native_
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: capability >= (8, 0))
         device = "cuda"
-    precision = resolve_precision("auto", torch.device(device), model)
+    precision = resolve_precision("auto", torch.device(device), model, probe=cpu_measured)
     assert (precision.name, precision.use_scaler) == expected[:2]
     assert expected[2] in precision.reason
     assert resolve_precision("bf16", CPU).reason == "asked for"
@@ -336,7 +336,7 @@ def test_a_resumed_auto_run_keeps_the_precision_it_trained_in(monkeypatch, nativ
     from rul.training import hardware
 
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: native_bf16)
-    precision = resolve_precision("auto", CPU, "cnn", resumed=resumed)
+    precision = resolve_precision("auto", CPU, "cnn", resumed=resumed, probe=cpu_measured)
     assert (precision.name, precision.use_scaler, precision.reason) == expected
     assert resolve_precision("fp32", CPU, "cnn", resumed="bf16").name == "fp32"
 
@@ -374,7 +374,7 @@ def test_fp16_splits_skip_the_same_steps_and_move_the_scale_alike(fd001_windows,
 
         from rul.training.seeding import derive_seeds
 
-        fit(build_model(config, n_features=14), fit_plan(config, train, val, derive_seeds(7)),
+        fit(network_of(config, 14).build(), fit_plan(config, train, val, derive_seeds(7)),
             Spy(), progress=False)
         return steps
 
@@ -397,7 +397,7 @@ def rates_of(config, total_steps: int) -> list[float]:
     from rul.training.optim import make_scheduler
 
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=config.lr)
-    scheduler = make_scheduler(optimizer, config, total_steps)
+    scheduler = make_scheduler(optimizer, optimizer_settings(config), total_steps)
     rates = []
     for _ in range(total_steps):
         rates.append(optimizer.param_groups[0]["lr"])

@@ -39,7 +39,7 @@ def curves(client, run_id: str, rul_cap: float) -> dict:
         client.get_metric_history(run_id, logged_name("train_loss_epoch")), key=lambda m: m.step)]
     if not val or not loss:
         raise ValueError(f"run {run_id}: no per-epoch val/rmse or train/loss_epoch")
-    # the loss is the MSE of RUL / the config's rul_cap (rul.training.step.StepSettings.of)
+    # the loss is the MSE of RUL / the config's rul_cap (rul.plan.step_settings)
     train = [math.sqrt(v) * rul_cap for v in loss]
     best = min(val)
     return {"val": val, "train": train, "best": best, "best_epoch": val.index(best) + 1,

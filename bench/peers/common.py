@@ -79,8 +79,7 @@ class Setup:
     @classmethod
     def of(cls, epochs: int, dry: bool, baton: Baton | None = None) -> "Setup":
         from rul.data import load_subset
-        from rul.models.spec import NetworkSpec
-        from rul.preprocessing.prepared import prepare_data
+        from rul.plan import cpu_measured, network_of, prepared
         from rul.training.precision import resolve_device, resolve_precision
         from rul.training.seeding import derive_seeds
 
@@ -91,10 +90,10 @@ class Setup:
         if dry:
             subset = dataclasses.replace(subset,
                                          train=subset.train[subset.train["unit"] <= DRY_UNITS])
-        data = prepare_data(config, seeds.split, subset)
+        data = prepared(config, seeds.split, subset)
         precision = resolve_precision(config.precision, resolve_device(config.device),
-                                      config.model)
-        return cls(config, seeds, data, NetworkSpec.of(config, data.preprocessor.n_features),
+                                      config.model, probe=cpu_measured)
+        return cls(config, seeds, data, network_of(config, data.preprocessor.n_features),
                    precision, baton or Baton())
 
     @property
@@ -125,9 +124,11 @@ class Setup:
 
     def schedule(self, optimizer):
         """torch's cosine decay over all optimizer steps, as rul's (rul.training.optim)."""
+        from rul.plan import optimizer_settings
         from rul.training.optim import make_scheduler
 
-        return make_scheduler(optimizer, self.config, self.config.epochs * self.steps_per_epoch)
+        return make_scheduler(optimizer, optimizer_settings(self.config),
+                              self.config.epochs * self.steps_per_epoch)
 
     @property
     def steps_per_epoch(self) -> int:

@@ -6,21 +6,16 @@ becomes one line of a ConfigError: `<source>: <key>=<value>: <what is wrong>`.
 
 - values: the value types of the keys and the strict base model
 - spelling: did-you-mean hints for a misspelt key
-- training: TrainConfig and what each key decides (KEY_ROLES, a run's identity)
-- tuning: TuningConfig, its search-space dimensions and objectives
-- loading: YAML and overrides in, a validated config or one-line errors out
+- data: the `data:` section and the C-MAPSS presets
+- study: the study's own keys (`rul tune`'s): search-space dimensions, objectives
+- validation: a validated config, or one line per problem
+- training: TrainConfig (its defaults: make train's recipe) and what each key decides
+- tuning: TuningConfig, the base training config with the study's keys
+- loading: YAML and overrides in, a validated config out
 """
 
 from rul.config.loading import build, build_tuning, load, load_tuning
-from rul.config.training import (
-    KEY_ROLES,
-    LEGACY_VALUES,
-    NOT_COMPARED_IN_A_STUDY,
-    NOT_IN_IDENTITY,
-    NOT_TUNABLE,
-    TrainConfig,
-)
-from rul.config.tuning import (
+from rul.config.study import (
     ACCURACY,
     DEFAULT_OBJECTIVES,
     OBJECTIVES,
@@ -29,8 +24,16 @@ from rul.config.tuning import (
     Dimension,
     FloatRange,
     IntRange,
-    TuningConfig,
 )
+from rul.config.training import (
+    KEY_ROLES,
+    LEGACY_VALUES,
+    NOT_COMPARED_IN_A_STUDY,
+    NOT_IN_IDENTITY,
+    NOT_TUNABLE,
+    TrainConfig,
+)
+from rul.config.tuning import TuningConfig
 from rul.errors import ConfigError
 
 __all__ = ["ACCURACY", "DEFAULT_OBJECTIVES", "KEY_ROLES", "NOT_COMPARED_IN_A_STUDY",

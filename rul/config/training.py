@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator, model_validator
 
 from rul.config.data import DataSection, preset
+from rul.config.validation import validated
 from rul.config.values import (
     Flag,
     MemorySize,
@@ -23,7 +24,7 @@ from rul.config.values import (
 )
 from rul.data.schema import SUBSETS
 from rul.files import DATA_LIMIT, SizeLimit
-from rul.models.spec import KINDS, NETWORK_KINDS, architecture_of
+from rul.models.spec import ARCHITECTURE_ARGS, KINDS, NETWORK_KINDS
 
 warnings.filterwarnings("ignore", message='Field name "register" in "TrainConfig" shadows')
 
@@ -266,7 +267,7 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
 
     @model_validator(mode="after")
     def _architecture_fits_its_kind(self) -> "TrainConfig":
-        if problem := NETWORK_KINDS[self.model].problem(architecture_of(self)):
+        if problem := NETWORK_KINDS[self.model].problem(self.architecture):
             raise rule_error(*problem)
         return self
 
@@ -293,6 +294,11 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
             raise rule_error(f"ensemble_training='{self.ensemble_training}'",
                              f"needs ensemble >= 2, got ensemble={self.ensemble}")
         return self
+
+    @property
+    def architecture(self) -> dict:
+        """The architecture keys of its network kind, with their values."""
+        return {key: getattr(self, key) for key in ARCHITECTURE_ARGS[self.model]}
 
     @property
     def dataset(self) -> DataSection:
@@ -346,9 +352,7 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
 
     def replace(self, **changes) -> "TrainConfig":
         """A re-validated copy with `changes` applied."""
-        from rul.config.loading import build  # loading imports this module
-
-        return build(with_legacy_values(self.to_dict()), changes)
+        return validated(TrainConfig, with_legacy_values(self.to_dict()), changes)
 
 
 # ------------------------------------------------------------------ what each key decides

@@ -22,7 +22,7 @@ from rul.evaluation.truncation import window_weights
 
 @dataclass
 class EnsembleOutcome:
-    config: object  # ensemble=N; seed: the first member's, whose split (or folds) they share
+    plan: object  # the ensemble's plan (rul.plan.EnsemblePlan): its members' share the split
     members: list  # TrainingOutcome of each member (rul.training.run): each predicts windows
     metrics: dict  # val_rmse and test metrics of the averaged prediction, members' means
     predictions: pd.DataFrame  # unit, true_rul, true_rul_capped, predicted_rul, predicted_std
@@ -62,14 +62,15 @@ def validation_predictions(members: list) -> CalibrationSet:
                                   for group in groups.values()])
 
 
-def combine(config, members: list) -> EnsembleOutcome:
-    """The ensemble of trained `members`: its averaged predictions and metrics."""
-    data = members[0].data
+def combine(plan, members: list) -> EnsembleOutcome:
+    """The ensemble of `plan` (its EnsemblePlan) from its trained `members`: its averaged
+    predictions and metrics, scored as the first member's plan says."""
+    data, first = members[0].data, members[0].plan
     validation = validation_predictions(members)
     test_mean, test_std = averaged(members, data.test)
-    test, predictions = score_test(test_mean, data, config.rul_cap)
-    weights = window_weights(config.val_weights, validation.units, validation.window,
-                             members[0].plan.seeds.split)
+    test, predictions = score_test(test_mean, data, first.network.rul_cap)
+    weights = window_weights(first.loop.val_weights, validation.units, validation.window,
+                             first.seeds.split)
     metrics = {
         "val_rmse": rmse(validation.predicted, validation.targets, weights),
         **test,
@@ -78,5 +79,6 @@ def combine(config, members: list) -> EnsembleOutcome:
     }
     predictions = predictions.assign(predicted_std=test_std)
     interval, predictions, metrics = calibrate_interval(
-        lambda: validation, config, members[0].plan.seeds.split, predictions, metrics)
-    return EnsembleOutcome(config, members, metrics, predictions, interval)
+        lambda: validation, first.interval_coverage, first.network.rul_cap, first.seeds.split,
+        predictions, metrics)
+    return EnsembleOutcome(plan, members, metrics, predictions, interval)

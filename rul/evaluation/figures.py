@@ -70,7 +70,7 @@ def member_val_curves(members: list, split: str = "shared") -> Figure:
     ax = fig.subplots()
     for m in members:
         values = [h["val_rmse"] for h in m.state.history]
-        ax.plot(np.arange(1, len(values) + 1), values, label=f"seed {m.config.seed}")
+        ax.plot(np.arange(1, len(values) + 1), values, label=f"seed {m.plan.seeds.seed}")
     title = "ensemble members" + (", each on its own fold" if split == "folds" else "")
     ax.set(xlabel="epoch", ylabel="validation RMSE (cycles)", title=title)
     ax.legend(fontsize="small")

@@ -114,25 +114,25 @@ def interval_metrics(interval: Interval, predicted, true_capped, rul_cap: float,
     return found
 
 
-def calibrate_interval(calibration: Callable[[], CalibrationSet], config, seed: int,
-                       predictions: pd.DataFrame, metrics: dict
+def calibrate_interval(calibration: Callable[[], CalibrationSet], coverage: float | None,
+                       rul_cap: float, seed: int, predictions: pd.DataFrame, metrics: dict
                        ) -> tuple[Interval | None, pd.DataFrame, dict]:
-    """The interval of config.interval_coverage, calibrated on `calibration()` (weights
-    drawn with `seed`), and the test `predictions` (columns predicted_rul, true_rul_capped)
+    """The interval of `coverage`, calibrated on `calibration()` (weights drawn with `seed`),
+    and the test `predictions` (columns predicted_rul, true_rul_capped)
     and `metrics` with what it adds: new ones, the arguments are left as they are. Added
     columns: predicted_rul_lower/_upper, clipped to [0, rul_cap], and p_fail_within at
     DEFAULT_HORIZON; added metrics: its target, engines, and the test coverage, width and
-    Brier score. The test units are never used to calibrate, only reported. With
-    interval_coverage null: (None, predictions, metrics), and `calibration` is not called."""
-    if config.interval_coverage is None:
+    Brier score. The test units are never used to calibrate, only reported. With a coverage
+    of None: (None, predictions, metrics), and `calibration` is not called."""
+    if coverage is None:
         return None, predictions, metrics
-    interval = fit_interval(calibration(), config.interval_coverage, seed, config.rul_cap)
+    interval = fit_interval(calibration(), coverage, seed, rul_cap)
     predicted = predictions["predicted_rul"].to_numpy()
-    lower, upper = interval.bounds(predicted, high=config.rul_cap)
+    lower, upper = interval.bounds(predicted, high=rul_cap)
     columns = {"predicted_rul_lower": lower, "predicted_rul_upper": upper,
                "p_fail_within": interval.failure_probability(predicted, DEFAULT_HORIZON)}
     test = interval_metrics(interval, predicted, predictions["true_rul_capped"].to_numpy(),
-                            config.rul_cap)
+                            rul_cap)
     figures = {"interval_coverage_target": interval.coverage,
                "interval_engines": interval.n_calibration,
                **{f"test_interval_{k}" if not k.startswith("p_fail") else f"test_{k}": v

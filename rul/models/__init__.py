@@ -1,23 +1,15 @@
-"""Temporal models, chosen by `config.model`. Each maps (B, window, features) to RUL (B,).
+"""Temporal models, one per kind (`model:`). Each maps (B, window, features) to RUL (B,).
 
-The plain description of a network (NetworkSpec, the table of kinds NETWORK_KINDS, the
-architecture defaults) lives in rul.models.spec and imports no torch; the networks themselves
-are imported on first use.
+The plain description of a network (NetworkSpec, the table of kinds NETWORK_KINDS) lives in
+rul.models.spec and imports no torch; the networks themselves are imported on first use.
 """
 
-from rul.models.spec import (
-    ARCHITECTURE_ARGS,
-    ARCHITECTURE_DEFAULTS,
-    NetworkSpec,
-    architecture_of,
-)
+from rul.models.spec import ARCHITECTURE_ARGS, NetworkSpec, build_network
 
-__all__ = ["ARCHITECTURE_ARGS", "ARCHITECTURE_DEFAULTS", "DCNN", "NetworkSpec", "RULNet",
-           "RecurrentRegressor", "TransformerRegressor", "architecture_of", "build_model",
-           "build_network"]
+__all__ = ["ARCHITECTURE_ARGS", "DCNN", "NetworkSpec", "RULNet", "RecurrentRegressor",
+           "TransformerRegressor", "build_network"]
 
-_LAZY = {"RULNet": "rul.models.network", "build_network": "rul.models.network",
-         "build_model": "rul.models.network", "DCNN": "rul.models.cnn",
+_LAZY = {"RULNet": "rul.models.network", "DCNN": "rul.models.cnn",
          "RecurrentRegressor": "rul.models.recurrent",
          "TransformerRegressor": "rul.models.transformer"}
 

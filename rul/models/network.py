@@ -1,9 +1,8 @@
-"""The network of each kind, wrapped to predict RUL in cycles."""
+"""The wrapper every kind's backbone is built into (rul.models.spec.build_network): RUL in
+cycles."""
 
 import torch
 from torch import nn
-
-from rul.models.spec import ARCHITECTURE_DEFAULTS, NETWORK_KINDS, NetworkSpec
 
 
 class RULNet(nn.Module):
@@ -22,22 +21,3 @@ class RULNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rul = self.backbone(x) * self.rul_scale
         return rul if self.training else torch.clamp(rul, min=0.0, max=self.rul_scale)
-
-
-def build_network(kind: str, n_features: int, window: int, rul_cap: float, **arch) -> RULNet:
-    """The network of `kind` (its row of NETWORK_KINDS) from its architecture arguments
-    (missing ones take defaults; unknown ones are ignored, so a stored spec outlives added or
-    renamed config keys)."""
-    if kind not in NETWORK_KINDS:
-        raise ValueError(f"unknown model {kind!r}; expected one of {sorted(NETWORK_KINDS)}")
-    row = NETWORK_KINDS[kind]
-    shape = {"n_features": n_features, "window": window, "shape": (n_features, window)}
-    architecture = {key: arch.get(key, ARCHITECTURE_DEFAULTS[key]) for key in row.args}
-    backbone = row.backbone_class()(*(shape[name] for name in row.inputs), **row.fixed,
-                                    **architecture)
-    return RULNet(backbone, rul_cap)
-
-
-def build_model(config, n_features: int) -> RULNet:
-    """The network a training config describes."""
-    return NetworkSpec.of(config, n_features).build()

@@ -1,22 +1,19 @@
 """What a network is, as plain values: its kind, input shape, output scale and architecture.
 
-The single home of the network kinds (NETWORK_KINDS) and of the architecture defaults: the
-training config (rul.config), stored inference specs and the benches all read them from here.
-Imports no torch until a network is built, so that configuration and light tools stay light.
+The single home of the network kinds (NETWORK_KINDS): the training config (rul.config), stored
+inference specs and the benches all read them from here. Imports no torch until a network is
+built, so that configuration and light tools stay light.
 """
 
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-# The default network of `make train` (Li et al.'s DCNN over a 30-cycle window).
-DEFAULT_KIND = "cnn"
-DEFAULT_WINDOW = 30
-DEFAULT_RUL_CAP = 125
-# Each architecture key's default: one config key (rul.config.TrainConfig) per name, shared by
-# the kinds that take it, and what a stored spec without the key builds.
-ARCHITECTURE_DEFAULTS = {"filters": 10, "kernel_size": 10, "num_layers": 4, "hidden_size": 100,
-                         "dropout": 0.5, "num_heads": 4}
+# Every architecture key, one config key (rul.config.TrainConfig) per name shared by the kinds
+# that take it, with what a stored spec without the key builds: the value networks had before
+# the key was stored (the config's defaults are make train's recipe, which moves).
+ARCHITECTURE_FALLBACKS = {"filters": 10, "kernel_size": 10, "num_layers": 4,
+                          "hidden_size": 100, "dropout": 0.5, "num_heads": 4}
 
 
 @dataclass(frozen=True)
@@ -26,7 +23,7 @@ class NetworkKind:
     `backbone` names the class as "module.Class" (imported on first build); `inputs` are the
     data's shape it takes first ("n_features", "window", or "shape": the two as a pair);
     `args` its architecture keys in its constructor's order (what an inference spec stores;
-    each a key of ARCHITECTURE_DEFAULTS);
+    each a key of ARCHITECTURE_FALLBACKS);
     `fixed` constant keyword arguments that tell kinds of one class apart; `rule` what its
     architecture must satisfy (architecture -> (key, problem) or None), checked where a config
     or a tuning trial is made; `stacks` whether torch.func.vmap batches its layers, so that
@@ -73,45 +70,48 @@ NETWORK_KINDS = {
 To add a kind: write its backbone in a module of rul/models/ (an nn.Module mapping
 (batch, window, features) to (batch,), without BatchNorm) and add its row here;
 tests/test_model_kinds.py then checks it as it checks every kind. An architecture key that no
-kind took before also needs its default in ARCHITECTURE_DEFAULTS and a TrainConfig field of that
-name, listed in rul.config.OMITTED_AT_DEFAULT (written only when it differs from its default) so
-that runs tracked before keep their identity."""
+kind took before also needs its fallback in ARCHITECTURE_FALLBACKS and a TrainConfig field of
+that name, listed in rul.config.LEGACY_VALUES (written only when it differs from the value
+networks had before it) so that runs tracked before keep their identity."""
 KINDS = tuple(NETWORK_KINDS)
 # The architecture arguments each kind takes (what an inference spec stores).
 ARCHITECTURE_ARGS = {kind: row.args for kind, row in NETWORK_KINDS.items()}
 
 
-def architecture_of(config) -> dict:
-    """The architecture arguments of `config.model`, read from the config."""
-    if config.model not in ARCHITECTURE_ARGS:
-        raise ValueError(f"unknown model {config.model!r}")
-    return {key: getattr(config, key) for key in ARCHITECTURE_ARGS[config.model]}
-
-
 def unused_architecture_keys(kind: str) -> set[str]:
     """Architecture keys that `kind` does not take (not logged as its params)."""
-    return set(ARCHITECTURE_DEFAULTS) - set(ARCHITECTURE_ARGS[kind])
+    return set(ARCHITECTURE_FALLBACKS) - set(ARCHITECTURE_ARGS[kind])
 
 
 @dataclass(frozen=True)
 class NetworkSpec:
     """A network described by plain values; `build()` makes it (missing architecture
-    arguments take their defaults, unknown ones are ignored)."""
+    arguments take their fallbacks, unknown ones are ignored). rul.plan.network_of makes a
+    config's."""
 
-    kind: str = DEFAULT_KIND
-    n_features: int = 14
-    window: int = DEFAULT_WINDOW
-    rul_cap: float = DEFAULT_RUL_CAP
-    architecture: dict = field(default_factory=lambda: dict(ARCHITECTURE_DEFAULTS))
-
-    @classmethod
-    def of(cls, config, n_features: int) -> "NetworkSpec":
-        """The network a training config describes, for `n_features` inputs."""
-        return cls(config.model, n_features, config.window, config.rul_cap,
-                   architecture_of(config))
+    kind: str
+    n_features: int
+    window: int
+    rul_cap: float
+    architecture: dict
 
     def build(self):
-        from rul.models.network import build_network
-
         return build_network(self.kind, self.n_features, self.window, self.rul_cap,
                              **self.architecture)
+
+
+def build_network(kind: str, n_features: int, window: int, rul_cap: float, **arch):
+    """The network of `kind` (its row of NETWORK_KINDS) from its architecture arguments, in
+    rul.models.network's RULNet (a missing argument takes its ARCHITECTURE_FALLBACKS value;
+    unknown ones are ignored, so a stored spec outlives added or renamed config keys). Torch
+    is imported here, on the first build."""
+    from rul.models.network import RULNet
+
+    if kind not in NETWORK_KINDS:
+        raise ValueError(f"unknown model {kind!r}; expected one of {sorted(NETWORK_KINDS)}")
+    row = NETWORK_KINDS[kind]
+    shape = {"n_features": n_features, "window": window, "shape": (n_features, window)}
+    architecture = {key: arch.get(key, ARCHITECTURE_FALLBACKS[key]) for key in row.args}
+    backbone = row.backbone_class()(*(shape[name] for name in row.inputs), **row.fixed,
+                                    **architecture)
+    return RULNet(backbone, rul_cap)

@@ -11,10 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from rul.data import Dataset
 from rul.errors import ConfigError
 from rul.preprocessing.conditions import count_conditions
 from rul.preprocessing.scaling import ConditionScaler
 from rul.preprocessing.selection import TREND, informative_sensors
+from rul.preprocessing.settings import DataSettings
 
 
 @dataclass(frozen=True)
@@ -25,14 +27,14 @@ class DataChoices:
     informative_reason: str
 
 
-def choose(config, dataset, rows: pd.DataFrame) -> DataChoices:
-    """The choices `config` makes on `dataset`'s training `rows`."""
-    section, layout = config.dataset, dataset.layout
+def choose(asked: DataSettings, dataset: Dataset, rows: pd.DataFrame) -> DataChoices:
+    """The choices `asked` makes on `dataset`'s training `rows`."""
+    section, layout = asked.dataset, dataset.layout
     settings = rows[list(layout.settings)].to_numpy(np.float64)
-    n = config.n_conditions
+    n = asked.n_conditions
     if n is None:
-        n, conditions_reason = count_conditions(settings, config.seed)
-    elif config.data is None:
+        n, conditions_reason = count_conditions(settings, asked.seed)
+    elif not asked.own:
         conditions_reason = f"{dataset.name}: {n} condition{'s' if n > 1 else ''} (preset)"
     else:
         conditions_reason = "as the config says"
@@ -43,8 +45,8 @@ def choose(config, dataset, rows: pd.DataFrame) -> DataChoices:
                               f"sensors ({', '.join(layout.sensors)})")
         return DataChoices(n, conditions_reason, list(section.informative),
                            f"{dataset.name}: as the data description lists them"
-                           if config.data is not None else f"{dataset.name}: the preset's")
-    if config.features != "informative":
+                           if asked.own else f"{dataset.name}: the preset's")
+    if asked.features != "informative":
         return DataChoices(n, conditions_reason, [], "not chosen (features are given)")
     labels = (ConditionScaler(n_conditions=n).fit(settings, settings).conditions(settings)
               if n > 1 else np.zeros(len(rows), np.int64))  # as the preprocessing's scaler

@@ -19,6 +19,7 @@ from rul.errors import ConfigError
 from rul.preprocessing.choices import DataChoices, choose
 from rul.preprocessing.odd_inputs import describe, find_odd, varying_in_test
 from rul.preprocessing.pipeline import Preprocessor
+from rul.preprocessing.settings import DataSettings
 from rul.preprocessing.target import cap_rul
 from rul.preprocessing.windows import WindowSet, short_units, warn_padded
 
@@ -41,7 +42,8 @@ class OddInputWarning(UserWarning):
     """The training file holds odd inputs (rul.preprocessing.odd_inputs): named, trained on."""
 
 
-def check_odd_inputs(config, subset: Dataset, preprocessor: Preprocessor) -> dict:
+def check_odd_inputs(asked: DataSettings, subset: Dataset, preprocessor: Preprocessor
+                     ) -> dict:
     """The odd inputs of the training file's engines, judged against each other (they are the
     fleet): one warning per kind, naming the units, or with `strict_data` one DataError naming
     the file (sensors the model does not read only warn)."""
@@ -55,7 +57,7 @@ def check_odd_inputs(config, subset: Dataset, preprocessor: Preprocessor) -> dic
     if in_test:
         found["varying_in_test"] = in_test
     refused = [key for key in found if key not in ("varying_unread", "varying_in_test")]
-    if config.strict_data and refused:
+    if asked.strict_data and refused:
         said = "; ".join(describe(key, found[key]).removeprefix("training data: ")
                          for key in refused)
         raise DataError(subset.files.get("train", subset.name),
@@ -66,28 +68,31 @@ def check_odd_inputs(config, subset: Dataset, preprocessor: Preprocessor) -> dic
     return found
 
 
-def preprocessor_for(config, subset: Dataset, choices: DataChoices) -> Preprocessor:
-    """The preprocessing `config` asks for on `subset`'s columns, with `choices` made."""
-    features = choices.informative if config.features == "informative" else config.features
+def preprocessor_for(settings: DataSettings, subset: Dataset, choices: DataChoices
+                     ) -> Preprocessor:
+    """The preprocessing `settings` ask for on `subset`'s columns, with `choices` made."""
+    features = (choices.informative if settings.features == "informative"
+                else settings.features)
     return Preprocessor(
-        features=features, include_settings=config.include_settings,
-        include_cycle=config.include_cycle,
-        drop_constant=config.drop_constant, normalization=config.normalization,
-        n_conditions=choices.n_conditions, smoothing_alpha=config.smoothing_alpha,
-        window=config.window, rul_cap=config.rul_cap,
+        features=features, include_settings=settings.include_settings,
+        include_cycle=settings.include_cycle,
+        drop_constant=settings.drop_constant, normalization=settings.normalization,
+        n_conditions=choices.n_conditions, smoothing_alpha=settings.smoothing_alpha,
+        window=settings.window, rul_cap=settings.rul_cap,
         settings=list(subset.layout.settings), sensors=list(subset.layout.sensors),
     )
 
 
-def fitted_preprocessor(config, subset: Dataset, rows) -> tuple[Preprocessor, DataChoices]:
+def fitted_preprocessor(settings: DataSettings, subset: Dataset, rows
+                        ) -> tuple[Preprocessor, DataChoices]:
     """The preprocessing fitted on training `rows`, and the choices it was made with;
     ConfigError for features the data set does not have."""
-    choices = choose(config, subset, rows)
+    choices = choose(settings, subset, rows)
     try:
-        preprocessor = preprocessor_for(config, subset, choices).fit(rows)
+        preprocessor = preprocessor_for(settings, subset, choices).fit(rows)
     except ValueError as error:
-        raise ConfigError(f"features={config.features!r}: {error}") from None
-    if config.data is not None:  # a preset's choices are the preset's: nothing to say
+        raise ConfigError(f"features={settings.features!r}: {error}") from None
+    if settings.own:  # a preset's choices are the preset's: nothing to say
         reads = ", ".join(preprocessor.feature_columns_)
         print(f"{subset.name}: {choices.n_conditions} operating condition"
               f"{'s' if choices.n_conditions > 1 else ''} ({choices.conditions_reason}); the "
@@ -95,79 +100,75 @@ def fitted_preprocessor(config, subset: Dataset, rows) -> tuple[Preprocessor, Da
     return preprocessor, choices
 
 
-def prepare_data(config, split_seed: int, subset: Dataset | None = None) -> PreparedData:
+def prepare_data(settings: DataSettings, split_seed: int, subset: Dataset | None = None
+                 ) -> PreparedData:
     """Load, split by unit (`split_seed`'s permutation: the run's Seeds.split), fit
     the preprocessing on training units only, cut windows. ConfigError when the window leaves
     a split without a single window."""
-    subset = subset or load(config)
-    train_units, val_units = split(config, subset, split_seed)
-    train_rows = training_rows(config, subset, train_units, split_seed)
-    preprocessor, choices = fitted_preprocessor(config, subset, train_rows)
-    odd = check_odd_inputs(config, subset, preprocessor)
-    return _windows(config, Fitted(subset, preprocessor, odd, choices), train_rows, val_units)
+    subset = subset or load(settings)
+    train_units, val_units = split(settings, subset, split_seed)
+    train_rows = training_rows(settings, subset, train_units, split_seed)
+    preprocessor, choices = fitted_preprocessor(settings, subset, train_rows)
+    odd = check_odd_inputs(settings, subset, preprocessor)
+    return _windows(settings, Fitted(subset, preprocessor, odd, choices), train_rows,
+                    val_units)
 
 
-def load(config) -> Dataset:
-    """The data set `config` trains on (rul.data.load_dataset)."""
-    return load_dataset(config.dataset, config.data_dir, limit=config.data_limit)
+def load(settings: DataSettings) -> Dataset:
+    """The data set `settings` train on (rul.data.load_dataset)."""
+    return load_dataset(settings.dataset, settings.data_dir, limit=settings.limit)
 
 
-def split(config, subset: Dataset, split_seed: int) -> tuple[np.ndarray, np.ndarray]:
+def split(settings: DataSettings, subset: Dataset, split_seed: int
+          ) -> tuple[np.ndarray, np.ndarray]:
     """(training units, validation units): the engines that failed split by `split_seed`;
     the engines that have not (censored) all train, never validate."""
     units = subset.train["unit"]
     if subset.censored:
         units = units[~units.isin(subset.censored)]
-    train_units, val_units = split_units(units, config.val_fraction, split_seed)
+    train_units, val_units = split_units(units, settings.val_fraction, split_seed)
     if subset.censored:
         train_units = np.union1d(train_units, np.asarray(subset.censored, train_units.dtype))
     return train_units, val_units
 
 
-def training_rows(config, subset: Dataset, units: np.ndarray, split_seed: int):
-    """The training engines' rows: as recorded, or with `config.late_start_max` each engine's
+def training_rows(settings: DataSettings, subset: Dataset, units: np.ndarray, split_seed: int):
+    """The training engines' rows: as recorded, or with `late_start_max` each engine's
     record starting a random 0..late_start_max cycles late, renumbered from 1 (the draws
     seeded by `split_seed`, one per engine; never so late that no full window is left)."""
     rows = rows_of(subset.train, units)
-    if config.late_start_max == 0:
+    if settings.late_start_max == 0:
         return rows
-    drawn = late_starts(units, config.late_start_max, split_seed)
+    drawn = late_starts(units, settings.late_start_max, split_seed)
     lengths = rows.groupby("unit").size()
-    return start_late(rows, {u: max(0, min(k, int(lengths[u]) - config.window))
+    return start_late(rows, {u: max(0, min(k, int(lengths[u]) - settings.window))
                              for u, k in drawn.items()})[0]
 
 
-def prepare_folds(config, split_seed: int, subset: Dataset | None = None
-                  ) -> list[PreparedData]:
+def prepare_folds(settings: DataSettings, n: int, split_seed: int,
+                  subset: Dataset | None = None) -> list[PreparedData]:
     """The data of each member of a cross-fitted ensemble (ensemble_split: folds): the
-    training units in config.ensemble folds (`split_seed`'s permutation); member i validates
+    training units in `n` folds (`split_seed`'s permutation); member i validates
     on fold i and trains on the others. The preprocessing is fitted once on every training unit
     (the ensemble's training data; the test units never) and shared, so the members read the
     same scaled rows and the same test windows, and the model stores one preprocessor.
     Raises ConfigError like prepare_data."""
-    subset = subset or load(config)
+    subset = subset or load(settings)
     units = np.unique(subset.train["unit"])
     failed = np.setdiff1d(units, np.asarray(subset.censored, units.dtype))
     try:
-        folds = fold_units(failed, config.ensemble, split_seed)
+        folds = fold_units(failed, n, split_seed)
     except ValueError as error:
-        raise ConfigError(f"ensemble={config.ensemble}: {error} (the training units of "
+        raise ConfigError(f"ensemble={n}: {error} (the training units of "
                           f"{subset.name})") from None
-    preprocessor, choices = fitted_preprocessor(config, subset, rows_of(subset.train, units))
-    odd = check_odd_inputs(config, subset, preprocessor)
-    test = _test_windows(config, subset, preprocessor)
+    preprocessor, choices = fitted_preprocessor(settings, subset, rows_of(subset.train, units))
+    odd = check_odd_inputs(settings, subset, preprocessor)
+    test = _test_windows(settings, subset, preprocessor)
     fitted = Fitted(subset, preprocessor, odd, choices)
-    return [_windows(config, fitted, training_rows(config, subset, np.setdiff1d(units, fold),
-                                                   split_seed), fold, test)
+    return [_windows(settings, fitted, training_rows(settings, subset,
+                                                     np.setdiff1d(units, fold), split_seed),
+                     fold, test)
             for fold in folds]
-
-
-def prepare_members(config, split_seed: int, subset: Dataset | None = None
-                    ) -> list[PreparedData]:
-    """Each ensemble member's data: one shared object (ensemble_split: shared) or its fold."""
-    if config.ensemble_split == "folds":
-        return prepare_folds(config, split_seed, subset)
-    return [prepare_data(config, split_seed, subset)] * config.ensemble
 
 
 @dataclass(frozen=True)
@@ -180,22 +181,22 @@ class Fitted:
     choices: DataChoices
 
 
-def _windows(config, fitted: Fitted, train_rows, val_units: np.ndarray,
+def _windows(settings: DataSettings, fitted: Fitted, train_rows, val_units: np.ndarray,
              test: tuple[np.ndarray, WindowSet] | None = None) -> PreparedData:
     subset, preprocessor = fitted.subset, fitted.preprocessor
     train_units = np.unique(train_rows["unit"])
     val_rows = rows_of(subset.train, val_units)
     train, val = preprocessor.window_set(train_rows), preprocessor.window_set(val_rows)
     if subset.censored:
-        train = known_targets(train, subset.censored, config.rul_cap)
+        train = known_targets(train, subset.censored, settings.rul_cap)
     for split, windows, rows in (("training", train, train_rows), ("validation", val, val_rows)):
         if len(windows) == 0:
             longest = int(rows.groupby("unit").size().max())
             raise ConfigError(
-                f"window={config.window}: longer than every {split} unit of {subset.name} "
+                f"window={settings.window}: longer than every {split} unit of {subset.name} "
                 f"(the longest has {longest} cycles), so there is nothing to train on"
             )
-    test_units, test_windows = test or _test_windows(config, subset, preprocessor)
+    test_units, test_windows = test or _test_windows(settings, subset, preprocessor)
     return PreparedData(subset, preprocessor, train_units, val_units, train, val, test_windows,
                         test_units, fitted.odd or {}, fitted.choices)
 
@@ -211,15 +212,15 @@ def known_targets(windows: WindowSet, censored, cap: float) -> WindowSet:
                      windows.padded_units)
 
 
-def _test_windows(config, subset: Dataset, preprocessor: Preprocessor
+def _test_windows(settings: DataSettings, subset: Dataset, preprocessor: Preprocessor
                   ) -> tuple[np.ndarray, WindowSet]:
     """The last window of each test unit, its target the capped true RUL; a unit shorter
     than the window is edge-padded, named in a PaddedUnitWarning and in `padded_units`."""
     test_units, windows = preprocessor.last_windows(subset.test)
-    padded = short_units(subset.test["unit"].to_numpy(), config.window)
-    warn_padded(padded, config.window)
+    padded = short_units(subset.test["unit"].to_numpy(), settings.window)
+    warn_padded(padded, settings.window)
     n, w, f = windows.shape
     return test_units, WindowSet(windows.reshape(n * w, f), np.arange(n) * w,
-                                 cap_rul(subset.test_rul.astype(np.float32), config.rul_cap),
+                                 cap_rul(subset.test_rul.astype(np.float32), settings.rul_cap),
                                  test_units, w, padded_units=padded)
 

@@ -52,9 +52,9 @@ def load_spec(artifacts: dict, preprocessor) -> InferenceSpec:
                 "track": track(getattr(preprocessor, "include_cycle", False))}
     if "inference_spec" in artifacts:
         return InferenceSpec.read(artifacts["inference_spec"], defaults)
-    config = json.loads(Path(artifacts["config"]).read_text())
+    stored = json.loads(Path(artifacts["config"]).read_text())
     from rul.models import ARCHITECTURE_ARGS
 
-    architecture = {k: config[k] for k in ARCHITECTURE_ARGS.get(config.get("model"), ())
-                    if k in config}
-    return InferenceSpec.from_dict({**config, "architecture": architecture}, defaults)
+    architecture = {k: stored[k] for k in ARCHITECTURE_ARGS.get(stored.get("model"), ())
+                    if k in stored}
+    return InferenceSpec.from_dict({**stored, "architecture": architecture}, defaults)

@@ -115,13 +115,13 @@ def _run(args, limits: Limits, folder: str) -> None:
     import uvicorn
 
     guard = build(args.model, limits, folder, args.docs)
-    config = uvicorn.Config(guard, host=args.host, port=args.port, http=protocol(limits),
+    served = uvicorn.Config(guard, host=args.host, port=args.port, http=protocol(limits),
                             timeout_keep_alive=limits.keep_alive, log_config=None,
                             log_level="warning")
     print(f"serving {args.model} on http://{args.host}:{args.port}/invocations "
           f"({describe(limits)})", file=sys.stderr, flush=True)
     try:
-        asyncio.run(_serve(uvicorn.Server(config)))
+        asyncio.run(_serve(uvicorn.Server(served)))
     finally:
         guard.lanes.close()
 

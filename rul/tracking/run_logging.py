@@ -137,7 +137,7 @@ def log_outcome(outcome) -> None:
         "predicted_vs_true.png": figures.predicted_vs_true(outcome.predictions),
         "error_histogram.png": figures.error_histogram(outcome.predictions),
         "grad_norm.png": figures.grad_norm_trace(outcome.state.grad_norms,
-                                                 outcome.config.max_grad_norm),
+                                                 outcome.plan.config.max_grad_norm),
     })
     log_model_and_predictions(outcome)
 

@@ -1,18 +1,17 @@
-"""`precision: auto` on a CPU with native bf16 (AVX512-BF16 or AMX) by measurement: the
-default step (`make train`'s DCNN, effective batch 512 = 256 x 2, AdamW, clipping) timed in
-fp32 and in bf16 autocast, in interleaved rounds of about a second, on first use per machine.
-
-The flag alone says nothing about speed: on a 2-core Intel Xeon with AVX512-BF16 and no AMX,
-bf16 autocast ran the default step at 0.86x the reference where fp32's banded products ran
-it at 1.20x (issue 51); on the AMD EPYC of the Performance page bf16 was the faster.
+"""`precision: auto` on a CPU with native bf16 (AVX512-BF16 or AMX) by measurement: a recipe's
+step (rul.plan passes `make train`'s) timed in fp32 and in bf16 autocast, in interleaved rounds
+of about half a second, on first use per machine and recipe. The flag alone does not say which
+is faster (docs: Performance, precision by machine).
 
 The figures are kept in a user cache file (RUL_PRECISION_CACHE, else precision.json in
-rul.files.cache_folder(), ~/.cache/rul/ by default) under the CPU's model name and torch's
-version, so a machine measures once; delete the file to measure again. The probe leaves
-torch's random state as it found it (a run's seeds decide its numbers alone).
+rul.files.cache_folder()) under what decides them: the CPU's model, its bf16 and AMX flags,
+the cores this process may use, torch's build and the recipe's step. The machine's load when
+they were taken is kept with them: a figure taken busier than the machine has cores is taken
+again next time. The probe leaves torch's random state as it found it.
 """
 
 import json
+import math
 import os
 import statistics
 import time
@@ -22,8 +21,12 @@ from pathlib import Path
 import torch
 
 from rul.files import cache_folder, keep_in_cache
+from rul.training import hardware
+from rul.training.optim import make_optimizer
+from rul.training.precision import Precision
+from rul.training.settings import StepRecipe
+from rul.training.step import optimizer_step
 
-B = 512  # the default effective batch, in two micro-batches of 256
 ROUNDS = 3  # interleaved: fp32, bf16, fp32, bf16, ...; the median of each
 ROUND_S = 0.5  # seconds of steps per precision and round (at least one step)
 BUDGET_S = 6.0  # no round starts after this (a slow machine: fewer rounds, never fewer than 1)
@@ -32,10 +35,10 @@ PRECISIONS = ("fp32", "bf16")
 
 @dataclass(frozen=True)
 class Measured:
-    """The default step's samples/s per precision on this machine, and where that was kept."""
+    """A recipe's step in samples/s per precision on this machine, and where that was kept."""
 
     rates: dict  # precision name -> samples/s
-    machine: str  # the cache's key: the CPU's model name and torch's version
+    machine: str  # the machine part of the cache's key
     cache: Path
     fresh: bool  # measured now (False: read from the cache)
 
@@ -57,22 +60,53 @@ def cache_path() -> Path:
 
 
 def machine_key() -> str:
-    from rul.training.hardware import cpuinfo_field
+    """What decides the answer on this machine: the CPU's model, its bf16/AMX flags, the
+    cores this process may use and torch's build (one model name covers CPUs with AMX and
+    without)."""
+    flags = " ".join(f for f in hardware.cpu_flags() if "bf16" in f or "amx" in f)
+    return (f"{hardware.cpu_model()}, {flags or 'no bf16 flags'}, {hardware.usable_cpus()} "
+            f"cores, torch {torch.__version__}")
 
-    return f"{cpuinfo_field('model name') or 'unknown CPU'}, torch {torch.__version__}"
+
+def cache_key(step: StepRecipe) -> str:
+    return f"{machine_key()}; step {step.key()}"
 
 
-def measured(measure=None) -> Measured:
-    """This machine's figures: from the cache, else measured now (`measure`: the function
-    that times the step, `measure_step` unless a test gives another) and kept."""
-    path, key = cache_path(), machine_key()
+def measured(step: StepRecipe, measure=None) -> Measured:
+    """This machine's figures for `step`: from the cache when they were taken on a machine no
+    busier than its cores, else measured now (`measure(step)`: measure_step unless a test
+    gives another) and kept with the load they were taken at."""
+    path, key = cache_path(), cache_key(step)
     kept = _read(path)
-    if key in kept and all(name in kept[key] for name in PRECISIONS):
-        return Measured({n: float(kept[key][n]) for n in PRECISIONS}, key, path, fresh=False)
-    rates = (measure or measure_step)()
-    kept[key] = {**rates, "measured": time.strftime("%Y-%m-%d")}
+    entry = kept.get(key)
+    if _trusted(entry):
+        return Measured({n: float(entry[n]) for n in PRECISIONS}, machine_key(), path,
+                        fresh=False)
+    load = _load()
+    rates = (measure or measure_step)(step)
+    kept[key] = {**rates, "load": load, "cores": hardware.usable_cpus(),
+                 "measured": time.strftime("%Y-%m-%d")}
     keep_in_cache(path, json.dumps(kept, indent=1).encode())  # not kept: measured again next time
-    return Measured(rates, key, path, fresh=True)
+    return Measured(rates, machine_key(), path, fresh=True)
+
+
+def _trusted(entry) -> bool:
+    """A kept entry whose figures are positive numbers, taken on a machine no busier than its
+    cores (an entry without its load predates the rule: taken again)."""
+    if not isinstance(entry, dict):
+        return False
+    numbers = [entry.get(name) for name in (*PRECISIONS, "load", "cores")]
+    if not all(isinstance(v, int | float) and math.isfinite(v) for v in numbers):
+        return False
+    *rates, load, cores = numbers
+    return all(rate > 0 for rate in rates) and load <= cores
+
+
+def _load() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # not available here: count the machine as quiet
+        return 0.0
 
 
 def _read(path: Path) -> dict:
@@ -83,39 +117,33 @@ def _read(path: Path) -> dict:
     return kept if isinstance(kept, dict) else {}
 
 
-def measure_step(rounds: int = ROUNDS, seconds: float = ROUND_S, budget: float = BUDGET_S,
-                 batch: int = B) -> dict[str, float]:
-    """samples/s of the default step per precision, the median of up to `rounds` interleaved
+def measure_step(step: StepRecipe, rounds: int = ROUNDS, seconds: float = ROUND_S,
+                 budget: float = BUDGET_S, batch: int | None = None) -> dict[str, float]:
+    """samples/s of `step` per precision on the CPU, the median of up to `rounds` interleaved
     rounds of about `seconds` each (none started after `budget` seconds), after a warm-up
-    step (`batch` samples in two micro-batches: the default's 512 unless a test asks for
-    less); torch's random state is restored."""
-    from rul.models.spec import NetworkSpec
-    from rul.training.precision import Precision
-    from rul.training.step import StepSettings, optimizer_step
-
-    spec, cpu = NetworkSpec(), torch.device("cpu")
-    steps, began = {}, time.perf_counter()
+    step (`batch`: fewer samples than its effective batch, split alike, for a test); torch's
+    random state is restored."""
+    cpu, steps, began = torch.device("cpu"), {}, time.perf_counter()
+    micro_batches = step.micro_batches(cpu, batch)
+    samples = sum(len(y) for _, y in micro_batches)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        x = torch.randn(batch, spec.window, spec.n_features)
-        y = torch.rand(batch) * spec.rul_cap
-        batches = list(zip(x.split(batch // 2), y.split(batch // 2), strict=True))
         for name in PRECISIONS:
-            model = spec.build()
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-            precision = Precision(cpu, name, use_scaler=False, reason="probe")
-            settings, scaler = StepSettings(precision, 1.0, spec.rul_cap), precision.grad_scaler()
+            model = step.network.build()
+            optimizer = make_optimizer(model, step.optimization, sync_free=False)
+            settings = step.settings(Precision(cpu, name, use_scaler=False, reason="probe"))
+            scaler = settings.precision.grad_scaler()
             steps[name] = (lambda m=model, o=optimizer, s=scaler, t=settings:
-                           optimizer_step(m, o, s, batches, t))
+                           optimizer_step(m, o, s, micro_batches, t))
             steps[name]()  # warm-up: one-time costs are not in samples/s
         rates = {name: [] for name in PRECISIONS}
         for round_ in range(rounds):
             if round_ and time.perf_counter() - began > budget:
                 break
-            for name, step in steps.items():
+            for name, run in steps.items():
                 started, done = time.perf_counter(), 0
                 while done == 0 or time.perf_counter() - started < seconds:
-                    step()
+                    run()
                     done += 1
-                rates[name].append(batch * done / (time.perf_counter() - started))
+                rates[name].append(samples * done / (time.perf_counter() - started))
     return {name: statistics.median(values) for name, values in rates.items()}

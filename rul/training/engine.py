@@ -22,14 +22,15 @@ from rul.training.members import Members
 from rul.training.optim import TrainingParts, steps_per_epoch
 from rul.training.peak_memory import peak_memory_mb
 from rul.training.predict import validation_rmse
+from rul.training.settings import TrainingPlan
 from rul.training.state import TrainState
-from rul.training.step import StepResult, StepSettings
+from rul.training.step import StepResult
 from rul.training.sync_free import StepLog
 
 
-def fit(model, plan, listener: TrainingListener | None = None, checkpointer=None,
-        progress: bool = True) -> TrainState:
-    """Train `model` as `plan` says (its config, precision, seeds, data, world and the
+def fit(model, plan: TrainingPlan, listener: TrainingListener | None = None,
+        checkpointer=None, progress: bool = True) -> TrainState:
+    """Train `model` as `plan` says (its settings, precision, seeds, data, world and the
     checkpoint it resumes) with early stopping on validation RMSE; return the state, the best
     weights loaded.
 
@@ -38,40 +39,41 @@ def fit(model, plan, listener: TrainingListener | None = None, checkpointer=None
     On CUDA the loop never waits for the GPU inside an epoch: each step's record stays on
     the device and is read once at the epoch's end, with validation (`StepLog`); a run of
     one process replays each step from a CUDA graph (cuda_graph.py)."""
-    parts = TrainingParts(model, plan.config, plan.precision, _total_steps(plan))
+    parts = TrainingParts(model, plan.optimization, plan.precision, _total_steps(plan))
     members = Members([plan], [listener], [_resumed(parts, plan)])
     _train(parts, plan, members, checkpointer, progress)
     members.state.restore_best(model)
     return members.state
 
 
-def fit_members(stacked, plans: list, listeners: list | None = None,
+def fit_members(stacked, plans: list[TrainingPlan], listeners: list | None = None,
                 progress: bool = False) -> list[TrainState]:
     """Train an ensemble's members at once, `stacked` into one network
     (rul.models.stacking.StackedNetwork), each `plans[i]` with its own batch order, early
     stopping and listener, by the same epoch loop and step as one run; return their states
     (their best weights: state.best_weights; the stack holds the last ones)."""
     plan = plans[0]
-    parts = TrainingParts(stacked, plan.config, plan.precision, _total_steps(plan))
+    parts = TrainingParts(stacked, plan.optimization, plan.precision, _total_steps(plan))
     members = Members(plans, listeners or [None] * len(plans), [TrainState() for _ in plans])
     _train(parts, plan, members, None, progress)
     return members.states
 
 
-def _total_steps(plan) -> int:
-    return plan.config.epochs * steps_per_epoch(len(plan.data.train), plan.global_batch_size)
+def _total_steps(plan: TrainingPlan) -> int:
+    return plan.loop.epochs * steps_per_epoch(len(plan.data.train), plan.global_batch_size)
 
 
-def _train(parts: TrainingParts, plan, members: Members, checkpointer, progress: bool) -> None:
+def _train(parts: TrainingParts, plan: TrainingPlan, members: Members, checkpointer,
+           progress: bool) -> None:
     """The epoch loop: each epoch's steps, validation, early stopping and checkpoint."""
-    config, world, device = plan.config, plan.world, plan.device
+    loop, world, device = plan.loop, plan.world, plan.device
     train, val = WindowBatches(plan.data.train, device), WindowBatches(plan.data.val, device)
-    step = BackoffStep(train, StepSettings.of(config, plan.precision, world.size),
-                       config.micro_batch_size, config.effective_batch_size)  # halves on OOM
+    step = BackoffStep(train, plan.step, loop.micro_batch_size,
+                       loop.effective_batch_size)  # halves on OOM
     steps = RunSteps(world.wrap(parts.model), parts, step, world,  # DDP: rank 0's weights
                      graph=not members.stacked)
     weights = members.val_weights  # None: every validation window counts once
-    while members.training(config.epochs, config.patience):
+    while members.training(loop.epochs, loop.patience):
         parts.model.train()
         if world.distributed:  # dropout: seeded per rank and epoch (distributed.py)
             torch.manual_seed(epoch_seed(plan.seeds.torch, world.rank, members.state.epoch))
@@ -91,14 +93,14 @@ def _train(parts: TrainingParts, plan, members: Members, checkpointer, progress:
         members.tell()
 
 
-def _epoch_steps(steps: "RunSteps", members: Members, train: WindowBatches, plan,
-                 progress: bool) -> list[int]:
+def _epoch_steps(steps: "RunSteps", members: Members, train: WindowBatches,
+                 plan: TrainingPlan, progress: bool) -> list[int]:
     """One epoch's steps, each result recorded (on the host at once; on the device, read at
     its end); returns each step's global batch size."""
     batch_size, epoch = plan.global_batch_size, members.state.epoch
     batches = members.batches(len(train), batch_size, epoch, plan.world, plan.device)
     bar = members.progress_bar(batches, steps_per_epoch(len(train), batch_size),
-                               plan.config.epochs, progress)
+                               plan.loop.epochs, progress)
     sizes = []
     for indices in bar:
         sizes.append(global_batch_size(len(train), batch_size, len(sizes)))
@@ -178,7 +180,7 @@ def epoch_metrics(results: list[StepResult], sizes: list[int], seconds: float, v
             "accumulation_steps": split[1]}
 
 
-def _resumed(parts: TrainingParts, plan) -> TrainState:
+def _resumed(parts: TrainingParts, plan: TrainingPlan) -> TrainState:
     """The state `plan` resumes with its parts loaded from the checkpoint, or a fresh one."""
     if plan.resume is None:
         return TrainState()

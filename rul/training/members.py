@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 from rul.console import duration
 from rul.training.batching import effective_batches, member_batches
 from rul.training.listener import TrainingListener
+from rul.training.settings import TrainingPlan
 from rul.training.state import TrainState
 from rul.training.step import StepResult
 
@@ -30,7 +31,7 @@ class _MemberWeights:
 
 
 class Members:
-    def __init__(self, plans: list, listeners: list, states: list[TrainState]):
+    def __init__(self, plans: list[TrainingPlan], listeners: list, states: list[TrainState]):
         self.plans = plans
         self.listeners = [listener or TrainingListener() for listener in listeners]
         self.states = states

@@ -159,20 +159,21 @@ class SplitChoice:
                     if r.micro_batch_size == self.micro_batch_size)
 
 
-def probe_split(config, network, train_windows, precision) -> SplitChoice:
-    """Measure the candidate micro sizes of config.effective_batch_size for `network` (a
-    NetworkSpec) on `train_windows` and choose within config.memory_budget (or the default
-    budget); ConfigError when nothing fits."""
+def probe_split(loop, network, optimization, settings: StepSettings,
+                train_windows) -> SplitChoice:
+    """Measure the candidate micro sizes of the effective batch for `network` (a NetworkSpec)
+    trained with `optimization` and the step's `settings` on `train_windows`, and choose
+    within the loop's memory budget (or the default budget); ConfigError when nothing fits.
+    `loop`, `optimization`: rul.training.settings' LoopSettings and OptimizerSettings."""
     from rul.training.batching import WindowBatches
     from rul.training.optim import make_optimizer
 
-    b, device = config.effective_batch_size, precision.device
+    b, device = loop.effective_batch_size, settings.precision.device
     sizes = [s for s in candidates(b) if s <= len(train_windows.starts)] or [
         len(train_windows.starts)]
     sample = WindowBatches(train_windows, device).get(torch.arange(max(sizes), device=device))
-    budget = config.memory_budget or default_budget(device)
-    settings = StepSettings.of(config, precision)
+    budget = loop.memory_budget or default_budget(device)
     table = probe(lambda: network.build().to(device), sample, settings, sizes,
-                  lambda m: make_optimizer(m, config), stop_above=budget)
+                  lambda m: make_optimizer(m, optimization), stop_above=budget)
     micro, k = choose_split(b, budget, table)
     return SplitChoice(micro, k, budget, table)

@@ -9,6 +9,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
 from rul.training.muon import MuonAdamW
+from rul.training.settings import OptimizerSettings
 from rul.training.step import StepResult, decides_on_device
 from rul.training.sync_free import DeviceSchedule, average_on_device
 
@@ -17,7 +18,8 @@ def steps_per_epoch(n_windows: int, effective_batch_size: int) -> int:
     return math.ceil(n_windows / effective_batch_size)
 
 
-def make_optimizer(model, config, sync_free: bool | None = None) -> torch.optim.Optimizer:
+def make_optimizer(model, settings: OptimizerSettings, sync_free: bool | None = None
+                   ) -> torch.optim.Optimizer:
     """AdamW. Sync-free (default: on CUDA) it is fused and capturable, its learning rate a
     tensor on the model's device: the step then skips on the device (a found_inf it is given;
     step.decides_on_device), the schedule sets the rate there (sync_free.DeviceSchedule), and
@@ -27,16 +29,17 @@ def make_optimizer(model, config, sync_free: bool | None = None) -> torch.optim.
     Otherwise (a CPU) plain AdamW, as every CPU run has trained.
     `optimizer: muon`: Muon for the matrices and AdamW for the rest (muon.MuonAdamW) on every
     device, the host deciding each step (no CUDA graph)."""
-    if config.optimizer == "muon":
-        return MuonAdamW(model, lr=config.lr, weight_decay=config.weight_decay)
+    if settings.kind == "muon":
+        return MuonAdamW(model, lr=settings.lr, weight_decay=settings.weight_decay)
     device = next(model.parameters()).device
     if sync_free is None:
         sync_free = device.type == "cuda"
-    if sync_free and config.scheduler != "onecycle":
+    if sync_free and settings.scheduler != "onecycle":
         return torch.optim.AdamW(model.parameters(),
-                                 lr=torch.tensor(config.lr, dtype=torch.float32, device=device),
-                                 weight_decay=config.weight_decay, fused=True, capturable=True)
-    return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+                                 lr=torch.tensor(settings.lr, dtype=torch.float32, device=device),
+                                 weight_decay=settings.weight_decay, fused=True, capturable=True)
+    return torch.optim.AdamW(model.parameters(), lr=settings.lr,
+                             weight_decay=settings.weight_decay)
 
 
 def load_optimizer_state(optimizer, saved: dict) -> None:
@@ -55,17 +58,18 @@ def load_optimizer_state(optimizer, saved: dict) -> None:
             group["lr"] = rate.fill_(group["lr"])
 
 
-def make_scheduler(optimizer, config, total_steps: int):
+def make_scheduler(optimizer, settings: OptimizerSettings, total_steps: int):
     """Stepped once per real optimizer step (never after a skipped fp16 step); None = constant.
     With warmup_epochs, the rate rises linearly over those epochs' steps first (warmed_up)."""
-    warmup = total_steps * config.warmup_epochs // config.epochs
+    warmup = total_steps * settings.warmup_epochs // settings.epochs
     if warmup:
         return torch.optim.lr_scheduler.LambdaLR(
-            optimizer, warmed_up(warmup, total_steps, config.scheduler == "cosine"))
-    if config.scheduler == "cosine":
+            optimizer, warmed_up(warmup, total_steps, settings.scheduler == "cosine"))
+    if settings.scheduler == "cosine":
         return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
-    if config.scheduler == "onecycle":
-        return torch.optim.lr_scheduler.OneCycleLR(optimizer, config.lr, total_steps=total_steps)
+    if settings.scheduler == "onecycle":
+        return torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.lr,
+                                                   total_steps=total_steps)
     return None
 
 
@@ -119,22 +123,22 @@ class TrainingParts:
     follow it on the device (sync_free.py) and the host scheduler is brought up to date once
     per epoch (`end_epoch`), so a checkpoint holds the same state either way."""
 
-    def __init__(self, model, config, precision, total_steps: int):
+    def __init__(self, model, settings: OptimizerSettings, precision, total_steps: int):
         self.model = model
         self.precision = precision.name  # saved: a resumed run keeps it (resolve_precision)
-        self.optimizer = make_optimizer(model, config)
+        self.optimizer = make_optimizer(model, settings)
         self.on_device = decides_on_device(self.optimizer)
         self.scaler = precision.grad_scaler()
         self.schedule = None
-        if self.on_device and (config.scheduler != "none" or config.warmup_epochs):
+        if self.on_device and (settings.scheduler != "none" or settings.warmup_epochs):
             self.schedule = DeviceSchedule(
-                self.optimizer, lambda host: make_scheduler(host, config, total_steps),
-                total_steps, config.lr)
+                self.optimizer, lambda host: make_scheduler(host, settings, total_steps),
+                total_steps, settings.lr)
             self.scheduler = self.schedule.scheduler
         else:
-            self.scheduler = make_scheduler(self.optimizer, config, total_steps)
-        self.average = weight_average(model, config.ema_decay)
-        self.decay = config.ema_decay
+            self.scheduler = make_scheduler(self.optimizer, settings, total_steps)
+        self.average = weight_average(model, settings.ema_decay)
+        self.decay = settings.ema_decay
 
     @property
     def evaluated(self):

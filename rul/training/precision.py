@@ -1,5 +1,7 @@
-"""Device and mixed-precision policy: which autocast dtype, and whether a GradScaler runs."""
+"""Device and mixed-precision policy: which autocast dtype, whether a GradScaler runs, and
+what `precision: auto` picks and why."""
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -7,7 +9,13 @@ import torch
 from torch.nn.utils import get_total_norm
 
 from rul.errors import ConfigError
-from rul.training.hardware import auto_precision
+from rul.training import hardware
+
+# What `make gpu-check` measured on an H200, the figure `precision: auto`'s reason quotes on a
+# GPU with bf16 tensor cores (docs: Performance).
+CUDA_BF16_MEASURED = ("the fastest for the DCNN at fp32's accuracy on an H200 (100-epoch recipe, "
+                      "3 seeds: bf16 5.5 s, test RMSE 12.58; fp16 + GradScaler 8.4 s, 12.69; "
+                      "fp32 9.0 s, 12.74)")
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 FP16_MAX = torch.finfo(torch.float16).max  # 65504
@@ -54,11 +62,9 @@ class Precision:
     def emulated(self) -> str | None:
         """One line when this precision is emulated on this device (bf16 on a CPU without
         AVX512-BF16 or AMX, fp16 on any CPU): the expected slow-down and the faster choice."""
-        from rul.training.hardware import cpu_has_native_bf16
-
         if self.device.type != "cpu" or self.name == "fp32":
             return None
-        if self.name == "bf16" and cpu_has_native_bf16():
+        if self.name == "bf16" and hardware.cpu_has_native_bf16():
             return None
         slower = ("about 7x slower than fp32 (no AVX512-BF16 or AMX here)" if self.name == "bf16"
                   else "about 5x slower than fp32")
@@ -86,10 +92,46 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+def auto_precision(device: torch.device, model: str, probe: Callable | None = None
+                   ) -> tuple[str, str]:
+    """(precision, reason) of `precision: auto` for `model` on `device`: the fastest one known
+    to keep accuracy there. A GPU of compute capability 8.0 or more (bf16 tensor cores): bf16
+    autocast for the DCNN, measured the fastest there at fp32's 3-seed accuracy by `make
+    gpu-check` (docs: Performance); fp16 + GradScaler, rul's reference AMP path, for the other
+    models (not measured) and on older GPUs. A CPU with native bf16 (AVX512-BF16/AMX): for
+    the DCNN, whose 5-seed accuracy in bf16 was measured against fp32 (docs: Performance), the
+    faster of the two as `probe()` timed make train's step on this machine (rul.plan passes
+    it: rul.training.cpu_probe); fp32 for the other models (not measured). A CPU without:
+    fp32 (bf16 autocast is emulated there)."""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        if major >= 8 and model == "cnn":
+            return "bf16", (f"GPU of compute capability {major}.{minor} (>= 8.0): bf16 "
+                            f"autocast, {CUDA_BF16_MEASURED} (docs: Performance)")
+        why = (f"model={model}: bf16 measured for the DCNN only" if major >= 8 else
+               f"compute capability {major}.{minor} < 8.0: no bf16 tensor cores")
+        return "fp16", f"CUDA, {why}: fp16 autocast with a GradScaler"
+    if not hardware.cpu_has_native_bf16():
+        return "fp32", ("CPU without native bf16 (AVX512-BF16/AMX): bf16 autocast would be ~7x "
+                        "slower")
+    if model != "cnn":
+        return "fp32", (f"CPU with native bf16: fp32 for model={model} (bf16's speed and "
+                        "accuracy measured for the DCNN only; precision=bf16 opts in)")
+    if probe is None:
+        raise TypeError("auto_precision on a CPU with native bf16 needs the probe of make "
+                        "train's step (rul.plan.cpu_measured)")
+    found = probe()
+    when = "measured now" if found.fresh else f"measured before, kept in {found.cache}"
+    same = (" at the same 5-seed accuracy (docs: Performance)" if found.faster == "bf16"
+            else "")
+    return found.faster, (f"CPU with native bf16: make train's step on {found.machine} "
+                          f"({when}): {found.figures()}; {found.faster} is the faster{same}")
+
+
 def resolve_precision(precision: str, device: torch.device, model: str | None = None,
-                      resumed: str | None = None) -> Precision:
+                      resumed: str | None = None, probe: Callable | None = None) -> Precision:
     """`auto` as auto_precision says for `model` (the config's model key: `auto` depends on it,
-    so it has no default); an explicit precision is taken as asked.
+    so it has no default) with `probe`; an explicit precision is taken as asked.
 
     `resumed`: the precision a resumed run trained in (its checkpoint's). `auto` keeps it, so
     a run goes on as it started even where `auto` now picks another one (another machine, or
@@ -98,12 +140,12 @@ def resolve_precision(precision: str, device: torch.device, model: str | None = 
     if precision == "auto" and model is None:
         raise TypeError("resolve_precision('auto', ...) needs the model: auto picks per model")
     if precision == "auto" and resumed is not None:
-        chosen, _ = auto_precision(device, model)
+        chosen, _ = auto_precision(device, model, probe)
         reason = (f"resumed: the run trained in {resumed}" if chosen == resumed else
                   f"resumed: the run trained in {resumed} (auto would pick {chosen} here)")
         precision = resumed
     elif precision == "auto":
-        precision, reason = auto_precision(device, model)
+        precision, reason = auto_precision(device, model, probe)
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ConfigError("precision='bf16': this GPU does not support bfloat16 (use auto)")
     return Precision(device, precision, use_scaler=precision == "fp16", reason=reason)

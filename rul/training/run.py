@@ -21,11 +21,12 @@ from rul.training.engine import TrainState, fit
 from rul.training.listener import TrainingListener
 from rul.training.predict import predict_windows
 from rul.training.seeding import seed_everything
+from rul.training.settings import TrainingPlan
 
 
 @dataclass
 class TrainingOutcome:
-    plan: object  # the RunPlan that was executed (rul.plan)
+    plan: TrainingPlan  # the plan that was executed (a rul.plan.RunPlan)
     model: object
     state: TrainState
     metrics: dict  # test metrics + best_epoch
@@ -33,12 +34,8 @@ class TrainingOutcome:
     interval: Interval | None = None  # calibrated on the validation windows; None: disabled
     model_uri: str | None = None  # set once the model is logged to MLflow
 
-    # config, data, network_spec, models: what an EnsembleOutcome has too (read alike by the
+    # plan, data, network_spec, models: what an EnsembleOutcome has too (read alike by the
     # model logging and a parent's children); anything else of the plan is outcome.plan's.
-    @property
-    def config(self):
-        return self.plan.config
-
     @property
     def data(self):
         return self.plan.data
@@ -57,31 +54,31 @@ class TrainingOutcome:
         return predict_windows(self.model, WindowBatches(windows, device))
 
 
-def train(plan, listener: TrainingListener | None = None,
+def train(plan: TrainingPlan, listener: TrainingListener | None = None,
           checkpointer: Checkpointer | None = None, progress: bool = True) -> TrainingOutcome:
     """Train `plan`'s network (from its checkpoint when it resumes one) and evaluate it on
     the test units."""
-    config, device = plan.config, plan.device
-    notes = [split_note(config.effective_batch_size, config.micro_batch_size),
+    loop = plan.loop
+    notes = [split_note(loop.effective_batch_size, loop.micro_batch_size),
              plan.precision.emulated]
     for note in notes if plan.world.is_main and plan.resume is None else []:
         if note:
             print(note, file=sys.stderr)
-    seed_everything(plan.seeds, config.deterministic)
-    model = plan.network.build().to(device)
+    seed_everything(plan.seeds, loop.deterministic)
+    model = plan.network.build().to(plan.device)
     state = fit(model, plan, listener, checkpointer, progress)
     return outcome_of(plan, model, state)
 
 
-def outcome_of(plan, model, state: TrainState) -> TrainingOutcome:
+def outcome_of(plan: TrainingPlan, model, state: TrainState) -> TrainingOutcome:
     """A trained `model` of `plan` (its best weights loaded), evaluated: its test metrics and
     predictions, and the interval calibrated on its validation windows."""
-    config, device, data = plan.config, plan.device, plan.data
+    device, data, cap = plan.device, plan.data, plan.network.rul_cap
     predicted = predict_windows(model, WindowBatches(data.test, device))
-    test, predictions = score_test(predicted, data, config.rul_cap)
+    test, predictions = score_test(predicted, data, cap)
     metrics = {**test, "best_epoch": state.best_epoch, "best_val_rmse": state.best_val_rmse}
     interval, predictions, metrics = calibrate_interval(
         lambda: CalibrationSet.of(predict_windows(model, WindowBatches(data.val, device)),
                                   data.val),
-        config, plan.seeds.split, predictions, metrics)
+        plan.interval_coverage, cap, plan.seeds.split, predictions, metrics)
     return TrainingOutcome(plan, model, state, metrics, predictions, interval)

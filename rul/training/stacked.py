@@ -43,23 +43,24 @@ from rul.training.engine import fit_members
 from rul.training.listener import TrainingListener
 from rul.training.run import TrainingOutcome, outcome_of
 from rul.training.seeding import seed_everything
+from rul.training.settings import TrainingPlan
 
 
-def stacking_problem(plans: list) -> str | None:
-    """Why the members of `plans` (RunPlans) cannot train stacked; None when they can."""
+def stacking_problem(plans: list[TrainingPlan]) -> str | None:
+    """Why the members of `plans` cannot train stacked; None when they can."""
     first = plans[0]
-    same = first.config.replace(seed=0)
-    precision, asked = first.precision.name, first.config.precision
+    precision = first.precision.name
+    asked = precision if first.precision.reason == "asked for" else "auto"
     checks = [
         (len(plans) < 2, "one member"),
-        (not NETWORK_KINDS[first.config.model].stacks,
-         f"model={first.config.model}: vmap does not batch its layers"),
+        (not NETWORK_KINDS[first.network.kind].stacks,
+         f"model={first.network.kind}: vmap does not batch its layers"),
         (any(p.data is not first.data for p in plans), "the members train on different data"),
-        (any(p.config.replace(seed=0) != same for p in plans[1:]),
+        (any(_trained(p) != _trained(first) for p in plans[1:]),
          "the members' configs differ in more than their seed"),
         (any(p.resume is not None for p in plans), "a member resumes a checkpoint"),
         (any(p.world.size > 1 for p in plans), "a distributed run"),
-        (first.config.optimizer == "muon", "optimizer=muon: its step orthogonalises each "
+        (first.optimization.kind == "muon", "optimizer=muon: its step orthogonalises each "
          "member's matrices, not the stack of them"),
         (precision != "fp32",  # last: the one a user fixes with a key
          f"precision={asked}{f' picks {precision} here' if asked != precision else ''}: "
@@ -67,6 +68,11 @@ def stacking_problem(plans: list) -> str | None:
          "precision=fp32 stacks)"),
     ]
     return next((reason for failed, reason in checks if failed), None)
+
+
+def _trained(plan: TrainingPlan) -> tuple:
+    """What a member trains, all but its seeds."""
+    return (plan.network, plan.optimization, plan.loop, plan.step, plan.interval_coverage)
 
 
 # What `python -m bench members` measured on a 2-core CPU with native bf16 (3 epochs of the
@@ -92,7 +98,7 @@ class MemberTraining:
         return "stacked" if self.stacked else "sequential"
 
 
-def member_training(asked: str, plans: list, jobs: int = 1) -> MemberTraining:
+def member_training(asked: str, plans: list[TrainingPlan], jobs: int = 1) -> MemberTraining:
     """`ensemble_training` (`asked`) for the members `plans`, trained `jobs` at a time:
     sequential or stacked as asked (ConfigError when they cannot stack, or --jobs splits
     them over processes), or `auto`: sequential on every device so far. On a CPU stacking is
@@ -122,18 +128,18 @@ def member_training(asked: str, plans: list, jobs: int = 1) -> MemberTraining:
                                  "(ensemble_training=stacked opts in)")
 
 
-def build_members(plans: list) -> list[nn.Module]:
+def build_members(plans: list[TrainingPlan]) -> list[nn.Module]:
     """Each member's network, initialized from its own seed as training it alone would; the
     global generators are then seeded by the first member's seeds (dropout's masks)."""
     models = []
     for plan in plans:
-        seed_everything(plan.seeds, plan.config.deterministic)
+        seed_everything(plan.seeds, plan.loop.deterministic)
         models.append(plan.network.build().to(plan.device))
-    seed_everything(plans[0].seeds, plans[0].config.deterministic)
+    seed_everything(plans[0].seeds, plans[0].loop.deterministic)
     return models
 
 
-def train_members(plans: list, listeners: list[TrainingListener | None] | None = None,
+def train_members(plans: list[TrainingPlan], listeners: list[TrainingListener | None] | None = None,
                   progress: bool = False) -> list[TrainingOutcome]:
     """Train the members of `plans` at once (stacking_problem must be None), each with early
     stopping on its validation RMSE, member i's listeners[i] hearing its steps and epochs as

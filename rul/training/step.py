@@ -10,17 +10,14 @@ from torch import nn
 
 @dataclass(frozen=True)
 class StepSettings:
-    """What every step of a run computes with, fixed for the run: the precision, clipping, the
-    loss scale (the config's rul_cap) and the ranks that share each effective batch."""
+    """What every step of a run computes with, fixed for the run (rul.plan decides it): the
+    precision, clipping, the loss scale (the target's cap) and the ranks that share each
+    effective batch."""
 
     precision: object  # rul.training.precision.Precision
     max_grad_norm: float | None = 1.0
     target_scale: float = 1.0
     world_size: int = 1
-
-    @classmethod
-    def of(cls, config, precision, world_size: int = 1) -> "StepSettings":
-        return cls(precision, config.max_grad_norm, config.rul_cap, world_size)
 
 
 @dataclass

@@ -6,7 +6,7 @@ import optuna
 from pydantic import TypeAdapter
 
 from rul.config import Categorical, Dimension, IntRange, TuningConfig
-from rul.models.spec import NETWORK_KINDS, architecture_of
+from rul.models.spec import NETWORK_KINDS
 
 REFERENCE_BATCH = 512  # lr in the config is meant for this effective batch
 _SPACE = TypeAdapter(dict[str, Dimension])
@@ -47,6 +47,6 @@ def trial_overrides(tuning: TuningConfig, values: dict) -> tuple[dict, str | Non
     if tuning.scale_lr_with_batch:
         changes["lr"] = values.get("lr", base.lr) * b / REFERENCE_BATCH
     trial = base.model_copy(update=changes)  # not validated: the kind's rule says why not
-    if problem := NETWORK_KINDS[trial.model].problem(architecture_of(trial)):
+    if problem := NETWORK_KINDS[trial.model].problem(trial.architecture):
         return values, ": ".join(problem)
     return changes, None

@@ -66,7 +66,7 @@ def track_ensemble(ensemble, role: RunRole, store: Store, jobs: int = 1, progres
         TRAINING_TAG: training.name, TRAINING_REASON_TAG: training.reason, **role.tags})
 
     def summarize(children: Children) -> EnsembleOutcome:
-        outcome = combine(config, [child.outcome for child in children.runs])
+        outcome = combine(ensemble, [child.outcome for child in children.runs])
         outcome.member_run_ids = [child.run_id for child in children.runs]
         _log_ensemble(outcome, children.seconds, split)
         if role.register:
@@ -96,7 +96,7 @@ def _track_stacked(plans, roles: list[RunRole], store: Store, progress: bool,
 
 def _log_ensemble(outcome: EnsembleOutcome, seconds: float, split: str) -> None:
     """On the active (parent) run."""
-    config = outcome.config
+    config = outcome.plan.config
     log_parent_config(config, outcome.data, members=config.ensemble)
     mlflow.set_tags({"ensemble.member_runs": ",".join(outcome.member_run_ids),
                      "ensemble.split": config.ensemble_split, "seed.split": split})

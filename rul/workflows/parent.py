@@ -33,7 +33,7 @@ class ChildRun:
 
     @property
     def seed(self) -> int:
-        return self.outcome.config.seed
+        return self.outcome.plan.config.seed
 
 
 @dataclass
@@ -70,5 +70,5 @@ def train_under_parent(role, store: Store, tasks: Sequence[Callable], summarize:
 
 def _report(index: int, children: list, seconds: float) -> None:
     for outcome, run_id in children:
-        print(f"child {index} (seed {outcome.config.seed}) done in {seconds:.0f} s: test RMSE "
+        print(f"child {index} (seed {outcome.plan.config.seed}) done in {seconds:.0f} s: test RMSE "
               f"{outcome.metrics['test_rmse']:.2f}, run {run_id}", file=sys.stderr)
