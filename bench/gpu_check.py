@@ -11,16 +11,16 @@ one table; the exit code is 1 when a promise fails.
   resume      4 epochs (fp16, deterministic) stopped after 2 and resumed: bit for bit, the
               GradScaler's scale and growth tracker included
   rerun       the same run twice (deterministic): bit for bit; and the CUDA graph's replays
-              against the same steps run eagerly: bit for bit (with AdamW, whose step the
-              graph captures; `optimizer: muon` steps eagerly)
+              against the same steps run eagerly: bit for bit (with the recipe's optimizer
+              where the graph captures its step, else one it captures: gpu_check.captured)
   train       `make train` as a user runs it (tracked, checkpointed, registered): wall time
   tune        a 3-trial `rul tune` with micro_batch_size and precision auto
-  peers       `python -m bench peers` (bench/peers/): the default recipe with AdamW, 5 epochs,
+  peers       `python -m bench peers` (bench/peers/): make train's recipe, 5 epochs,
               by rul's loop (the CUDA graph), Lightning, Accelerate and a plain loop, each in
               its own process: samples/s against the fastest peer (target: rul >= 1.5x) and
               the validation RMSE each reaches; a peer not installed (the `peers` extra) is
               one skipped row
-  profile     where the recipe's time goes (bench/gpu_profile.py), with AdamW: kernels per
+  profile     where the recipe's time goes (bench/gpu_profile.py), as `rerun` optimizes: kernels per
               step and the share of the wall time the GPU is busy, with the CUDA graph and
               without; the top kernels in profile.txt beside the JSON (CUDA only)
   members     5 ensemble members trained at once (stacked, fp32, AdamW, dropout 0, 3 epochs)
@@ -181,12 +181,23 @@ def check_resume(check: Check, subset, dry: bool):
               "present", "scale" in saved["scaler"])
 
 
+def captured() -> dict:
+    """The recipe's optimizer when the CUDA graph captures its step, else the first optimizer
+    whose step it captures (rul.training.optimizers' rows say which)."""
+    from rul import config as cfg
+    from rul.training.optimizers import OPTIMIZER_KINDS
+
+    kind = cfg.load(RECIPE).optimizer
+    if not OPTIMIZER_KINDS[kind].capturable:
+        kind = next(k for k, row in OPTIMIZER_KINDS.items() if row.capturable)
+    return {"optimizer": kind}
+
+
 def check_rerun(check: Check, subset, dry: bool):
     from rul.training import cuda_graph
 
-    # AdamW: the CUDA graph captures its sync-free step (Muon's steps run eagerly: optim.py)
-    cfg_ = config({"precision": "auto", "epochs": 4, "deterministic": True,
-                   "optimizer": "adamw"}, dry)
+    cfg_ = config({"precision": "auto", "epochs": 4, "deterministic": True, **captured()},
+                  dry)
     cfg_ = cfg_.replace(epochs=4)
     first, _ = trained(cfg_, subset)
     second, _ = trained(cfg_, subset)
@@ -345,8 +356,7 @@ def check_profile(check: Check, subset, dry: bool, folder: Path | None):
     if dry:
         check.add("profile", "kernels per step, GPU busy", "skipped: needs CUDA")
         return
-    cfg_ = config({"precision": "auto", "seed": 42, "epochs": EPOCHS, "optimizer": "adamw"},
-                  dry)  # AdamW, whose step the CUDA graph captures
+    cfg_ = config({"precision": "auto", "seed": 42, "epochs": EPOCHS, **captured()}, dry)
     results = [profiled(lambda: trained(cfg_, subset), graphs) for graphs in (True, False)]
     for result in results:
         check.add("profile", f"{'CUDA graph' if result['graphs'] else 'eager'}: "

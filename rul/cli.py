@@ -46,18 +46,16 @@ class ServiceError(Said):
 def _user_errors() -> tuple:
     """What ends a command with its one line and exit code 2: rul's own InputError (a config,
     data, a checkpoint, what --resume finds), a path that is not there, and MLflow's refusals
-    (an unknown model or alias) once MLflow is loaded (a command that has not imported it
-    cannot have raised one, and importing it to catch one would cost seconds)."""
+    (an unknown model or alias) once MLflow is loaded (not imported just to catch one)."""
     mlflow_errors = sys.modules.get("mlflow.exceptions")
     return (InputError, FileNotFoundError,
             *((mlflow_errors.MlflowException,) if mlflow_errors else ()))
 
 
 def _check_inputs(config, storage: str | None = None):
-    """What can be checked before torch, mlflow or onnx is imported (seconds on a busy
-    machine): the data files' presence and shape, and the drivers of the tracking store's and
-    the study's database URLs. Returns the loaded subset; bad input ends the command (exit 2,
-    one line)."""
+    """What can be checked before torch, mlflow or onnx is imported (slow): the data files'
+    presence and shape, and the drivers of the tracking store's and the study's database URLs.
+    Returns the loaded subset; bad input ends the command (exit 2, one line)."""
     from rul.data import load_dataset
     from rul.tracking_uri import missing_folder, store_uri
     from rul.urls import masked, missing_driver, remember, same_database
@@ -93,9 +91,8 @@ def _load_config(config_path, overrides, data_dir=None, loader=cfg.load):
 @contextmanager
 def _ends_cleanly(after_interrupt, on_first_signal=None):
     """The block's bad inputs end the command with their one-line error (exit 2); SIGINT or
-    SIGTERM end it with the signal's name and `after_interrupt` (a text, or a function that
-    says what is left) (exit 130 or 143), once the block has cleaned up (runs marked KILLED):
-    never a traceback."""
+    SIGTERM end it, once the block has cleaned up (runs marked KILLED), with the signal's name
+    and `after_interrupt` (a text, or a function saying what is left), exit 130 or 143."""
     from rul.services import ServiceUnavailable
 
     try:
@@ -118,9 +115,8 @@ def _ends_cleanly(after_interrupt, on_first_signal=None):
 
 
 def _failed_write(error: Exception) -> str | None:
-    """What a write found and what to do: no space (ENOSPC on a file, SQLite's words for the
-    tracking store, whether SQLAlchemy or MLflow raised them) or a read-only place (EROFS,
-    SQLite's readonly database); None for any other error."""
+    """What a write found and what to do: no space (ENOSPC, SQLite's "full") or a read-only
+    place (EROFS, SQLite's readonly database); None for any other error."""
     said = str(error)
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EROFS):
         where = error.filename or "a file rul wrote"
@@ -137,8 +133,7 @@ def _failed_write(error: Exception) -> str | None:
 
 def _after_interrupted_training(config, run_ids: list, world) -> str:
     """What an interrupted `rul train` leaves: an ensemble's runs (never resumable), a run and
-    its checkpoint to resume, a run stopped before its first checkpoint (nothing to resume),
-    or no run yet."""
+    its checkpoint to resume, a run without one, or no run yet."""
     from rul.tracking.run_checkpoints import RunCheckpoints
 
     if config.ensemble > 1:
@@ -322,10 +317,9 @@ def _signal_name(interruption: KeyboardInterrupt) -> str:
 
 
 def browse_hint(tracking_uri: str, experiment_id: str) -> str:
-    """Where to look at the runs: the server itself, or how to start the UI on the store that
-    was used (RUL_UI_PORT, default 5000), and the experiment's runs view. `make ui` is named
-    where it works (a Makefile with a `ui` target here), with STORE= unless the store is
-    its default ./mlflow.db; a relative SQLite path is made absolute."""
+    """Where to look at the runs: the server itself, or how to start the UI on the store used
+    (RUL_UI_PORT, default 5000; a relative SQLite path made absolute), and the experiment's
+    runs view; `make ui` (STORE= unless ./mlflow.db) where a Makefile here has a `ui` target."""
     import shlex
     import shutil
 

@@ -2,15 +2,11 @@
 backend): the one driver rule for a database URL, and what in a URL is secret.
 
 - **The driver rule** (`with_driver`): `postgresql://` gets the driver the `postgres` extra
-  installs (psycopg2), wherever rul hands the URL on: to MLflow, to Optuna, to the MLflow
-  server. SQLAlchemy 2.1 maps the bare scheme to psycopg 3, which rul does not install. A URL
-  naming its driver (`postgresql+psycopg://`) is kept.
-- **Secrets** (`masked`, `secrets_of`): a URL's password (its user info after the colon) and
-  the values of query parameters named like a secret (`password=`, `token=`, `sslkey`...).
-  What rul prints, logs to a run or writes into a message shows the URL `masked`
-  (`postgresql://alice:***@host/db`). `remember` keeps a URL's secrets for the process, so
-  that `scrubbed` can mask them in any text rul did not write itself (a library's error, a
-  traceback, a warning) before it is shown.
+  installs (psycopg2) wherever rul hands the URL on; a URL naming its driver is kept.
+- **Secrets** (`masked`, `secrets_of`): a URL's password and query values named like a secret
+  (`password=`, `token=`...). What rul prints or logs shows the URL `masked`; `remember` keeps
+  a URL's secrets for the process, so that `scrubbed` masks them in any text rul did not write
+  itself (a library's error, a traceback, a warning) before it is shown.
 """
 
 import re
@@ -94,9 +90,8 @@ def remember(*urls: str | None) -> None:
 
 
 def scrubbed(text: str, *urls: str | None) -> str:
-    """`text` with every secret of `urls` and of the URLs `remember`ed replaced by ***
-    (secrets of fewer than MIN_SCRUBBED characters only where they sit in a URL: masking
-    every `ab` of a message would leave nothing readable)."""
+    """`text` with every secret of `urls` and of the URLs `remember`ed replaced by *** (one of
+    fewer than MIN_SCRUBBED characters only inside a URL, or nothing would stay readable)."""
     for secret in sorted(_remembered.union(*(secrets_of(u) for u in urls)), key=len,
                          reverse=True):
         if len(secret) >= MIN_SCRUBBED:
@@ -105,9 +100,8 @@ def scrubbed(text: str, *urls: str | None) -> str:
 
 
 def same_database(first: str | None, second: str | None) -> bool:
-    """Whether two database server URLs name one database (whoever logs in, however the
-    driver is spelled): MLflow's and Optuna's tables cannot share one (both keep their
-    schema's version in the same alembic table)."""
+    """Whether two database server URLs name one database (whoever logs in, whatever driver):
+    MLflow's and Optuna's tables cannot share one (one alembic version table)."""
     if not first or not second or "://" not in first or "://" not in second:
         return False
     a, b = urlsplit(with_driver(first)), urlsplit(with_driver(second))

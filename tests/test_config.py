@@ -61,6 +61,16 @@ def test_the_defaults_are_make_trains_recipe_with_the_types_runs_were_tracked_wi
             k: type(v) for k, v in RECIPE.items()}  # 0.0 stays a float: same checkpoint id
 
 
+def test_a_fleets_config_trains_make_trains_recipe():
+    """experiments/fleet.yaml (and its study's base) describe a data set and nothing else:
+    every training key is the recipe's, Muon included."""
+    for config in (cfg.load(ROOT / "experiments" / "fleet.yaml"),
+                   cfg.load_tuning(ROOT / "experiments" / "tune_fleet.yaml").train):
+        written = config.to_dict()
+        assert written.pop("data")["name"] == "fleet"
+        assert written == {k: v for k, v in RECIPE.items() if k != "subset"}
+
+
 def test_a_key_added_later_is_written_only_when_it_differs_from_what_runs_had_before_it():
     """Not from today's default: an AdamW run (before `optimizer` existed) keeps its params and
     digest, and is rebuilt from them as AdamW, though the default is Muon."""

@@ -74,6 +74,7 @@ TUNE_PROGRESS = [r"trial (\d+) \((\d+) of 2\): lr=0\.00\d+",
 # Every line `rul train` and `rul tune` may print (stdout and stderr) on a first run: rul's
 # own. A line of MLflow's, Optuna's or Python's warning machinery fails the test below.
 ALLOWED = [r"a new MLflow store: sqlite:///(mlflow|\S+/a)\.db",
+           r"precision (fp32|bf16): .*",  # the precision a training takes, and why
            r"warning: padded \d+ test unit\(s\) shorter than the window .*",
            r"test RMSE [\d.]+ \(uncapped [\d.]+\)  MAE [\d.]+  score [\d.]+  best epoch \d+ "
            r"\(val RMSE [\d.]+\)",

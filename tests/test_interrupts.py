@@ -99,7 +99,8 @@ def test_tune_ends_parent_and_trial_runs_killed_on_a_signal(tmp_path, real_data_
     storage = (f"sqlite:///{tmp_path}/optuna.db" if workers == 1
                else str(tmp_path / "optuna.journal"))
     process = start(["tune", str(ROOT / "experiments" / "tune_fd001.yaml"), *SLOW_TINY,
-                     f"checkpoint_dir={tmp_path / 'ckpt'}", "--n-trials", "4",
+                     "baseline_trial=false", f"checkpoint_dir={tmp_path / 'ckpt'}",
+                     "--n-trials", "4",
                      "--workers", str(workers), "--storage", storage, "--study-name", "s"],
                     tmp_path, real_data_dir)
     wait_for_checkpoint(process, tmp_path / "ckpt", timeout=180)

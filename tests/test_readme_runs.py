@@ -74,7 +74,8 @@ def tiny(command: str) -> str:
     target = re.match(r"make (\w+)", command)
     if not target or target.group(1) not in TRAINS:
         return command
-    extra = TINY + (" n_trials=2" if target.group(1) == "tune" else "")
+    # a tiny study: its base (the tiny network) is not a trial the recipe's space can draw
+    extra = TINY + (" n_trials=2 baseline_trial=false" if target.group(1) == "tune" else "")
     if 'ARGS="' in command:
         return re.sub(r'ARGS="([^"]*)"', lambda m: f'ARGS="{m.group(1)} {extra}"', command)
     return f'{command} ARGS="{extra}"'

@@ -274,3 +274,35 @@ def test_a_bench_accuracy_result_is_a_row_of_the_make_train_table(tmp_path):
     rows = [line for line in train_times(read_bench_folder(tmp_path)) if "351 s" in line]
     assert len(rows) == 1 and "| fp32 | 351 s | 12.55 |" in rows[0]
 
+
+
+def test_the_first_screen_says_what_make_train_scores_the_best_validation_and_the_range():
+    """Before any table: `make train`'s figure (its row of most seeds), the lowest validation
+    RMSE of the sensors-only rows with its test figure, the published range and what the
+    interval and p_fail are; each row's measurement story folded under the row."""
+    from rul.reporting.pages import results_page
+    from rul.reporting.records import ResultRecord
+
+    def record(config, val, test, seeds=5, include_cycle=False, note=""):
+        return ResultRecord(config=config, include_cycle=include_cycle, recipe=config,
+                            seeds=list(range(seeds)),
+                            metrics={"val_rmse": (val, 0.5), "test_rmse": (test, 0.2),
+                                     "test_interval_coverage": (0.9, 0.01),
+                                     "test_interval_width": (33.0, 1.0)},
+                            machine="AMD EPYC, 2 CPUs", precision="fp32", torch="2.13.0",
+                            commit="abc1234", date="2026-12-02", command=f"rul evaluate {config}",
+                            source="recorded", note=note)
+
+    page = results_page([record("fd001.yaml", 11.08, 11.97, note="a long story " * 20),
+                         record("fd001_b32.yaml", 10.39, 11.75),
+                         record("fd001.yaml + val_weights=truncation", 9.0, 12.5),
+                         record("few.yaml", 8.0, 13.0, seeds=3),
+                         record("fd001_age.yaml", 7.0, 10.9, include_cycle=True)],
+                        [], "rul report", "mlflow.db", [])
+    first = page.split("## How to read the rows")[0]
+    assert first.index("## At a glance") < first.index("`make train`")
+    assert "test RMSE **11.97 ± 0.20** over 5 seeds" in first
+    assert "holds 90% of the test engines, 33.0 cycles wide" in first
+    assert "`fd001_b32.yaml`: val 10.39 ± 0.50, test RMSE **11.75 ± 0.20**" in first
+    assert "11.6–12.3" in first and "p_fail_within" in first and "| " not in first
+    assert "<details><summary>how it was measured</summary><small>a long story" in page

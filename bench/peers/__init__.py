@@ -10,9 +10,9 @@ pick instead, each in a process of its own, in one run.
               allocator settings
 
 The loops train in turns of one epoch, each in its own process (bench/peers/runner.py).
-Every loop trains the default recipe's DCNN (experiments/fd001.yaml) on the same prepared
-FD001 windows, from the same initial weights, with the same micro-batches in the same order
-(256 x K=2), AdamW, cosine schedule, clipping at 1.0 and the precision `rul train` resolves on
+Every loop trains `make train`'s recipe (its DCNN, its optimizer: Muon with AdamW) on the same
+prepared FD001 windows, from the same initial weights, with the same micro-batches in the same
+order (256 x K=2), its schedule, clipping at 1.0 and the precision `rul train` resolves on
 this machine, for the same epochs; the weight average is off and nothing stops early
 (bench/peers/common.py). Only the loop differs. Lightning and Accelerate come with the
 optional extra `pip install -e '.[peers]'`; a peer that is not installed is skipped with one

@@ -24,15 +24,14 @@ DRY_UNITS = 10  # the dry run trains on FD001's first 10 training engines
 
 
 def bench_config(epochs: int, dry: bool, device: str):
-    """The default recipe (`make train`'s DCNN, 256 x 2, AdamW, cosine, clipping at 1.0, the
+    """`make train`'s recipe (its DCNN, 256 x 2, its optimizer and schedule, clipping, the
     precision `auto` picks) for `epochs` epochs, without early stopping and without the weight
     average (none of the peers has rul's warm-up EMA built in: every loop validates and
-    returns its last weights). With AdamW whatever the recipe's optimizer: every loop steps
-    torch's AdamW, so that only the loop differs."""
+    returns its last weights)."""
     from rul import config as cfg
 
     changes = {"epochs": epochs, "patience": epochs + 1, "ema_decay": 0.0, "device": device,
-               "interval_coverage": None, "register": False, "optimizer": "adamw"}
+               "interval_coverage": None, "register": False}
     return cfg.load(RECIPE, {**changes, **(TINY if dry else {})})
 
 
@@ -118,9 +117,13 @@ class Setup:
         return nn.functional.mse_loss(model(x).float() / cap, y / cap)
 
     def optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        """AdamW as a user writes it (torch's default implementation on every device)."""
-        return torch.optim.AdamW(model.parameters(), lr=self.config.lr,
-                                 weight_decay=self.config.weight_decay)
+        """The recipe's optimizer (Muon for the matrices with AdamW for the rest, in
+        make train's) as rul builds it on the host, the same in every loop: only the loop
+        differs."""
+        from rul.plan import optimizer_settings
+        from rul.training.optim import make_optimizer
+
+        return make_optimizer(model, optimizer_settings(self.config), sync_free=False)
 
     def schedule(self, optimizer):
         """torch's cosine decay over all optimizer steps, as rul's (rul.training.optim)."""
@@ -137,14 +140,17 @@ class Setup:
         return steps_per_epoch(len(self.data.train), self.config.effective_batch_size)
 
     def effective_batches(self, epoch: int) -> list[list[torch.Tensor]]:
-        """Epoch `epoch`'s effective batches as rul draws them (rul.training.batching), each
-        as its micro-batches' indices: every loop sees the same windows in the same order."""
+        """Epoch `epoch`'s effective batches as rul draws them (rul.training.batching, from
+        the recipe's law: train_sampling), each as its micro-batches' indices: every loop sees
+        the same windows in the same order."""
+        from rul.plan import RunPlan
         from rul.training.batching import effective_batches
 
         config = self.config
+        law = RunPlan.of(config, self.precision, self.seeds, self.data).train_sampling
+        windows = len(self.data.train) if law is None else torch.from_numpy(law)
         return [list(batch.split(config.micro_batch_size))
-                for batch in effective_batches(len(self.data.train),
-                                               config.effective_batch_size,
+                for batch in effective_batches(windows, config.effective_batch_size,
                                                self.seeds.shuffle, epoch)]
 
 

@@ -25,6 +25,7 @@ from rul.config.values import (
 from rul.data.schema import SUBSETS
 from rul.files import DATA_LIMIT, SizeLimit
 from rul.models.spec import ARCHITECTURE_ARGS, KINDS, NETWORK_KINDS
+from rul.training.optimizers import OPTIMIZER_KINDS
 
 warnings.filterwarnings("ignore", message='Field name "register" in "TrainConfig" shadows')
 
@@ -60,7 +61,7 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     such as [s_2, s_3]."""
     include_settings: Flag = False
     """Also feed the three operational settings as inputs."""
-    include_cycle: Flag = False  # the engine's age in cycles as one more input column
+    include_cycle: Flag = False
     """Feed the engine's age (cycles since the start of its record) as one more input column.
     It assumes that `cycle` counts from each engine's first cycle in service, in a fleet whose
     lives resemble the training fleet's (see Concepts: inputs)."""
@@ -73,12 +74,11 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     training units."""
     normalization: _one_of("minmax", "zscore") = "minmax"
     """How inputs are scaled, fitted on the training units only: min-max to [-1, 1] or z-score."""
-    condition_scaling: _one_of("auto", "global", "per_condition") = "auto"  # per_condition
-    # for FD002/FD004 when auto
+    condition_scaling: _one_of("auto", "global", "per_condition") = "auto"
     """Scale sensors per operating condition or globally; auto: per condition for the subsets
     with six conditions (FD002, FD004)."""
     smoothing_alpha: _number("a number in (0, 1] (weight of the newest cycle; 1 = off)",
-                             gt=0, le=1) = 0.1  # causal exponential smoothing per unit
+                             gt=0, le=1) = 0.1
     """Weight of the newest cycle in the causal exponential smoothing of each unit's sensors; 1
     turns smoothing off."""
     val_fraction: _number("a number between 0 and 1 (validation units for early stopping)",
@@ -101,19 +101,15 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     """Channels of each DCNN convolution layer."""
     num_heads: PositiveInt = 4  # transformer
     """Attention heads of the Transformer; must divide hidden_size."""
-    # optimization
-    # The effective batch B is the accuracy decision; its split into micro-batches x K is a
-    # memory and speed decision (exact accumulation: same B, same model). `auto` measures the
-    # peak memory of a few micro sizes before training and picks the largest under
-    # memory_budget (null: CUDA's free memory less a margin; CPU: half the available RAM),
-    # with K = ceil(B / micro). With integers, B = micro x K unless stated.
+    # optimization: the effective batch B decides the model, its split micro x K only memory
+    # and speed (docs: Concepts, The training step)
     micro_batch_size: MicroBatch = 256
     """Samples per forward/backward pass: a memory and speed choice that does not change the
     model; auto measures peak memory and picks the largest that fits memory_budget."""
-    accumulation_steps: PositiveInt = 2  # derived when micro_batch_size is auto
+    accumulation_steps: PositiveInt = 2
     """Micro-batches accumulated per optimizer step (K); derived when micro_batch_size is auto."""
     effective_batch_size: Annotated[PositiveInt | None, Field(
-        description="a positive integer or null")] = None  # null: micro x K
+        description="a positive integer or null")] = None
     """Samples per optimizer step (B): the accuracy decision; null means micro_batch_size x
     accumulation_steps."""
     memory_budget: MemorySize = None
@@ -121,11 +117,10 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     half the available RAM on CPU."""
     epochs: PositiveInt = 35
     """Maximum number of passes over the training windows."""
-    optimizer: _one_of("adamw", "muon") = "muon"
+    optimizer: _one_of(*OPTIMIZER_KINDS) = "muon"
     """AdamW, or Muon for the weight matrices and convolution filters with AdamW for the rest
-    (rul.training.muon): Muon orthogonalises each matrix's update and reaches a given loss in
-    fewer steps, which a large effective batch has few of. Both share lr, weight_decay and the
-    schedule."""
+    (rul.training.muon); both share lr, weight_decay and the schedule. The optimizers and what
+    each can do: rul.training.optimizers."""
     lr: _number("a number > 0", gt=0) = 0.0148
     """Peak learning rate of the optimizer (the cosine schedule decays it to 0)."""
     weight_decay: _number("a number >= 0", ge=0) = 0.0
@@ -155,33 +150,27 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     cut off, each validation engine counting once at points drawn over its life (truncation:
     the interval's calibration weights, rul.evaluation.truncation)."""
     ema_decay: _number("a number in [0, 1) (0 turns the weight average off)",
-                       ge=0, lt=1) = 0.998  # evaluate a moving average of the weights
+                       ge=0, lt=1) = 0.998
     """Decay of the exponential moving average of the weights used for validation, early stopping
     and the returned model; 0 turns it off."""
     precision: _one_of("auto", "fp32", "fp16", "bf16") = "auto"
-    """Training arithmetic: auto picks fp16 on CUDA, bf16 on a CPU with native bf16 (for the
-    DCNN) and fp32 otherwise; evaluation always runs in float32."""
+    """Training arithmetic: auto picks the fastest measured to keep fp32's accuracy on this
+    device (docs: Concepts, Precision); evaluation always runs in float32."""
     seed: NonNegativeInt = 42
     """Seed of the validation split, weight init, dropout and batch order; the same seed and
     machine give the same run."""
-    # members of an ensemble model: seeds seed .. seed+N-1 (init and batch order), one shared
-    # validation split (that of `seed`); their predictions are averaged (docs: Evaluate)
+    # an ensemble's members (docs: Train, Ensembles)
     ensemble: PositiveInt = 1
     """Members of an ensemble model (seeds seed .. seed+N-1), whose predictions are averaged into
     one served model."""
-    # how the members split the training units: "shared", all on the validation split of `seed`
-    # (val_fraction); "folds", the units cut into N folds by seed's permutation: member i
-    # early-stops on fold i and trains on the others (val_fraction unused), so the ensemble
-    # learns from every training unit and its val_rmse is out-of-fold (docs: Evaluate)
     ensemble_split: _one_of("shared", "folds") = "shared"
     """How ensemble members split the training units: all on the validation split of `seed`
-    (shared), or one fold each (folds: out-of-fold validation)."""
-    # how the members train: "sequential", one after another (or --jobs side by side);
-    # "stacked", all at once in one process, their weights stacked (torch.func: one step for
-    # every member; the DCNN in fp32 only); "auto" picks per device (rul.training.stacked)
+    (shared), or the units in N folds, member i validating on fold i and training on the
+    others (folds: out-of-fold validation, val_fraction unused)."""
     ensemble_training: _one_of("auto", "sequential", "stacked") = "auto"
-    """How ensemble members train: one after another (sequential), all at once with their
-    weights stacked (stacked), or as fits the device (auto)."""
+    """How ensemble members train: one after another (sequential, or --jobs side by side), all
+    at once with their weights stacked (stacked: fp32 and an elementwise optimizer only), or
+    as measured fastest on the device (auto: rul.training.stacked)."""
     deterministic: Flag = False
     """Ask torch for deterministic algorithms (slower; needed for bitwise-equal runs on CUDA)."""
     patience: PositiveInt = 40
@@ -191,7 +180,6 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     from the fleet's) instead of naming them in a warning and training on them."""
     device: _one_of("auto", "cpu", "cuda") = "auto"
     """Where to train: auto (CUDA when available), cpu or cuda."""
-    # prediction intervals of the logged model: split conformal on the validation windows
     interval_coverage: Annotated[_number("a number strictly between 0 and 1", gt=0, lt=1)
                                  | None, Field(description="a number strictly between 0 and 1"
                                                ", or null to disable prediction intervals")
@@ -202,7 +190,7 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     tracking_uri: OptionalText = None
     """MLflow store for the run; null: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db with
     artifacts in ./mlruns."""
-    experiment: OptionalText = None  # default rul-<subset>
+    experiment: OptionalText = None
     """MLflow experiment name; null: rul-<subset>."""
     register: Flag = True
     """Register the model as rul-<subset> and move the champion alias when validation RMSE

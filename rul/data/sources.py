@@ -5,10 +5,9 @@
 3. the download cache (`data/cmapss/`, or `$RUL_CACHE_DIR`),
 4. a download of the official archive, checksum-verified, into that cache.
 
-An explicit or environment directory is used as given (no fallback that would silently train
-on other data). Downloaded files are verified: the archive against its published MD5, each
-extracted file against the SHA-256 sums below, and only complete, verified files are moved
-into the cache; a failed or corrupted download leaves nothing behind.
+An explicit or environment directory is used as given (no silent fallback to other data). A
+download is verified (the archive's published MD5, each extracted file's SHA-256 below) and
+only complete, verified files are moved into the cache: a failed one leaves nothing behind.
 """
 
 import hashlib
@@ -94,11 +93,8 @@ def locate(subset: str, data_dir: str | Path | None = None, *, download: bool = 
 
 
 def download_archive(destination: str | Path, archive: Archive = OFFICIAL_ARCHIVE) -> list[Path]:
-    """Download, verify and extract the C-MAPSS data files into `destination`.
-
-    Everything happens in a temporary directory beside `destination`; verified files are
-    renamed into place only at the end. On any failure nothing new is left in `destination`.
-    """
+    """Download, verify and extract the C-MAPSS data files into `destination`, in a temporary
+    directory beside it: on any failure nothing new is left there."""
     destination = Path(destination)
     missing = [p for p in (destination, *destination.parents) if not p.exists()]
     destination.mkdir(parents=True, exist_ok=True)

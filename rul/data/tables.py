@@ -2,10 +2,9 @@
 pyarrow, their columns resolved against the `data:` section's description (names or glob
 patterns) into a Layout, and validated as every input is (rul.data.validation).
 
-Every problem is one DataError naming the file: a column the description names that the
-table lacks, a pattern that matches nothing, one column in two roles, a test table without
-the training table's columns. Columns the description does not name are ignored, named in
-one warning.
+Every problem is one DataError naming the file (a named column missing, a pattern matching
+nothing, one column in two roles, a test table short of the training table's columns);
+columns the description does not name are ignored, named in one warning.
 """
 
 import fnmatch

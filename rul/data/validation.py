@@ -1,11 +1,10 @@
 """One validation for a data set's rows, whatever format they came in.
 
-`validate_rows` turns a frame read from a NASA .txt file, a CSV (with or without a header), a
-Parquet file, a JSON payload or a user's own DataFrame into the typed frame the rest of `rul`
-relies on, or raises a DataError that names the source (a file, or "input" for frames), the
-row and the column. Rows are numbered from 1 in the order given (for a .txt file, row N is
-line N). The columns are a Layout's (rul.data.layout): C-MAPSS's unless one is given; the
-messages name them as the data set does.
+`validate_rows` turns a frame read from a NASA .txt file, a CSV, a Parquet file, a JSON payload
+or a user's own DataFrame into the typed frame the rest of `rul` relies on, or raises a
+DataError naming the source (a file, or "input" for frames), the row (from 1 in the order
+given: line N of a .txt file) and the column, as the data set's Layout (rul.data.layout,
+C-MAPSS's by default) names it.
 """
 
 from pathlib import Path
@@ -74,14 +73,12 @@ def validate_rows(frame: pd.DataFrame, source: str | Path = "input",
     """Check and type raw rows with `layout`'s columns under the data set's own names; return
     a new frame with exactly layout.columns (unit and cycle as rul names them).
 
-    Accepted: integer or float columns (or strings holding numbers); unit and cycle may be
-    floats if they are whole. Extra columns are ignored. Raises DataError for a missing
-    column (naming the unexpected ones, e.g. a renamed column), no rows, a non-numeric or
-    non-finite value (row and column named), a unit or cycle that is not a positive whole
-    number below 2**63 (int64's range: a larger one would wrap around and merge engines), rows
-    of one unit that are not contiguous, a duplicate (unit, cycle), or cycles that do not
-    strictly increase within a unit. A message never quotes a value of the input, only where
-    it is (a request's content is not echoed back).
+    Accepted: integer or float columns (or strings holding numbers), unit and cycle whole;
+    extra columns are ignored. DataError for a missing column (naming the unexpected ones), no
+    rows, a non-numeric or non-finite value, a unit or cycle not a positive whole number below
+    2**63 (a larger one would wrap and merge engines), rows of a unit not contiguous, a
+    duplicate (unit, cycle), or cycles not strictly increasing within a unit; a message says
+    where, never quotes a value (a request's content is not echoed back).
     """
     if not isinstance(frame, pd.DataFrame):
         raise DataError(source, f"expected a table of rows, got {type(frame).__name__}")
@@ -108,9 +105,8 @@ def validate_rows(frame: pd.DataFrame, source: str | Path = "input",
 
 
 def _numeric(source, values: pd.Series, exact: bool = False) -> np.ndarray:
-    """The column as a numeric array; a non-number or non-finite value is a DataError.
-    `exact`: strings holding whole numbers stay integers (int64, or uint64 past its range), so
-    that an id is never rounded to a float's 53 bits."""
+    """The column as a numeric array; DataError for a non-number or non-finite value. `exact`:
+    strings of whole numbers stay integers (int64, uint64 past it), never rounded to 53 bits."""
     name = values.name
     if values.dtype.kind in "iu":
         return values.to_numpy()

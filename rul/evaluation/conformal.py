@@ -1,31 +1,14 @@
 """Split conformal prediction intervals, and the predictive distribution behind them.
 
 Given n calibration residuals r_i = predicted_i - true_i, exchangeable with a new unit's, the
-interval pred +- q covers the new truth with probability at least `coverage`, where q is the
-k-th smallest score |r_i|, k = ceil((n + 1) * coverage) (the finite-sample conformal
-quantile; plain np.quantile(..., method="higher") at k / n picks the (k+1)-th, one too far).
+interval pred +- q covers the new truth with probability at least `coverage`, q the k-th
+smallest |r_i|, k = ceil((n + 1) * coverage) (np.quantile at k / n picks one too far).
 
-Methods (`Interval.method`):
-- "absolute": score |r|, interval pred +- q (q in cycles);
-- "scaled":   score |r| / spread (spread > 0, e.g. the ensemble's standard deviation),
-  interval pred +- q * spread (q in units of spread);
-- "banded":   Mondrian by predicted RUL: the predictions fall in bands (`band_edges`, upper
-  edges: a prediction <= edges[0] is in band 0), and each band has its own weighted
-  distribution of the error e = true - predicted (calibration points weighted so that each
-  engine counts once: rul.evaluation.truncation). The interval is [pred + lower, pred +
-  upper] of its band: by default the error's weighted (1 - level) / 2 and (1 + level) / 2
-  quantiles (central); with `shortest`, the span of `level` of the band's errors whose bounds,
-  clipped to [0, high] as served, are narrowest on average over the band's predictions (an
-  error distribution that leans one way, or a bound the clip cuts anyway, moves the excluded
-  share to where it saves the most width).
-  A test unit is one more engine, so the finite-sample widening would count engines,
-  (m + 1) / m for m of them, and a 95 % one-sided quantile needs 19 engines in a band to be
-  finite: more than a 20-engine validation split puts in most bands. So `level` is not that
-  widening but a measured one: the caller picks it (rul.evaluation.intervals, from
-  validation engines each left out in turn), `coverage` by default. The band's error
-  quantiles at ERROR_LEVELS are stored too (stretched to `level`): they are the
-  predictive distribution of the true RUL, pred + e, from which `failure_probability` reads
-  P(true RUL <= horizon).
+Methods (`Interval.method`): "absolute", pred +- q (q in cycles); "scaled", score |r| / spread
+(spread > 0: an ensemble's standard deviation), pred +- q * spread; "banded", Mondrian by
+predicted RUL: each band's weighted errors e = true - predicted (each engine counting once)
+give its bounds at a `level` the caller measures (rul.evaluation.intervals) and the predictive
+distribution pred + e that `failure_probability` reads (docs: Concepts, Prediction intervals).
 
 Numpy only: the serving path imports this module.
 """
@@ -116,9 +99,8 @@ class Interval:
         return np.clip(lower, low, upper_clip), np.clip(upper, low, upper_clip)
 
     def failure_probability(self, predicted, horizon: float, spread=None) -> np.ndarray:
-        """P(true RUL <= horizon) for each prediction: the band's predictive distribution,
-        pred + e, read at `horizon` (linear between the stored quantiles; 0 below the
-        smallest error, 1 from the largest). Only a "banded" interval stores one."""
+        """P(true RUL <= horizon) for each prediction, from its band's distribution pred + e
+        (linear between the stored quantiles); only a "banded" interval stores one."""
         if self.method != "banded":
             raise ValueError(f"a {self.method!r} interval stores no predictive distribution")
         _no_spread(spread)
@@ -197,11 +179,9 @@ class Weighting:
 
 @dataclass(frozen=True)
 class Spans:
-    """How a band's bounds are cut from its errors. `level` (default the coverage, at least
-    it) is the share of the errors the bounds hold, where more than the coverage is needed to
-    cover that share of new engines. `shortest` picks the span of `level` of the band's errors
-    with the narrowest bounds once clipped to [0, `high`] (no upper clip when None; ties go to
-    the most central span), instead of the central one."""
+    """How a band's bounds are cut from its errors: `level` (default and at least the
+    coverage) is the share of the errors they hold; `shortest` picks, instead of the central
+    span, the one narrowest once clipped to [0, `high`] (None: no upper clip)."""
 
     level: float | None = None
     shortest: bool = False
@@ -215,15 +195,10 @@ class Spans:
 
 def fit_banded(predicted, true, coverage: float, band_edges,
                weighting: Weighting = Weighting(), spans: Spans = Spans()) -> Interval:
-    """The "banded" interval of `coverage` from calibration predictions and their true
-    (capped) RUL, each point weighed and assigned an engine by `weighting`, each band's bounds
-    cut by `spans`. A band no calibration point falls in takes the distribution of all of
-    them.
-
-    The bounds always contain the prediction (a band whose errors all have one sign gets 0 as
-    its bound on the other side). The stored predictive distribution is stretched as the
-    bounds are, its quantile at p the errors' at 0.5 + (p - 0.5) x level / coverage, so that
-    its central `coverage` is the central interval."""
+    """The "banded" interval of `coverage` from calibration predictions and their true (capped)
+    RUL, weighed by `weighting`, each band's bounds cut by `spans` (a band without calibration
+    points takes all of them) and always containing the prediction; the stored distribution's
+    quantile at p is the errors' at 0.5 + (p - 0.5) x level / coverage."""
     predicted = np.asarray(predicted, dtype=np.float64).ravel()
     errors = np.asarray(true, dtype=np.float64).ravel() - predicted
     weights, engines = weighting.of(len(errors))
@@ -262,17 +237,15 @@ def _check_calibration(coverage: float, level: float, errors, weights) -> None:
 
 def _span(errors, weights, below: float, level: float) -> tuple[float, float]:
     """The bounds (offsets) that leave `below` of the weighted errors under the lower one and
-    hold `level` of them. They always hold the prediction itself, also where a band's errors
-    all lie on one side of it (widening only: the coverage can only rise)."""
+    hold `level` of them, widened to hold the prediction itself."""
     return (min(0.0, -weighted_quantile(-errors, weights, 1 - below)),
             max(0.0, weighted_quantile(errors, weights, below + level)))
 
 
 def _shortest_span(errors, weights, predicted, level: float,
                    high: float | None) -> tuple[float, float]:
-    """Of the spans of `level` of the errors (the share left below the lower bound stepped
-    from 0 to 1 - level), the one whose bounds around `predicted`, clipped to [0, high], are
-    narrowest in weighted mean; the most central of equally narrow ones."""
+    """Of SPAN_STEPS spans of `level` of the errors, the one whose bounds around `predicted`,
+    clipped to [0, high], are narrowest in weighted mean (the most central of equals)."""
     high = math.inf if high is None else high
     best = None
     for below in np.linspace(0.0, 1.0 - level, SPAN_STEPS):

@@ -1,16 +1,11 @@
 """A model's prediction interval and failure probability: calibrated on its validation engines
-truncated as the test units are, applied to its test predictions, reported (never calibrated)
-on the test units.
+truncated as the test units are, reported (never calibrated) on the test units.
 
-The calibration points are the validation windows, each one truncation point of an engine that
-ran to failure, weighted by test-like draws so that each engine counts once
-(rul.evaluation.truncation). The interval is Mondrian by predicted RUL (BAND_EDGES): near the
-end of life, where the model errs by a few cycles, its band is narrow; in mid-life, where it
-errs most, wide (rul.evaluation.conformal, method "banded"). Each band's bounds are the
-shortest span of its errors once clipped to [0, rul_cap] as served: where the errors lean one
-way, or near the cap where the upper bound is clipped anyway, the excluded share goes where it
-saves the most width. The same bands hold the predictive distribution that
-`Interval.failure_probability` reads.
+The calibration points are the validation windows, weighted by test-like truncation draws so
+that each engine counts once (rul.evaluation.truncation). The interval is Mondrian by predicted
+RUL (BAND_EDGES), each band's bounds the shortest span of its errors once clipped to
+[0, rul_cap] as served (rul.evaluation.conformal, "banded"); the same bands hold the
+distribution `Interval.failure_probability` reads (docs: Concepts, Prediction intervals).
 """
 
 from collections.abc import Callable
@@ -33,11 +28,9 @@ from rul.evaluation.truncation import truncation_weights
 # Prediction intervals): the fewest bands that keep each true-RUL band's coverage and the
 # narrowest end-of-life band.
 BAND_EDGES = (25.0, 50.0, 75.0, 100.0)
-# The share of the errors outside the bounds, as a share of what the coverage leaves out:
-# at 0.7 a 90 % interval holds 93 % of its band's calibration errors. Chosen so that the
-# validation engines, each left out in turn, are covered at the promised rate (docs:
-# Concepts, Prediction intervals): a new engine errs more like itself than like the pooled
-# others.
+# The share of the errors outside the bounds, as a share of what the coverage leaves out
+# (0.7: a 90 % interval holds 93 % of its band's errors), chosen so that validation engines,
+# each left out in turn, are covered at the promised rate (docs: Concepts, Prediction intervals).
 TAIL_SHARE = 0.7
 # How coverage and width are reported: by the true (capped) RUL of the unit.
 TRUE_RUL_BANDS = {"rul_le25": (0, 25), "rul_26_75": (26, 75), "rul_gt75": (76, np.inf)}
@@ -45,9 +38,8 @@ TRUE_RUL_BANDS = {"rul_le25": (0, 25), "rul_26_75": (26, 75), "rul_gt75": (76, n
 
 @dataclass(frozen=True)
 class CalibrationSet:
-    """Validation windows of engines that ran to failure: each window's prediction, its
-    capped target, its engine, in the windows' order (every full window of each engine, in
-    order: a WindowSet's), and the window length."""
+    """Validation windows of engines that ran to failure, in a WindowSet's order: each one's
+    prediction, capped target and engine, and the window length."""
 
     predicted: np.ndarray
     targets: np.ndarray
@@ -75,9 +67,8 @@ def calibration_level(coverage: float, tail_share: float = TAIL_SHARE) -> float:
 
 @dataclass(frozen=True)
 class IntervalRecipe:
-    """How training cuts its interval: the bands by predicted RUL, the share of the tails
-    left out (calibration_level) and, in each band, the shortest span of its errors once
-    clipped as served (`shortest=False`: the central one)."""
+    """How training cuts its interval: the bands by predicted RUL, the tails' share left out
+    (calibration_level), each band's shortest span once clipped (`shortest=False`: central)."""
 
     band_edges: tuple = BAND_EDGES
     tail_share: float = TAIL_SHARE
@@ -96,9 +87,8 @@ def fit_interval(calibration: CalibrationSet, coverage: float, seed: int, rul_ca
 
 def interval_metrics(interval: Interval, predicted, true_capped, rul_cap: float,
                      horizon: float = DEFAULT_HORIZON) -> dict[str, float]:
-    """Coverage and mean width over the units and per true-RUL band (absent when a band has
-    no unit), and, for an interval with a predictive distribution, the Brier score of
-    P(RUL <= horizon) against what happened."""
+    """Coverage and mean width over the units and per true-RUL band (one with units), and for
+    a "banded" interval the Brier score of P(RUL <= horizon) against what happened."""
     predicted, true_capped = (np.asarray(a, dtype=np.float64) for a in (predicted, true_capped))
     lower, upper = interval.bounds(predicted, high=rul_cap)
     overall = interval_scores(lower, upper, true_capped)
@@ -118,12 +108,10 @@ def calibrate_interval(calibration: Callable[[], CalibrationSet], coverage: floa
                        rul_cap: float, seed: int, predictions: pd.DataFrame, metrics: dict
                        ) -> tuple[Interval | None, pd.DataFrame, dict]:
     """The interval of `coverage`, calibrated on `calibration()` (weights drawn with `seed`),
-    and the test `predictions` (columns predicted_rul, true_rul_capped)
-    and `metrics` with what it adds: new ones, the arguments are left as they are. Added
-    columns: predicted_rul_lower/_upper, clipped to [0, rul_cap], and p_fail_within at
-    DEFAULT_HORIZON; added metrics: its target, engines, and the test coverage, width and
-    Brier score. The test units are never used to calibrate, only reported. With a coverage
-    of None: (None, predictions, metrics), and `calibration` is not called."""
+    and new copies of the test `predictions` (predicted_rul, true_rul_capped) and `metrics`
+    with what it adds: predicted_rul_lower/_upper (clipped to [0, rul_cap]), p_fail_within at
+    DEFAULT_HORIZON; its target, engines and test coverage, width and Brier score. A coverage
+    of None: (None, predictions, metrics), `calibration` not called."""
     if coverage is None:
         return None, predictions, metrics
     interval = fit_interval(calibration(), coverage, seed, rul_cap)

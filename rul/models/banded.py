@@ -1,25 +1,16 @@
 """The DCNN's time convolutions as banded matrix products: its fast path on CPUs.
 
-A (k, 1) convolution along time with "same" output length maps each sensor's sequence,
-laid out as one row of T x C_in values (time-major, channels last), to a row of T x C_out
-values through a banded (block-Toeplitz) matrix M built from the kernel:
-M[(s, ci), (t, co)] = W[co, ci, s - t - off] where 0 <= s - t - off < k (off = -(k // 2),
-+1 for an even kernel: TimeConv's padding and trim). So a layer over a batch is x @ M: a
-matrix product with the batch's B x F sequences as rows, which BLAS (MKL) runs at 55-65 % of
-the CPU's peak, where oneDNN's direct convolution with 10 channels runs at about a third.
+A (k, 1) "same" convolution along time maps each sensor's sequence, one row of T x C_in values
+(time-major, channels last), to a row of T x C_out through a banded (block-Toeplitz) matrix M:
+M[(s, ci), (t, co)] = W[co, ci, s - t - off] where 0 <= s - t - off < k (off = -(k // 2), +1
+for an even kernel: TimeConv's padding and trim). A layer over a batch is then x @ M, which BLAS
+runs far faster than a direct convolution with so few channels (docs: Performance).
 
 M is mostly zeros, so it is cut into blocks of output steps: block [t0, t1) needs only the
-input steps [t0 + off, t1 + off + k - 1), clipped to the window, so a block does
-(block + k - 1) / k times the convolution's multiply-adds for its steps (1.4 for 5 steps and
-k = 10) and less where the window's edges clip it (the convolution multiplies its zero padding
-too): 1.25x in all for the default 10-channel layers, 6 blocks of 5 steps over 30, at a width
-BLAS handles well (docs: Performance). Each layer's
-tanh is fused in (as 2 sigmoid(2z) - 1, the 2 folded into M: tanh_into's formula) and its
-backward computes the input gradient block by block over input steps (no zero-fill, no
-overlapping writes) and the kernel's gradient from the blocks' gradients by one index_add.
-
-The numbers are the convolution's up to float32 rounding (a different order of the sums);
-the parameters are the TimeConv layers' own, so state dicts do not change.
+input steps [t0 + off, t1 + off + k - 1), clipped to the window. Each layer's tanh is fused in
+(as 2 sigmoid(2z) - 1, the 2 folded into M); the backward computes the input gradient block by
+block and the kernel's gradient by one index_add. The numbers are the convolution's up to
+float32 rounding; the parameters (and state dicts) are the TimeConv's own.
 """
 
 from functools import lru_cache
@@ -27,9 +18,8 @@ from functools import lru_cache
 import torch
 from torch.autograd.function import once_differentiable
 
-# Output steps per block: about this many output values (steps x C_out) per block row. The
-# default DCNN (10 channels) gets blocks of 5 steps; its 1-channel last layer one block of all
-# 30 steps (in longer windows round(length / 48) blocks of about 48 steps: 2 from 72 steps).
+# Output steps per block: about this many output values (steps x C_out) per block row (the
+# default DCNN's 10-channel layers: blocks of 5 steps).
 BLOCK_WIDTH = 48
 
 
@@ -59,12 +49,9 @@ def _band_index(c_in: int, c_out: int, k: int, rows: range, columns: range) -> t
 
 
 class BandPlan:
-    """How one layer's product is blocked, for sequences of `length` steps.
-
-    forward: (input columns, output columns) per block of output steps, and the index that
-    builds all the blocks of M at once; backward: (output columns, input columns) per block of
-    input steps, and the index of the blocks of M's transpose.
-    """
+    """How one layer's product is blocked, for sequences of `length` steps: forward, (input
+    columns, output columns) per block of output steps and the index that builds all blocks of
+    M at once; backward, the same per block of input steps for M's transpose."""
 
     def __init__(self, length: int, c_in: int, c_out: int, k: int):
         self.length, self.c_in, self.c_out, self.k = length, c_in, c_out, k
@@ -145,9 +132,8 @@ class _BandedTanh(torch.autograd.Function):
 
 def banded_tanh(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                 kernel_size: int) -> torch.Tensor:
-    """One DCNN layer, tanh(TimeConv(x)), on x of shape (sequences, length x C_in) laid out
-    time-major, channels last; returns (sequences, length x C_out) in the same layout.
-    `weight` is the TimeConv's (C_out, C_in, k, 1) weight."""
+    """One DCNN layer, tanh(TimeConv(x)) with the TimeConv's (C_out, C_in, k, 1) `weight`, on x
+    (sequences, length x C_in) time-major, channels last; returns (sequences, length x C_out)."""
     c_out, c_in = weight.shape[:2]
     if x.dim() != 2 or x.shape[1] % c_in:
         raise ValueError(f"banded_tanh expects (sequences, length x {c_in}), got shape "

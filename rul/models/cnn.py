@@ -3,11 +3,8 @@ estimation in prognostics using deep convolution neural networks" (DCNN).
 
 Convolutions run along time only (kernel (k, 1)), so each sensor keeps its own column until the
 fully connected layer. No BatchNorm (it would break accumulated == large-batch equivalence).
-The head's dropout draws its masks cheaply on CPU (dropout.py).
-
-Two ways to compute the same layers: on a CPU in float32 as banded matrix products (banded.py,
-the fast path there), elsewhere (CUDA, autocast) as channels_last convolutions with each
-even-kernel layer's trim fused into its tanh.
+The same layers run as banded matrix products on a CPU in float32 (banded.py), elsewhere as
+channels_last convolutions with each even-kernel trim fused into its tanh (docs: Performance).
 """
 
 import torch
@@ -21,14 +18,9 @@ from rul.models.unfolded import unfolded_conv
 
 
 class TimeConv(nn.Conv2d):
-    """A (k, 1) convolution along time with "same" output length, padded explicitly.
-
-    PyTorch's padding="same" pads an even kernel asymmetrically ((k-1)//2 before, the rest
-    after) through an internal copy and warns about it. This pads k//2 on both sides inside
-    the convolution and drops the one extra leading output step of an even kernel: the same
-    numbers, no copy, no warning (1-thread forward+backward of 256x30x14 as fast as before),
-    and nn.Conv2d's parameters (state dicts are unchanged).
-    """
+    """A (k, 1) convolution along time with "same" output length, padded k//2 on both sides
+    and an even kernel's extra leading step dropped: padding="same"'s numbers without its copy
+    and warning, and nn.Conv2d's parameters (same state dicts)."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int,
                  trim: bool = True):
@@ -42,13 +34,9 @@ class TimeConv(nn.Conv2d):
 
 
 def tanh_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """out = tanh(x). On CPU as 2 sigmoid(2x) - 1 in float32: PyTorch's vectorised CPU tanh
-    (Sleef, 1-ULP) is ~3x slower than its sigmoid, and the three passes together still take
-    half tanh's time (docs: Performance); within 2e-7 of tanh, not bit for bit. bfloat16 (autocast)
-    goes through a float32 copy and is rounded once: 0.45x the time of bf16 torch.tanh, and the
-    same bf16 value for all but ~2 in a million elements (those 1 ulp apart). In bf16 itself
-    the formula would round small tanh values (about x) to 0 or +-2^-7. Elsewhere torch.tanh
-    (fast on GPUs)."""
+    """out = tanh(x): on CPU as 2 sigmoid(2x) - 1 in float32 (faster; within 2e-7, not bit for
+    bit), bfloat16 through a float32 copy rounded once (in bf16 small values would round to 0
+    or +-2^-7); elsewhere torch.tanh (docs: Performance)."""
     if not x.is_cpu or x.dtype not in (torch.float32, torch.bfloat16):
         return torch.tanh(x, out=out)
     if x.dtype == torch.float32:
@@ -61,13 +49,9 @@ def tanh_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 
 class _TrimmedTanh(torch.autograd.Function):
-    """tanh(x[:, :, trim:]) without the copies autograd makes around a slice.
-
-    Slicing then tanh costs, per layer and step, a zero-fill and a copy in the slice's backward
-    and one more copy of the activation. Here tanh writes straight into a tensor of the input's
-    layout (through tanh_into) and the backward writes tanh's gradient straight into the slice
-    of the input's gradient (docs: Performance; tests/test_dcnn.py). Not twice differentiable.
-    """
+    """tanh(x[:, :, trim:]) without the copies autograd makes around a slice: written straight
+    into a tensor of the input's layout, its gradient straight into the slice of the input's
+    (docs: Performance; tests/test_dcnn.py). Not twice differentiable."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, trim: int, exact: bool) -> torch.Tensor:
@@ -99,9 +83,8 @@ class _TrimmedTanh(torch.autograd.Function):
 
 
 class TrimmedTanh(nn.Module):
-    """tanh of a TimeConv(trim=False)'s output less its extra leading step (even kernels; odd
-    kernels keep every step). `exact`: torch.tanh on every device, bit for bit the numbers of
-    slicing then nn.Tanh (bench speed's middle row; not a config key)."""
+    """tanh of a TimeConv(trim=False)'s output less an even kernel's extra leading step; `exact`:
+    torch.tanh on every device, bit for bit slicing then nn.Tanh (not a config key)."""
 
     def __init__(self, kernel_size: int, exact: bool = False):
         super().__init__()
@@ -137,13 +120,12 @@ class DCNN(nn.Module):
             if isinstance(module, nn.Conv2d | nn.Linear):
                 nn.init.xavier_normal_(module.weight)
                 nn.init.zeros_(module.bias)
-        # channels_last conv weights take oneDNN's fast path for the convolutions (~2x samples/s
-        # on CPU against NCHW); the banded path reads the same weights in any layout.
+        # channels_last weights take oneDNN's fast path (docs: Performance); the banded path
+        # reads the same weights in any layout.
         self.features.to(memory_format=torch.channels_last)
 
-    # The banded-product path on CPUs in float32, eager (False: always the convolutions; bench
-    # speed and the tests compare the two; torch.compile traces the convolutions, and stacked
-    # members, rul.models.stacking, take them too). Not a config key: both compute the same
+    # The banded-product path on CPUs in float32, eager (False: always the convolutions, which
+    # torch.compile and stacked members take anyway). Not a config key: both compute the same
     # network.
     banded = True
     # The convolutions as one matrix product each (unfolded.py) wherever the banded path does

@@ -1,24 +1,13 @@
 """The envelope of the training fleet, and which units of a request lie outside it.
 
-Fitted on the rows the preprocessing was fitted on (the training units) and stored with the
-model as plain numbers: for each operating condition the range [min, max] and the standard
-deviation of every measured feature and of the settings; the largest step between two
-consecutive cycles of a training unit (1 in C-MAPSS) and the latest first cycle (1). Numpy
-and pandas only: the lean runtime imports it.
-
-A unit is flagged, with a short reason, when the rows its prediction reads (its whole history
-when the model smooths, since a smoothed row carries every row before it; else its last
-window) hold
-- a feature more than `sd_limit` training standard deviations beyond the training range of
-  its condition ("s_9 31 sd beyond the training range (cycle 12)"),
-- settings more than `sd_limit` standard deviations outside the box of their nearest training
-  condition ("settings unlike the training conditions (cycle 12)"),
-- gaps: a step between consecutive cycles larger than training's ("3 cycles missing"),
-- a history that starts later than training's did, or is shorter than the window (padded),
-- a sensor the model does not read, beyond its training range by more than `sd_limit` times
-  the larger of its training spread and UNREAD_FLOOR of its magnitude ("s_1 (not read) 2e+09
-  sd beyond the training range (cycle 5)"): a sign of a broken feed, flagged (strict refuses
-  it) but without effect on the answer, which does not read it.
+Fitted on the training units' rows and stored with the model as plain numbers: per operating
+condition the range and standard deviation of every measured feature, the settings and the
+unread sensors; the largest cycle step and the latest first cycle. A unit is flagged, with a
+short reason, when the rows its prediction reads (its whole history when the model smooths,
+else its last window) hold a feature or the settings more than `sd_limit` training standard
+deviations out, gaps, a late start or a short history, or an unread sensor far beyond its
+range (UNREAD_FLOOR: a broken feed, flagged without effect on the answer) (docs: Predict and
+serve, Inputs outside the training fleet). Numpy and pandas only: the lean runtime imports it.
 """
 
 from dataclasses import dataclass
@@ -32,9 +21,8 @@ from rul.preprocessing.windows import unit_lengths
 
 SD_LIMIT = 4.0  # training standard deviations beyond the training range that flag a value
 _RELATIVE_FLOOR = 1e-6  # a constant column's spread: this fraction of its magnitude
-# An unread sensor's spread: at least this fraction of its magnitude. Most unread sensors are
-# constant in training; a little noise on them is no reason to flag an engine, a broken feed is.
-# The odd-input policy's threshold for a varying unread sensor: one decision, made there.
+# An unread sensor's spread: at least this fraction of its magnitude (noise on a constant sensor
+# is no reason to flag an engine, a broken feed is): the odd-input policy's threshold VARYING.
 UNREAD_FLOOR = VARYING
 ROWS_AT_ONCE = 32_768  # rows checked at once: a request's memory stays a few MB over its rows
 
@@ -57,9 +45,8 @@ def _excess(values: np.ndarray, low: np.ndarray, high: np.ndarray, spread: np.nd
 
 def _worst(rows: pd.DataFrame, columns: list, labels: np.ndarray, ranges: tuple,
            relative: float = _RELATIVE_FLOOR):
-    """Each row's largest excess over `columns` (_excess against `ranges`: the training
-    (low, high, spread) per condition) and the column it is in (argmax: the first of equal
-    ones), computed ROWS_AT_ONCE rows at a time."""
+    """Each row's largest excess over `columns` against `ranges` (the training (low, high,
+    spread) per condition) and the first column it is in, ROWS_AT_ONCE rows at a time."""
     low, high, spread = ranges
     worst = np.zeros(len(rows))
     column = np.zeros(len(rows), np.int64)
@@ -105,9 +92,8 @@ class Envelope:
     @classmethod
     def fit(cls, frame: pd.DataFrame, columns: list[str], labels: np.ndarray,
             n_conditions: int, settings=SETTING_COLUMNS, sensors=SENSOR_COLUMNS) -> "Envelope":
-        """The envelope of training rows `frame` (validated; units contiguous), their
-        conditions `labels` (0..n_conditions-1) and the measured feature `columns`, of a data
-        set with `settings` and `sensors` (C-MAPSS's by default)."""
+        """The envelope of validated training rows `frame`, their conditions `labels`
+        (0..n_conditions-1) and measured feature `columns`, given `settings` and `sensors`."""
         labels = np.asarray(labels)
         low, high, spread = _stats(frame[columns].to_numpy(np.float64), labels, n_conditions)
         s_low, s_high, s_spread = _stats(frame[list(settings)].to_numpy(np.float64), labels,
@@ -125,11 +111,10 @@ class Envelope:
 
     def check(self, rows: pd.DataFrame, labels: np.ndarray, window: int,
               whole_history: bool) -> tuple[np.ndarray, list[str], np.ndarray]:
-        """(flagged, reason, beyond) of each unit of validated `rows`, units in order of
-        appearance; `labels`: each row's condition; `whole_history`: every row of a unit
-        counts (the model smooths), else its last `window` rows. A unit inside the envelope
-        has reason ''; `beyond`: a value or the settings lie beyond the fleet's range (what
-        the served interval cannot speak for)."""
+        """(flagged, reason, beyond) of each unit of validated `rows`, in order of appearance
+        (reason '' inside the envelope; `beyond`: a value or the settings past the fleet's
+        range); `labels`: each row's condition; `whole_history`: every row of a unit counts
+        (the model smooths), else its last `window` rows."""
         labels = np.asarray(labels)
         ids, lengths = unit_lengths(rows["unit"].to_numpy())
         starts = np.r_[0, np.cumsum(lengths)[:-1]]
@@ -147,10 +132,8 @@ class Envelope:
 
     def _worst_rows(self, rows: pd.DataFrame, labels: np.ndarray, read: np.ndarray,
                     starts: np.ndarray) -> dict:
-        """Each row's worst excess (0 where not `read`) and its column, of the measured
-        features, the settings and the unread sensors; its cycles and the cycles missing
-        before it. Each row's worst and its column, ROWS_AT_ONCE rows at a time (the excess
-        of every value at once would take a kilobyte a row)."""
+        """Each row's worst excess (0 where not `read`) and its column, of the measured features,
+        the settings and the unread sensors; its cycles and the cycles missing before it."""
         cycles = rows["cycle"].to_numpy()
         sensor, sensor_column = _worst(rows, self.columns, labels,
                                        (self.low, self.high, self.spread))

@@ -1,8 +1,7 @@
 """The data one training reads: the subset's files, split by unit, the preprocessing fitted on
 the training units only, and the windows of each split.
 
-A window longer than every unit of a split is a ConfigError here, so that it is known before
-any run exists.
+A window longer than every unit of a split is a ConfigError here, before any run exists.
 """
 
 import sys
@@ -102,9 +101,8 @@ def fitted_preprocessor(settings: DataSettings, subset: Dataset, rows
 
 def prepare_data(settings: DataSettings, split_seed: int, subset: Dataset | None = None
                  ) -> PreparedData:
-    """Load, split by unit (`split_seed`'s permutation: the run's Seeds.split), fit
-    the preprocessing on training units only, cut windows. ConfigError when the window leaves
-    a split without a single window."""
+    """Load, split by unit (`split_seed`: the run's Seeds.split), fit the preprocessing on
+    training units only, cut windows; ConfigError when a split is left without a window."""
     subset = subset or load(settings)
     train_units, val_units = split(settings, subset, split_seed)
     train_rows = training_rows(settings, subset, train_units, split_seed)
@@ -133,9 +131,8 @@ def split(settings: DataSettings, subset: Dataset, split_seed: int
 
 
 def training_rows(settings: DataSettings, subset: Dataset, units: np.ndarray, split_seed: int):
-    """The training engines' rows: as recorded, or with `late_start_max` each engine's
-    record starting a random 0..late_start_max cycles late, renumbered from 1 (the draws
-    seeded by `split_seed`, one per engine; never so late that no full window is left)."""
+    """The training engines' rows, each starting a random 0..`late_start_max` cycles late (seeded
+    by `split_seed`; a full window always left), renumbered from 1."""
     rows = rows_of(subset.train, units)
     if settings.late_start_max == 0:
         return rows
@@ -147,12 +144,9 @@ def training_rows(settings: DataSettings, subset: Dataset, units: np.ndarray, sp
 
 def prepare_folds(settings: DataSettings, n: int, split_seed: int,
                   subset: Dataset | None = None) -> list[PreparedData]:
-    """The data of each member of a cross-fitted ensemble (ensemble_split: folds): the
-    training units in `n` folds (`split_seed`'s permutation); member i validates
-    on fold i and trains on the others. The preprocessing is fitted once on every training unit
-    (the ensemble's training data; the test units never) and shared, so the members read the
-    same scaled rows and the same test windows, and the model stores one preprocessor.
-    Raises ConfigError like prepare_data."""
+    """The data of each member of a cross-fitted ensemble (ensemble_split: folds): the training
+    units in `n` folds (`split_seed`'s permutation), member i validating on fold i, with one
+    preprocessing fitted on every training unit and shared. ConfigError like prepare_data."""
     subset = subset or load(settings)
     units = np.unique(subset.train["unit"])
     failed = np.setdiff1d(units, np.asarray(subset.censored, units.dtype))
@@ -202,10 +196,9 @@ def _windows(settings: DataSettings, fitted: Fitted, train_rows, val_units: np.n
 
 
 def known_targets(windows: WindowSet, censored, cap: float) -> WindowSet:
-    """`windows` less those of engines that have not failed whose target is not known: such an
-    engine, seen up to cycle T, fails after T, so a window ending at t has a RUL over T - t;
-    when T - t is at least the cap, its target is the cap whatever the failure: kept. Its
-    later windows (target under the cap) would be guesses: left out."""
+    """`windows` less those of engines that have not failed whose target is unknown: seen up to
+    cycle T, a window ending at t has a RUL over T - t, its target known (the cap) only when
+    T - t reaches the cap; later windows would be guesses."""
     keep = ~np.isin(windows.units, np.asarray(censored)) | (windows.targets >= cap)
     return WindowSet(windows.values, windows.starts[keep], windows.targets[keep],
                      windows.units[keep], windows.window, windows.dropped_units,

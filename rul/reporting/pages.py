@@ -1,7 +1,7 @@
 """The Markdown of the Results and Performance pages (docs/results.md, docs/performance.md)."""
 
 from rul.reporting.benches import BenchResult
-from rul.reporting.records import NA, TRACKS, ResultRecord
+from rul.reporting.records import FEW_SEEDS, NA, TRACKS, ResultRecord
 from rul.reporting.studies import STATE_WORDS, STATES, StudyRecord
 
 NOTICE = ("---\nhide:\n  - navigation\n---\n\n"  # the whole width for the wide tables
@@ -49,7 +49,10 @@ PROVENANCE_COLUMNS = ["#", "machine", "precision", "torch", "commit", "date", "s
 
 
 def result_row(number: int, record: ResultRecord) -> list[str]:
-    config = f"`{record.config}`" + (f"<br><small>{record.note}</small>" if record.note else "")
+    """A row's figures; its measurement story folded under its config."""
+    config = f"`{record.config}`" + (f"<details><summary>how it was measured</summary>"
+                                     f"<small>{record.note}</small></details>"
+                                     if record.note else "")
     return [str(number), config, seeds_text(record.seeds), mean_std(record, "val_rmse"),
             f"**{mean_std(record, 'test_rmse')}**", mean_std(record, "test_mae"),
             mean_std(record, "test_score", 0), coverage(record)]
@@ -75,16 +78,57 @@ def _order(records: list[ResultRecord]) -> list[ResultRecord]:
     return sorted(records, key=key)
 
 
-def side_by_side(records: list[ResultRecord]) -> list[str]:
-    """One row per recipe (named by its sensors-only config where there is one): its result
-    on each track with the most seeds, then the most figures (a record whose store was not
-    kept has fewer), then a run of the store before the record; test RMSE with val RMSE
-    beside it."""
+def _most_complete(records: list[ResultRecord]) -> list[ResultRecord]:
+    """The most seeds first, then the most figures, then a store's run before the record."""
     def figures(record):
         return sum(1 + (std is not None) for _, std in record.metrics.values())
 
+    return sorted(_order(records), key=lambda r: (-len(r.seeds), -figures(r)))
+
+
+PUBLISHED = ("published FD001 figures on the sensors alone that select on validation "
+             "engines: test RMSE about 11.6–12.3")
+
+
+def at_a_glance(records: list[ResultRecord]) -> list[str]:
+    """The first screen: what `make train` scores, the lowest validation RMSE and its test
+    figure, the published range, and what the interval and p_fail are."""
+    sensors = [r for r in records if not r.include_cycle]
+    lines = ["## At a glance", ""]
+    train = _most_complete([r for r in sensors if r.config == "fd001.yaml"])
+    if train:
+        r = train[0]
+        share = r.metrics.get("test_interval_coverage", (None,))[0]
+        width = r.metrics.get("test_interval_width", (None,))[0]
+        interval = (f"; its 90 % interval holds {share:.0%} of the test engines, {width:.1f} "
+                    "cycles wide on average" if share is not None and width is not None else "")
+        lines.append(f"- **`make train`** (the sensors alone): test RMSE "
+                     f"**{mean_std(r, 'test_rmse')}** over {len(r.seeds)} seeds, val RMSE "
+                     f"{mean_std(r, 'val_rmse')}{interval} ({r.machine.split(',')[0]}, "
+                     f"{r.precision}).")
+    chosen = [r for r in sensors if "val_rmse" in r.metrics and len(r.seeds) >= FEW_SEEDS
+              and "val_weights" not in r.config]  # a test-like validation is another score
+    if chosen:
+        r = min(chosen, key=lambda r: r.metrics["val_rmse"][0])
+        lines.append(f"- **The lowest validation RMSE** of the sensors-only rows, "
+                     f"`{r.config}`: val {mean_std(r, 'val_rmse')}, test RMSE "
+                     f"**{mean_std(r, 'test_rmse')}** (reported only, as every test figure "
+                     "here; its row says how its validation was scored).")
+    lines += [f"- **Compare with** {PUBLISHED}; the sensors + engine age track is not "
+              "comparable with them.",
+              "- **Each prediction** comes with a 90 % interval (`rul_lower`, `rul_upper`: "
+              "calibrated on validation engines cut off as the test engines are, narrower near "
+              "failure) and `p_fail_within`, the probability of failure within 20 cycles "
+              "([Prediction intervals](concepts/intervals.md)).", ""]
+    return lines
+
+
+def side_by_side(records: list[ResultRecord]) -> list[str]:
+    """One row per recipe (named by its sensors-only config where there is one): on each track
+    the result with the most seeds, then the most figures, then a store's run before the
+    record; test RMSE with val RMSE beside it."""
     recipes: dict[str, dict[bool, ResultRecord]] = {}
-    for record in sorted(_order(records), key=lambda r: (-len(r.seeds), -figures(r))):
+    for record in _most_complete(records):
         recipes.setdefault(record.recipe, {}).setdefault(record.include_cycle, record)
 
     def cell(record):
@@ -114,8 +158,7 @@ COMPARED = "FD001"  # the data set of the page's main tables and of the publishe
 
 def dataset_sections(records: list[ResultRecord]) -> list[str]:
     """A section per other data set (another C-MAPSS subset, a user's own fleet): its rows on
-    each track, measured on its own test engines (given, or held out and cut off as C-MAPSS's
-    are), never compared with FD001's published figures."""
+    each track, on its own test engines, never compared with FD001's published figures."""
     lines = []
     for name in sorted({r.dataset for r in records}):
         mine = [r for r in records if r.dataset == name]
@@ -220,6 +263,8 @@ def results_page(records: list[ResultRecord], decisions: list[dict], command: st
     lines = [
         NOTICE.format(command=command), "",
         "# Results", "",
+        *at_a_glance(records),
+        "## How to read the rows", "",
         f"Generated by `{command}` from {runs} evaluation run(s) in `{store}` and the "
         "recorded results and studies of `docs/data/results.yaml` and "
         "`docs/data/studies.yaml`; `make report` regenerates it.", "",
@@ -239,9 +284,7 @@ def results_page(records: list[ResultRecord], decisions: list[dict], command: st
         chosen = _order([r for r in records if r.include_cycle == include_cycle])
         lines += [f"## {title.capitalize()}", ""]
         if not include_cycle:
-            lines += ["The only track to compare with published FD001 figures, which use the "
-                      "sensors alone: those that select on validation engines report test RMSE "
-                      "around 11.6–12.3.", ""]
+            lines += [f"The only track to compare with {PUBLISHED}.", ""]
         else:
             lines += ["`include_cycle: true` adds the engine's age in cycles as an input "
                       "(see [the engine's age](concepts/inputs.md)): "
@@ -288,14 +331,16 @@ SECTIONS = (("gpu-check", "The GPU path",
              "([precision](concepts/precision.md)). tools/gpu_session.sh runs it with the test "
              "suite and a study on a lent GPU."),
             ("speed", "Speed of the training step",
-             "`python -m bench speed` times the default training step (DCNN, effective batch "
-             "512 as 256 × 2, AdamW, clipping) on each path, each in a process of its own, and "
-             "divides by the reference path (the fp32 DCNN before the CPU work); `speed ratio` "
-             "is the path `precision: auto` takes on that machine."),
+             "`python -m bench speed` times `make train`'s training step (built from the "
+             "recipe's one home: its DCNN, its optimizer, effective batch 512 as 256 × 2, "
+             "clipping; rows measured before it was Muon timed AdamW) on each path, each in a "
+             "process of its own, and divides by the reference path (the fp32 DCNN before the "
+             "CPU work); `speed ratio` is the path `precision: auto` takes on that machine."),
             ("peers", "Against the loops a user would pick instead",
-             "`python -m bench peers` (bench/peers/) trains the default recipe's DCNN on the "
+             "`python -m bench peers` (bench/peers/) trains `make train`'s recipe on the "
              "same FD001 windows, from the same initial weights, with the same micro-batches "
-             "(256 × 2), AdamW, cosine schedule, clipping and precision, for the same epochs, "
+             "(256 × 2), its optimizer and schedule, clipping and precision (rows measured "
+             "before the recipe was Muon stepped AdamW), for the same epochs, "
              "by rul's loop, PyTorch Lightning, Hugging Face Accelerate and a plain "
              "nanoGPT-style loop, each in a process of its own; only the loop differs. "
              "Samples/s (every epoch but the first, validation excluded) and wall time are "

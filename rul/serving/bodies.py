@@ -1,16 +1,10 @@
 """A request's body as rows and parameters, in the formats MLflow's scoring server documents:
 JSON (`dataframe_split` or `dataframe_records`, and `params`), CSV as DataFrame.to_csv() writes
-it, and Parquet as DataFrame.to_parquet() writes it (with pyarrow installed; the lean
-environment has none, and a Parquet body there is refused saying so).
-
-The frames are those MLflow's parser builds (pandas reads the CSV and the Parquet file, the
-standard library the JSON, pandas makes the frame), so every valid request is answered with the
-same numbers; what differs is the memory: the JSON rows become a frame a part at a time, each
-part's lists freed as it goes, and the CSV is read from the bytes (no decoded copy), its values
-as the float64 columns validation keeps.
-
-Every refusal is a BodyError: one line, its HTTP status, never a byte of the body.
-Numpy and pandas only (pyarrow where installed): the lean served model's code/ carries it.
+it, and Parquet as DataFrame.to_parquet() writes it (with pyarrow installed; a lean
+environment without it refuses Parquet saying so). The frames are those MLflow's parser builds,
+built in less memory (docs: Performance). Every refusal is a BodyError: one line, its HTTP
+status, never a byte of the body. Numpy and pandas only (pyarrow where installed): the lean
+served model's code/ carries it.
 """
 
 import importlib.util
@@ -127,8 +121,7 @@ def _json(body: bytes) -> tuple[pd.DataFrame, dict | None]:
 
 def _frame(rows: list, columns: list | None, key: str) -> pd.DataFrame:
     """pd.DataFrame(rows, columns=columns), built ROWS_PER_PART rows at a time, each part's
-    lists freed once it is a frame (the whole list made into one frame first becomes an array
-    of objects as large as the frame itself)."""
+    lists freed once it is a frame (never one array of objects as large as the frame)."""
     parts = []
     try:
         while rows or not parts:
@@ -143,9 +136,8 @@ def _frame(rows: list, columns: list | None, key: str) -> pd.DataFrame:
 
 
 def _csv(body: bytes) -> pd.DataFrame:
-    """The CSV as pandas reads it, its value columns read as float64 at once (what
-    validation makes of them: no second copy of the frame); a value that is no number reads
-    it again as pandas would, for the model to name."""
+    """The CSV as pandas reads it, its value columns as float64 at once (no second copy for
+    validation); a value that is no number reads it again as pandas would, for the model to name."""
     try:
         try:
             return pd.read_csv(io.BytesIO(body), dtype=dict.fromkeys(VALUE_COLUMNS, "float64"))

@@ -1,19 +1,14 @@
 """Connections that cannot hold the server: deadlines for a request's headers and body, a client
 that stops reading its answer, and a cap on open connections.
 
-uvicorn closes an idle keep-alive connection (`timeout_keep_alive`, rul's --keep-alive) but
-waits without end for headers that never finish, for a body sent a byte a second or never
-ended, and for a client that does not read its answer; and it accepts connections until the
-process runs out of file descriptors. `protocol(limits)` is uvicorn's h11 protocol with:
-- a header deadline: a request's headers must be complete `header_timeout` seconds after the
-  connection opened or the request's first byte came, else 408 and the connection closes;
-- a minimum body rate: after the same grace, the body so far must have come at `min_rate` on
-  average, else 408 and close (a declared 500 MB at a byte a second, a chunked body with no
-  end);
-- a write deadline: a client that reads nothing of its answer for the grace is dropped;
-- a cap on open connections: one above `max_connections` is answered 503 with Retry-After at
-  once, its sending side shut, and closed a second later (what it sends meanwhile is dropped:
-  a close with unread data would reset the connection before the client reads the answer).
+uvicorn waits without end for headers or a body that never finish and for a client that does
+not read its answer, and accepts connections until the process runs out of file descriptors.
+`protocol(limits)` is uvicorn's h11 protocol with a header deadline (`header_timeout` after the
+connection opened or the request's first byte, else 408 and close), a minimum body rate
+(`min_rate` on average after the same grace, else 408 and close), a write deadline (a client
+reading nothing of its answer for the grace is dropped) and a cap (a connection above
+`max_connections` is answered 503 with Retry-After at once, its sending side shut, and closed
+LINGER_S later: a close with unread data would reset it before the client reads the answer).
 Each refusal is a log line, one per kind per interval (rul.serving.refusal_log).
 """
 
@@ -44,9 +39,8 @@ def raw_response(status: int, line: str, code: str, retry_after: int | None = No
 
 
 class GuardedH11(H11Protocol):
-    """uvicorn's h11 protocol with deadlines for a request's headers and body, a connection
-    cap, and a client dropped that reads nothing of its answer (`limits`: set by
-    `protocol`)."""
+    """uvicorn's h11 protocol with deadlines for a request's headers and body, a connection cap,
+    and a client dropped that reads nothing of its answer (`limits`: set by `protocol`)."""
 
     limits: Limits
 

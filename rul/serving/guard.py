@@ -1,23 +1,16 @@
 """rul's guard: the ASGI app in front of MLflow's scoring app, answering /invocations itself.
 
 For POST /invocations, in this order, each refusal one JSON line that quotes nothing of the
-request:
-- another method: 405 (Allow: POST);
-- no Content-Type: 400; another type, or a charset other than UTF-8: 415 naming the accepted
-  ones (rul.serving.bodies);
-- a body over the limit (declared, or counted as it comes): 413;
-- a body whose expected peak does not fit what is left of the memory budget (declared, or
-  counted as it comes; a Parquet body by the size it decodes to): 503 with Retry-After, or 413
-  when it could never fit (rul.serving.admission);
-- an empty body: 400;
-then the body is answered where it cannot stall the others (rul.serving.lanes) with its
-deadline: past it, 504 and its work stops. A refused body is read to its end (and dropped)
+request: another method, 405 (Allow: POST); no Content-Type, 400, another type or charset, 415
+(rul.serving.bodies); a body over the limit, 413; a body whose expected peak (declared or
+counted as it comes, Parquet by its decoded size) does not fit what is left of the memory
+budget, 503 with Retry-After, or 413 when it never could (rul.serving.admission); an empty
+body, 400. Then the body is answered where it cannot stall the others (rul.serving.lanes) with
+its deadline: past it, 504 and its work stops. A refused body is read to its end (and dropped)
 so that the client hears the answer, within the connection's deadlines
-(rul.serving.connections); the answer closes the connection.
-
-MLflow's app answers /ping, /health and /version; FastAPI's /docs, /redoc and /openapi.json
-only when asked for (`docs`); any other path is a 404 of rul's (never a redirect, whose
-Location would be built from the client's Host header).
+(rul.serving.connections); the answer closes the connection. MLflow's app answers /ping,
+/health and /version, FastAPI's /docs, /redoc and /openapi.json only with `docs`; any other
+path is rul's 404 (never a redirect, whose Location would come from the client's Host header).
 """
 
 import asyncio
@@ -95,8 +88,7 @@ class Guard:
     def _admit(self, reservation, media: str, size: int | None,
                decoded: bool = False) -> Answer | None:
         """None when a body of `size` bytes (None: not declared; `decoded`: a Parquet body's
-        decoded size) fits the limit and the budget (the reservation grown to its expected
-        peak), else the refusal."""
+        decoded size) fits the limit and the budget, its expected peak reserved; else a refusal."""
         if size is None:
             return None
         if size > self.max_body and not decoded:

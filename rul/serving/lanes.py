@@ -1,20 +1,13 @@
 """Where a request's work runs, so that one big body never stalls the small ones.
 
-Reading a body and predicting hold Python's GIL for long stretches (json.loads of a 50 MB body
-holds it for a second at a stretch): in the server's own process they would stop its event
-loop, and every other request with it, however many threads there are. So:
-- a body up to IN_PROCESS_BYTES (about 25 engines of 200 cycles as JSON) is answered in a
-  thread of the server's own process (a few milliseconds, no copy);
-- a larger one is answered by a worker process that loaded the same model at startup: its
-  GIL is its own, and the server's event loop and small requests go on beside it. The worker
-  takes one request at a time; the memory budget (rul.serving.admission) bounds how many wait
-  for it. (At a lower CPU priority it was starved: on 2 cores with one-engine requests sent
-  back to back, a maximal body ran past its 60 s at nice 5, and the small requests' p99 was
-  no better than at the same priority.)
-
-A request's deadline travels with it (the monotonic clock is the machine's, the same in both
-processes): its work stops at the deadline's next check (rul.serving.deadline). A worker that
-dies (killed for memory, say) is replaced; the requests it held get a 503.
+Reading a body and predicting hold Python's GIL for long stretches: in the server's own
+process they would stop its event loop, and every other request with it. So a body up to
+IN_PROCESS_BYTES is answered in a thread of the server's own process (no copy), a larger one
+by a worker process that loaded the same model at startup, its GIL its own. The worker takes
+one request at a time, at the server's CPU priority (a lower one starved it); the memory
+budget (rul.serving.admission) bounds how many wait for it (docs: Performance). A request's
+deadline (the machine's monotonic clock) travels with it: its work stops at the deadline's next
+check (rul.serving.deadline). A worker that dies is replaced; the requests it held get a 503.
 """
 
 import asyncio
@@ -73,12 +66,9 @@ def _work(body: bytes, media: str, deadline_at: float) -> Answer:
 
 class Lanes:
     """A worker process that loads the model from `path` (a local model folder), started at
-    once; the model of this process (`model`, the same one loaded here) is set by the caller.
-
-    The worker is forked from a fork server that imported the rul package first thing:
-    loading a model puts its code/ folder first on sys.path, and a process started from
-    scratch after that would import the model's copy of rul, not this process's (a package
-    once imported finds its modules in its own folder)."""
+    once; this process's `model` (the same one) is set by the caller. The worker is forked
+    from a fork server that imported rul first: loading a model puts its code/ first on
+    sys.path, and a fresh process would import the model's copy of rul."""
 
     def __init__(self, path: str):
         self.path, self.model = str(path), None

@@ -1,11 +1,8 @@
 """Export a trained torch network to ONNX for the lean runtime, and prove it computes the same.
 
-torch.onnx.export (the torch.export-based exporter) with a dynamic batch axis, traced once per
-architecture and kept (export_onnx): input `windows` (batch, window, features) float32,
-output `rul` (batch,) in cycles, clamped to [0, rul_cap] like the network in eval mode. The
-DCNN's CPU fast path (banded products) is traced as its convolutions: the same layers, equal
-up to float32 rounding. Every export is checked on a probe batch through onnxruntime against
-the network itself (MAX_DIFFERENCE).
+torch.onnx.export with a dynamic batch axis (export_onnx): input `windows` (batch, window,
+features) float32, output `rul` (batch,) in cycles, clamped to [0, rul_cap] like the network in
+eval mode. Every export is checked through onnxruntime against the network (MAX_DIFFERENCE).
 """
 
 import contextlib
@@ -54,7 +51,7 @@ def _quiet():
 _GRAPHS: OrderedDict[tuple, bytes] = OrderedDict()
 KEPT_GRAPHS = 8
 # ... and of those traced by any process, in the user's cache (rul.files.cache_folder()): a
-# training process exports once and would otherwise trace its network (seconds) every time.
+# training process exports once and would otherwise trace its network every time.
 GRAPH_CACHE = "onnx-graphs"
 
 
@@ -62,15 +59,9 @@ def export_onnx(network: torch.nn.Module, path: str | Path, window: int,
                 n_features: int) -> float:
     """Write `network` (any device; a CPU float32 copy is exported) as ONNX to `path`; return
     the largest difference in cycles from torch on a probe batch (ExportError above
-    MAX_DIFFERENCE).
-
-    torch.onnx's exporter traces the network (seconds, with its imports) only once per
-    architecture: the graph is kept unoptimized, in this process and in the user's cache, and
-    each export puts the network's weights in it (ONNXProgram.apply_weights) before torch's
-    optimization, so the file of a kept graph is byte for byte the one its fresh trace
-    writes. A kept graph is trusted no further than the check of every export: one that
-    fails in any way (unreadable, not taking the network's weights, or not computing what the
-    network computes) is passed over, and the graph traced anew replaces it."""
+    MAX_DIFFERENCE). The graph traced once per architecture is kept unoptimized and takes each
+    network's weights before torch's optimization, so its file is byte for byte a fresh
+    trace's; a kept graph that fails in any way is passed over and replaced by a new trace."""
     network = copy.deepcopy(network).cpu().float().eval()
     key = _comparable(_architecture(network, window, n_features))
     for graph in _kept(key):
@@ -156,8 +147,7 @@ def _write(network: torch.nn.Module, graph: bytes, path: str | Path) -> None:
 
 def _architecture(network: torch.nn.Module, window: int, n_features: int) -> tuple:
     """What a traced graph depends on besides the weights' values: the input's shape, each
-    module's type and settings (its plain attributes: kernel sizes, heads, dropout) and each
-    weight's name, shape and dtype."""
+    module's type and plain attributes, and each weight's name, shape and dtype."""
     plain = (bool, int, float, str, tuple, type(None))
     modules = tuple((name, type(m).__qualname__,
                      tuple(sorted((k, v) for k, v in vars(m).items()
@@ -187,10 +177,9 @@ def check_export(network: torch.nn.Module, path: str | Path, window: int,
 
 def save_runtime(folder: str | Path, network_spec, networks: list, preprocessor,
                  interval=None, layout: Layout = CMAPSS) -> InferenceSpec:
-    """Write what the lean runtime loads into `folder`: each network as ONNX (network.onnx,
-    or member_<i>.onnx for an ensemble) and the inference spec with the fitted
-    preprocessing's numbers, the envelope, the interval and the data set's `layout`; return
-    the spec."""
+    """Write what the lean runtime loads into `folder` and return its spec: each network as ONNX
+    (network.onnx, or member_<i>.onnx) and the inference spec (the fitted preprocessing's
+    numbers, the envelope, the interval, the data set's `layout`)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     members = len(networks)

@@ -1,16 +1,11 @@
 """The prediction itself, from raw rows to one row per unit (no MLflow here, no torch at import).
 
-`predict_rows` is the one path from rows to the output frame, whatever runs the networks:
-the lean runtime (rul.serving.runtime: ONNX files through onnxruntime) and `predict_frame`
-(torch networks: training's own evaluation, models logged before ONNX) both call it with a
-function that maps windows to each member's predictions.
-
-With a "banded" interval (rul.evaluation.conformal) the output also has p_fail_within, the
-probability that the engine fails within the request's `horizon` cycles (its true RUL <=
-horizon), read from the same calibrated predictive distribution as the bounds.
-
-An ensemble model holds `members` networks of one architecture; its prediction is their mean
-(`average_members`), and the members' spread comes out as the column `rul_std`.
+`predict_rows` is the one path from rows to the output frame: the lean runtime
+(rul.serving.runtime: ONNX files through onnxruntime) and `predict_frame` (torch networks)
+both call it with a function that maps windows to each member's predictions. An ensemble's
+prediction is its members' mean (`average_members`), their spread the column `rul_std`; a
+"banded" interval adds p_fail_within, read from the same calibrated distribution as the bounds
+(docs: Predict and serve).
 """
 
 from collections.abc import Callable, Sequence
@@ -132,9 +127,8 @@ def refusal(units, reasons, flagged, unit: str = "unit") -> str:
 
 
 def last_windows(preprocessing, rows: pd.DataFrame, ids, lengths):
-    """preprocessing.last_windows(rows), whole units of about ROWS_AT_ONCE rows at a time
-    (a unit's window depends on its own rows alone, so the numbers are the same; the features
-    of every row at once would take ~350 bytes a row), the deadline checked between them."""
+    """preprocessing.last_windows(rows), whole units of about ROWS_AT_ONCE rows at a time (the
+    same numbers, bounded memory), the deadline checked between them."""
     ends = np.cumsum(lengths)
     bounds = [0]
     for end in ends:
@@ -155,13 +149,8 @@ def last_windows(preprocessing, rows: pd.DataFrame, ids, lengths):
 
 @dataclass(frozen=True)
 class ServedModel:
-    """What predicting rows needs of a model.
-
-    `preprocessing` transforms rows (rul.preprocessing.fitted.FittedPreprocessing, or the
-    Preprocessor that fitted it); `predict_members(windows)` gives each member's prediction
-    of each window, shape (members, windows); the `interval` gives bounds (and, "banded",
-    p_fail_within), the `envelope` flags units outside the training fleet, the `layout` names
-    the data set's columns (C-MAPSS's by default)."""
+    """What predicting rows needs of a model: `preprocessing` (fitted), `predict_members(windows)`
+    ((members, windows)), the `interval`, the `envelope` and the `layout` of the data set."""
 
     preprocessing: object
     predict_members: Callable[[np.ndarray], np.ndarray]
@@ -181,24 +170,17 @@ class ServedModel:
 
 def predict_rows(model: ServedModel, rows: pd.DataFrame, source="input",
                  params: dict | None = None) -> pd.DataFrame:
-    """RUL at the last cycle of each unit in `rows`, one row per unit: the columns of the
-    table (rul.serving.columns) `model` gives, in its order: bounds with an interval
-    (clipped to [0, rul_cap] like rul), p_fail_within with a "banded" one, rul_std for
-    several members, the flags with an envelope (rul.preprocessing.envelope).
+    """RUL at the last cycle of each unit in `rows`, one row per unit in the order they come
+    in, with the columns (rul.serving.columns) `model` gives: bounds with an interval (clipped
+    to [0, rul_cap] like rul), p_fail_within with a "banded" one, rul_std for several
+    members, the flags with an envelope; the first is the data set's unit column.
 
-    `params` are the request's parameters (PARAMS; check_params fills the defaults):
-    short_history, strict and horizon.
-
-    `rows` are raw rows with the model's layout's columns under the data set's names
-    (C-MAPSS's 26 by default; integer or float columns), checked by validate_rows: each
-    unit's rows contiguous with strictly increasing cycles; the output's first column is the
-    data set's unit column. Give each unit's whole history, not only its last window: sensors
-    are smoothed causally from a unit's first row. A unit with fewer rows than the window is
-    front-padded with its first row and flagged `padded` (short_history="pad", the default),
-    or rejected (short_history="reject"). `strict` refuses the request when a unit lies
-    outside the envelope; without it a unit with a value beyond the fleet's range gets the
-    interval [0, rul_cap] and p_fail_within NaN. p_fail_within is the probability of failing
-    within `horizon` cycles, 0 < horizon < rul_cap. Units come out in the order they come in.
+    `rows`: raw rows with the layout's columns under the data set's names, checked by
+    validate_rows; give each unit's whole history (sensors are smoothed causally). `params`
+    (check_params fills the defaults): short_history "pad" front-pads a unit shorter than the
+    window with its first row (flagged `padded`), "reject" refuses it; `strict` refuses a unit
+    outside the envelope, else one beyond the fleet's range gets [0, rul_cap] and
+    p_fail_within NaN; `horizon` (0 < horizon < rul_cap) is p_fail_within's.
     """
     params = check_params(params)
     horizon = check_horizon(params["horizon"], model.preprocessing.rul_cap)
@@ -246,10 +228,8 @@ def _flags(model: ServedModel, rows: pd.DataFrame, ids, strict: bool, source):
 
 def _uncertainty(model: ServedModel, rul: np.ndarray, flags, horizon: float,
                  names: set) -> dict:
-    """The bounds, p_fail_within and flags `names` asks for. A value or the settings beyond
-    the fleet's range put a unit outside what the interval was calibrated on: it says so
-    with the widest interval, [0, rul_cap], and an unknown (NaN) probability of failure,
-    never a narrower interval or a confident 0."""
+    """The bounds, p_fail_within and flags `names` asks for; a unit with a value or the settings
+    beyond the fleet's range (outside the calibration) gets [0, rul_cap] and p_fail_within NaN."""
     values = {}
     unknown = flags[2] if flags is not None else np.zeros(len(rul), bool)
     cap = float(model.preprocessing.rul_cap)

@@ -5,19 +5,11 @@
         [--keep-alive S] [--max-connections N]
 
 MODEL is a model URI (`models:/rul-fd001@champion`, `runs:/<id>/model`) or a model folder. The
-routes and request formats are MLflow's scoring server's (`/invocations`, `/ping`, `/health`,
-`/version`; JSON's dataframe_split and dataframe_records, CSV, Parquet); rul's guard
-(rul.serving.guard) answers `/invocations` itself, in strict JSON, within the limits of
-rul.serving.limits (each a flag and an environment variable): a memory budget the requests in
-flight share, the body limit that follows from it, a timeout per request, deadlines for a
-request's headers and body and for reading the answer, idle keep-alive connections closed, a
-cap on open connections (rul.serving.connections). Large bodies are answered by a worker
-process (rul.serving.lanes), so that they never stall the small ones. Every refusal is one
-line, logged once per kind and interval (rul.serving.refusal_log).
-
-It needs only what the model's own requirements install (mlflow-skinny brings uvicorn and
-FastAPI): in a lean environment, run it from the model folder's code/ (docs: Predict and
-serve).
+routes and request formats are MLflow's scoring server's; rul's guard (rul.serving.guard)
+answers `/invocations` itself, in strict JSON, within the limits of rul.serving.limits (each a
+flag and an environment variable), large bodies in a worker process (rul.serving.lanes). It
+needs only what the model's own requirements install: in a lean environment, run it from the
+model folder's code/ (docs: Predict and serve).
 """
 
 import argparse
@@ -99,10 +91,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     limits = open_files(from_args(parser, args))
     refusal_log.install()
-    # Ctrl-C and SIGTERM (a container or service manager stopping it) as exceptions, while
-    # loading or once uvicorn has shut down and raised the signal again: the normal end, exit
-    # 0, the scratch folders removed (SIGTERM's default action skipped that) and a second
-    # signal ignored while they are
+    # Ctrl-C and SIGTERM (a service manager stopping it) as exceptions, also once uvicorn has
+    # shut down and raised the signal again: the normal end, exit 0, the scratch folders removed
     try:
         with interrupts_as_exceptions(), \
                 tempfile.TemporaryDirectory(prefix="rul-serve-") as folder:

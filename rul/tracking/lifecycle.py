@@ -30,9 +30,8 @@ def run_ends_cleanly(run_id: str, stop_exceptions: tuple[type[BaseException], ..
 
 
 def _end(client: MlflowClient, run_id: str, status: str, error: str) -> None:
-    """End the run `status`, then record `error` (tag `error`). A store that cannot take the
-    end (a full disk) is one line, unless the run ended anyway (MLflow's own end of the
-    active run may have got through); the tag is best effort."""
+    """End the run `status`, then record `error` (tag `error`, best effort); a store that
+    cannot take the end (a full disk) is one line, unless the run ended anyway."""
     try:
         client.set_terminated(run_id, status=status)
     except Exception as store_error:  # noqa: BLE001 (the store cannot take it: a full disk)
@@ -52,9 +51,8 @@ def _end(client: MlflowClient, run_id: str, status: str, error: str) -> None:
 
 @contextmanager
 def created_run(create: Callable[[], str], stop_exceptions: tuple[type[BaseException], ...] = ()):
-    """A new run (`create()` makes it and returns its id), ended as run_ends_cleanly says, with
-    no gap between: an interruption that arrives while it is created is held until its ending
-    is in place, so the run ends KILLED, never left RUNNING."""
+    """A new run (`create()` makes it and returns its id), ended as run_ends_cleanly says: an
+    interruption while it is created waits until its ending is in place, never left RUNNING."""
     with ExitStack() as ending:
         with deferred():  # created whole, its ending in place, then the signal
             run_id = create()
@@ -79,9 +77,8 @@ def active_run(run_id: str, nested: bool = False):
 
 @contextmanager
 def written_to(run_id: str, nested: bool = False):
-    """`run_id` as MLflow's active run for the block's writes, and RUNNING again after it:
-    for a run whose work goes on outside the block (members trained stacked, each logged in
-    turn: rul.workflows.stacked). MLflow's fluent API ends a run when it stops being active."""
+    """`run_id` as MLflow's active run for the block's writes, and RUNNING again after it (the
+    fluent API ends it): for a run whose work goes on outside the block (rul.workflows.stacked)."""
     with active_run(run_id, nested):
         yield
     MlflowClient().update_run(run_id, status="RUNNING")

@@ -1,27 +1,13 @@
 """The MLflow names of rul's metrics, in one place; readers find old names too.
 
 Training computes its metrics under plain names (TrainState.history, outcome.metrics:
-`train_loss`, `val_rmse`, `test_rmse`, ...). The MLflow UI charts a run's metrics in sections,
-one per group (the part of the name before `/`), sections and charts in alphabetical order,
-ungrouped metrics last under "Model metrics", and `system/` metrics in a tab of their own. So
-every metric is logged in its group:
-
-    interval/  the interval's calibration (coverage_target, engines) and its test figures
-               (test_coverage, test_width, per true-RUL band: ..._rul_le25, ...)
-    test/      rmse, mae, score, rmse_uncapped, p_fail_brier, units_padded
-    train/     grad_norm, loss, lr (every optimizer step), loss_epoch (every epoch)
-    val/       rmse (every epoch; an ensemble's or an evaluation's single value),
-               best_rmse, best_epoch
-    system/    samples_per_s, peak_memory_mb (every epoch), wall_time_s (the System tab)
-    (plain)    the per-step diagnostics clipped, amp_scale, skipped_steps, epoch;
-               micro_batch_size and accumulation_steps only after an out-of-memory back-off
-               changed them; an ensemble's member_* summaries
-
-A training run's tab shows its curves while it trains; once it has ended, its results come
-first (interval/, test/), each a section of its own rather than single dots among the curves.
-Aggregates over seeds (`rul evaluate`) add `_mean` and `_std` to the logged name
-(`val/rmse_mean`, `test/rmse_mean`). Runs logged before the groups used plain names
-throughout: `read` accepts either name and finds whichever the run has.
+`train_loss`, `val_rmse`, ...) and logs each in its group, a section of the MLflow UI:
+`interval/`, `test/`, `train/`, `val/` and `system/` (a tab of its own). Only the per-step
+diagnostics (clipped, amp_scale, skipped_steps, epoch), micro_batch_size and
+accumulation_steps after an out-of-memory back-off, and an ensemble's member_* keep plain
+names. Aggregates over seeds (`rul evaluate`) add `_mean` and `_std` (`val/rmse_mean`). Runs
+logged before the groups used plain names throughout: `read` accepts either name (docs: What a
+run records, Metric names).
 """
 
 GROUPED = {
@@ -58,9 +44,8 @@ def _renamed(name: str, one_by_one: dict, by_prefix: tuple) -> str:
 
 
 def logged(name: str) -> str:
-    """The name a metric is logged under: `val_rmse` -> `val/rmse`, `test_rmse_mean` ->
-    `test/rmse_mean`, `test_interval_width` -> `interval/test_width`; a name of no group stays
-    as it is."""
+    """The name a metric is logged under (`val_rmse` -> `val/rmse`, `test_interval_width` ->
+    `interval/test_width`, `test_rmse_mean` -> `test/rmse_mean`); a name of no group stays."""
     return _renamed(name, GROUPED, PREFIXES)
 
 

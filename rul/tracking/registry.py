@@ -46,9 +46,8 @@ def param_lines() -> list[str]:
 
 def model_description(name: str, outputs=None, inputs: list[str] | None = None,
                       dataset: str = "NASA C-MAPSS") -> str:
-    """The registered model's description; `outputs`: the newest version's output schema,
-    every column described; `inputs`: the columns it reads, under the data set's names
-    (None: C-MAPSS's)."""
+    """The registered model's description; `outputs`: the newest version's output schema, every
+    column described; `inputs`: the columns it reads, as the data set names them (None: C-MAPSS)."""
     columns = "\n".join(output_lines(outputs)) if outputs is not None else (
         "- `unit`, `rul` at the unit's last cycle")
     inputs = inputs or COLUMNS
@@ -142,9 +141,8 @@ def _run_of(version) -> str | None:
 
 def _val_rmse_by_version(client: MlflowClient, name: str, own_run: str | None = None
                          ) -> dict[str, float]:
-    """Every version of `name` and its validation RMSE (inf where it has none, and where its
-    run did not finish: a run killed after registering must not take the champion; `own_run`,
-    the run registering now, counts as finished)."""
+    """Every version of `name` and its validation RMSE: inf where it has none or its run did
+    not finish (`own_run`, registering now, counts as finished)."""
     found, finished = {}, {}
     for v in _versions(client, name):
         run = _run_of(v)
@@ -174,14 +172,9 @@ def best_version(val_rmse: dict[str, float], champion: str | None) -> str | None
 
 def move_champion(client: MlflowClient, name: str, own_run: str | None = None
                   ) -> tuple[str | None, int]:
-    """Point `champion` at the best version, convergently under concurrent registrations.
-
-    Read every version's val_rmse and the alias, set the alias to the best, then re-read: done
-    only when the versions are the ones the decision was made on and the alias points at the
-    best of them. A process that moved the alias on a stale read sees the newer version on its
-    re-read and moves it again, so whichever run finishes last, the alias ends on the best.
-    Only versions of finished runs compete (and `own_run`'s, the one registering now).
-    Returns (champion version, rounds)."""
+    """Point `champion` at the best version of a finished run (or `own_run`'s), convergently
+    under concurrent registrations: set it, re-read, and repeat until neither the versions nor
+    the alias changed meanwhile. Returns (champion version, rounds)."""
     for rounds in range(1, MAX_GUARD_ROUNDS + 1):
         versions = _val_rmse_by_version(client, name, own_run)
         champion = _champion(client, name)
@@ -211,10 +204,9 @@ REGISTRATION_CHATTER = ("Successfully registered model", "Created version",
 
 
 def register_and_promote(model_uri: str, name: str, run_id: str, val_rmse: float) -> dict:
-    """Register `model_uri` as a new, described version of `name` (unless run `run_id` is
-    registered already: then its version), then move `champion` to the best version of a
-    finished run (this one if its validation RMSE beats the champion's; a tie keeps the older
-    champion). What happened is recorded as tags on the run and on the version."""
+    """Register `model_uri` as a new, described version of `name` (unless run `run_id` has
+    one already), then move `champion` to the best version of a finished run (a tie keeps the
+    champion); what happened is recorded as tags on the run and on the version."""
     client = MlflowClient()
     run = client.get_run(run_id)
     registered = [v for v in _versions(client, name) if _run_of(v) == run_id]

@@ -1,17 +1,12 @@
 """Checkpoints belong to a run: `<checkpoint_dir>/<run_id>.pt`, locked while a process trains it.
 
-Two runs of one config never share a file. `--resume` continues the newest unfinished run of
-the config whose checkpoint exists and that no live process holds (the lock is an flock, so a
-process killed even with SIGKILL releases it), or the run it is given.
-
-A run left RUNNING by a process that is gone (killed, its lock free, or its owner on this
-machine no longer there: rul.tracking.run_owner) is marked KILLED by the next command that
-tracks to the experiment (`close_abandoned`), before it starts anything.
-
-The checkpoint is verified before the run is reopened: a damaged newest file gives way to the
-one before it (rul.training.checkpoint keeps it), said in one line; with none intact the run
-cannot be continued, its files are removed, a run left RUNNING by a killed process is marked
-KILLED, and CannotResume says so.
+Two runs of one config never share a file. `--resume` continues the run it is given, or the
+newest unfinished run of the config whose checkpoint exists and that no live process holds (an
+flock, freed even by SIGKILL), its checkpoint verified first: a damaged newest file gives way to
+the one before it, said in one line; with none intact its files are removed and CannotResume
+says so. A run left RUNNING by a process that is gone (rul.tracking.run_owner) is marked KILLED
+by the next command that tracks to the experiment (`close_abandoned`) (docs: When things go
+wrong).
 """
 
 import fcntl
@@ -76,13 +71,9 @@ class RunCheckpoints:
 
     def close_abandoned(self, client: MlflowClient, experiment_id: str,
                         resuming: str | None = None) -> list[str]:
-        """Runs of the experiment left RUNNING by a process that is gone: their lock file is
-        here and nobody holds it (the process was killed, SIGKILL too, since the flock went
-        with it), or their owner ran on this machine and is gone (a run with no lock: one
-        killed before its first checkpoint, whose folder was deleted, a parent run). Each is
-        marked KILLED, its logged models still PENDING are marked FAILED, and one line says
-        so; returns their ids. A run another process trains holds its lock (or its owner is
-        alive) and is left alone, and so is the run this command `resuming`."""
+        """Mark KILLED, and return, the runs left RUNNING by a process that is gone (their lock
+        here held by nobody, or without one their owner on this machine gone), their PENDING
+        logged models FAILED, one line each; a run another process trains, or `resuming`, stays."""
         from mlflow.entities import LoggedModelStatus
 
         closed = []
@@ -108,9 +99,8 @@ class RunCheckpoints:
         return closed
 
     def check_files(self, run_id: str | None = None) -> None:
-        """FileNotFoundError when no file here could be resumed: run `run_id` has no
-        checkpoint, or (None) no run has one. Read from the folder alone, so `--resume` with
-        nothing to continue says so before any store is opened (or created)."""
+        """FileNotFoundError when run `run_id` (None: any run) has no checkpoint here, read from
+        the folder alone: said before any store is opened (or created)."""
         if run_id is not None and not self.has_checkpoint(run_id):
             raise FileNotFoundError(f"--resume {run_id}: no checkpoint at {self.path(run_id)}")
         if run_id is None and not any(self.directory.glob("*.pt*")):

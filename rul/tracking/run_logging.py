@@ -38,8 +38,7 @@ MAX_PARAM = 6000  # MLflow's limit on a param's length
 def config_params(config, **extra) -> dict[str, str]:
     """A config as run params: its written keys, less empty values and the architecture keys
     its model does not take; `extra` adds or overrides (e.g. the global effective batch). A
-    URL's secrets are masked (a tracking_uri's password): params are read by everyone who
-    can read the store."""
+    URL's secrets are masked: everyone who can read the store reads params."""
     unused = unused_architecture_keys(config.model)
     values = {k: v for k, v in config.to_dict().items() if v is not None and k not in unused}
     flat = {}
@@ -106,9 +105,8 @@ def log_plan(plan, tags: dict) -> None:
 
 
 def run_description(plan) -> str:
-    """The run's description (MLflow shows it on the run's page, above its charts): the
-    batch as trained, the seeds and the precision, which otherwise sit among the params and
-    tags. Markdown."""
+    """The run's description in Markdown (shown on the run's page, above its charts): the
+    batch as trained, the seeds and the precision."""
     config, seeds = plan.config, plan.seeds
     processes = f" × {plan.world.size} processes" if plan.world.size > 1 else ""
     derived = ", ".join(f"{k} {v}" for k, v in seeds.as_dict().items() if k != "seed")
@@ -187,10 +185,8 @@ def logged_dataset(frame: pd.DataFrame, source: str, name: str):
 
 
 def table_schema(frame: pd.DataFrame) -> Schema:
-    """The schema MLflow infers for a table (each column's type, and required where no value
-    is missing), with the missing values found by one vectorised check per column: MLflow's
-    own inference tests each value in Python (about 2 s for FD001's training table, every
-    run). The types are those it infers from the first row (a column's dtype)."""
+    """The schema MLflow infers for a table (each column's type from the first row, required
+    where no value is missing), missing values found by one vectorised check per column."""
     first = infer_signature(frame.head(1)).inputs
     missing = frame.isna().any()
     return Schema([ColSpec(type=column.type, name=column.name,
@@ -211,8 +207,7 @@ def source_tags() -> dict:
 @functools.cache
 def code_version() -> tuple[str | None, str | None]:
     """(commit, `git status --porcelain`) of the code this process runs, read once, when it
-    logs its first run: a study or an evaluation that runs for an hour while commits land
-    keeps naming the code it imported, not the checkout's newer HEAD."""
+    logs its first run: a long study keeps naming the code it imported, not a newer HEAD."""
     return _git("rev-parse", "HEAD"), _git("status", "--porcelain")
 
 

@@ -1,22 +1,12 @@
 """Which MLflow store to use, and the experiment for a subset.
 
-A command opens its store once (`open_store`: the store made ready, and the experiment its
-runs go in) and hands it down. A store is made ready once per process before its first use
-(`configure`): a tracking server must answer (rul.services waits for it, bounded), and a new
-SQLite store's tables are created by one process at a time (MLflow migrates an empty database
-on first use; two processes doing it at once fail), under an flock on the database's folder.
-
-A new SQLite store is built aside (`.<name>.building` beside it) and renamed into place only
-once MLflow has created all its tables: a kill or a full disk while they are created (seconds,
-dozens of migrations) leaves no half-built store, only a file the next command removes. A
-half-built store left by an earlier rul (no runs, no registered model, its tables short of
-MLflow's) is recognised and built anew, said in one line.
-
-The migrations run once per MLflow version for this user: the empty store they leave, less its
-Default experiment (whose folder MLflow resolves from the working folder), is kept in the user
-cache (rul.files.cache_folder()), and the next new store starts as a copy of it, which MLflow
-opens as any store (its schema checked, the Default experiment created there): 0.03 s against
-2-4 s. A copy MLflow cannot open is built the slow way and the kept file replaced.
+A command opens its store once (`open_store`) and hands it down. `configure` makes a store
+ready once per process: a tracking server must answer (rul.services waits, bounded), and a new
+SQLite store is created under an flock on its folder (two processes migrating one database at
+once fail), built aside (`.<name>.building-*`) and renamed into place once complete; one left
+half-built by an earlier rul (no runs, no registered model) is built anew. The empty store the
+migrations leave is kept per MLflow version in the user cache (rul.files.cache_folder()) and
+copied for the next new store (docs: When things go wrong).
 """
 
 import contextlib
@@ -113,10 +103,8 @@ def _check_writable(database: Path) -> None:
 
 @contextmanager
 def _first_use_lock(database: Path):
-    """An flock on the database's folder (created if needed, as MLflow would): no file of its
-    own, released when the process ends however it ends. Where the folder cannot be locked
-    (no such folder can be made, a filesystem without flock) MLflow goes on alone and says
-    what is wrong itself."""
+    """An flock on the database's folder (created if needed), released when the process ends
+    however it ends; where it cannot be locked, MLflow goes on alone and says what is wrong."""
     folder = database.absolute().parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -133,10 +121,8 @@ def _first_use_lock(database: Path):
 
 
 def ensure_experiment(name: str) -> str:
-    """Create the experiment if needed (once, before any parallel workers) and return its id.
-
-    The experiment is tagged as model development, also one made before this tag existed or
-    one the UI only guessed a kind for (`*_inferred`); a kind someone chose is kept."""
+    """Create the experiment if needed (once, before any parallel workers) and return its id,
+    tagged as model development unless someone chose a kind (not `*_inferred`)."""
     client = MlflowClient()
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
@@ -159,10 +145,9 @@ class Store:
 
 
 def open_store(config, close_abandoned: bool = True) -> Store:
-    """Use the store of `config` (its tracking_uri) and its experiment (created if needed):
-    once per command, before any run or worker process. Runs of the experiment left RUNNING
-    by a process that is gone are marked KILLED first (run_checkpoints.close_abandoned),
-    unless `close_abandoned` is False (`--resume` closes them once it knows its run)."""
+    """Use the store of `config` (its tracking_uri) and its experiment (created if needed), once
+    per command before any run or worker; runs left RUNNING by a process that is gone are
+    marked KILLED first unless `close_abandoned` is False (`--resume` closes them itself)."""
     from rul.tracking.run_checkpoints import RunCheckpoints
 
     configure(config.tracking_uri)
@@ -188,9 +173,8 @@ def _open(database: Path, uri: str) -> None:
 
 
 def building(database: Path) -> Path:
-    """Where a new store at `database` is built before it is renamed into place: a name of
-    its own per attempt (MLflow keeps a store per URI for the process), which the next
-    attempt removes if this one was killed."""
+    """Where a new store at `database` is built before it is renamed into place: a name per
+    attempt (MLflow keeps a store per URI), removed by the next if this one was killed."""
     folder = database.absolute().parent
     for leftover in folder.glob(f".{database.name}.building-*"):  # under the first-use lock
         leftover.unlink(missing_ok=True)
@@ -201,9 +185,8 @@ _attempts = itertools.count()
 
 
 def _build_aside(database: Path) -> None:
-    """A complete new store at `database`: a copy of the kept empty store, or one whose tables
-    MLflow creates, in `building(database)`, which is synced and renamed into place; on any
-    failure (a full disk) nothing is left but what was there."""
+    """A complete new store at `database` (the kept empty store copied, or MLflow's), built in
+    `building(database)`, synced and renamed into place; a failure leaves what was there."""
     aside = _from_template(database)
     if aside is None:
         aside = building(database)

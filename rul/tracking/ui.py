@@ -1,24 +1,13 @@
 """`make ui` and `make server`: MLflow's UI or tracking server, its backend store's URL under
 rul's driver rule, stopped with every process it started.
 
-A `postgresql://` backend gets the driver rul installs (rul.urls.with_driver: MLflow alone
-would look for psycopg 3), and a database backend that answers but refuses (a wrong
-password, no such database) is one line before anything starts (its password masked).
-
-What it serves: MLflow's app with rul's defaults for a fresh browser (rul.tracking.ui_app: the
-Model training view, no Assistant opened unasked), unless ARGS name another `--app-name`;
-`ui` runs one web worker (MLflow's default is 4, for a shared server) without a log line per
-request. Neither starts MLflow's
-job consumers (huey: GenAI judges, trace roll-ups; MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true
-in the environment starts them) or sends usage data (MLFLOW_DISABLE_TELEMETRY). Once the UI
-answers, each experiment's page is printed (`experiment_page`: its runs, in the Model
-training view).
-
-`mlflow ui` starts the web server (and job consumers from watcher threads that restart them
-when they end) and forwards a signal to the web server only. This runs `mlflow ui ARGS...` in
-its own session and, when it ends or this process is interrupted, terminated or hung up on,
-ends the whole tree (stop_tree): SIGTERM, then SIGKILL for whatever is left after GRACE_S
-seconds. Ctrl-C is the UI's normal end: exit 0.
+A database backend that refuses (a wrong password) is one line before anything starts. It
+serves rul's app (rul.tracking.ui_app) unless ARGS name another `--app-name`; `ui` runs one web
+worker without access log and prints each experiment's page once it answers. Neither starts
+MLflow's job consumers (MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true does) or sends usage data.
+`mlflow ui` forwards a signal to its web server only, so this runs it in its own session and
+ends the whole tree (stop_tree) when it ends or this process is interrupted, terminated or
+hung up on. Ctrl-C is the UI's normal end: exit 0.
 
     python -m rul.tracking.ui --backend-store-uri sqlite:///mlflow.db --port 5000
     python -m rul.tracking.ui server --backend-store-uri postgresql://... --port 5000
@@ -42,11 +31,8 @@ GRACE_S = 4.0  # Ctrl-C ends the UI within about this: nothing of it needs longe
 
 
 def stop_tree(pid: int, grace: float = GRACE_S) -> list[int]:
-    """End `pid` and all its descendants; return the pids that had to be killed.
-
-    `pid` (mlflow ui) is suspended first, so that its watcher threads cannot start a consumer
-    unseen, then its tree is listed and it is killed; the tree gets SIGTERM, and SIGKILL
-    whatever is left after `grace` seconds."""
+    """End `pid` (suspended, its tree listed, then killed) and its descendants (SIGTERM, then
+    SIGKILL after `grace` seconds); return the pids that had to be killed."""
     try:
         root = psutil.Process(pid)
         root.suspend()
@@ -124,9 +110,8 @@ def _given(argv: list[str], *names: str) -> bool:
 
 
 def mlflow_argv(command: str, argv: list[str]) -> list[str]:
-    """`mlflow ui|server ARGS...` as rul runs it: its backend under the driver rule (also as
-    the registry's), rul's app and, for `ui`, one worker and no access log, unless ARGS say
-    otherwise."""
+    """`mlflow ui|server ARGS...` as rul runs it: its backend under the driver rule (also as the
+    registry's), rul's app, for `ui` one worker and no access log, unless ARGS say otherwise."""
     argv = with_backend_driver(argv)
     if not _given(argv, "--app-name"):
         argv += ["--app-name", APP]

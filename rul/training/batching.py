@@ -13,11 +13,8 @@ from rul.training.distributed import World
 
 
 class WindowBatches:
-    """Windows of one split held as tensors on the training device.
-
-    `values` are the normalized rows; window i is rows starts[i] .. starts[i]+window-1. A batch
-    gathers its windows with one indexing op (no Dataset/DataLoader per-sample overhead).
-    """
+    """Windows of one split held as tensors on the training device: `values` are the
+    normalized rows, window i rows starts[i] .. starts[i]+window-1, a batch one indexing op."""
 
     def __init__(self, window_set, device: torch.device):
         self.values = torch.as_tensor(window_set.values, device=device)
@@ -39,19 +36,13 @@ class WindowBatches:
 
 def effective_batches(windows: int | torch.Tensor, batch_size: int, seed: int, epoch: int,
                       world: World | None = None, device: torch.device | None = None):
-    """Yield, per optimizer step, this rank's share of an effective batch of `batch_size`
-    indices (over all ranks: rank r of N takes batch[r::N]); the step splits it into
-    micro-batches.
+    """Yield, per optimizer step, this rank's share (rank r of N takes batch[r::N]) of an
+    effective batch of `batch_size` indices; the step splits it into micro-batches.
 
-    `windows` is their number, each window drawn once an epoch in a shuffle, or each window's
-    probability (train_sampling: truncation), as many windows drawn from it with
-    replacement: an epoch takes as many steps either way.
-
-    The order is seeded by (seed, epoch) so a resumed run draws the same batches, on every
-    device alike: it is drawn on the CPU (about 0.1 ms for FD001) and moved to `device` in
-    one copy per epoch, so that no step waits for an index to cross. The last effective
-    batch of an epoch may be short; the step weights each sample by its share of the batch,
-    so nothing is ÷K there.
+    `windows`: their number (each drawn once an epoch, shuffled) or each window's probability
+    (train_sampling: truncation; as many drawn with replacement). The order is seeded by
+    (seed, epoch), drawn on the CPU and moved to `device` once per epoch, so a resumed run
+    draws the same batches on every device. The last effective batch may be short.
     """
     world = world or World()
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
@@ -67,9 +58,8 @@ def effective_batches(windows: int | torch.Tensor, batch_size: int, seed: int, e
 
 def member_batches(windows: list, batch_size: int, seeds: list[int], epoch: int,
                    device: torch.device | None = None):
-    """Yield, per optimizer step, each of stacked members' effective batch of indices as
-    effective_batches draws it for that member's windows (a number or its law) and shuffle
-    seed: (members, batch) indices."""
+    """Yield, per optimizer step, (members, batch) indices: each stacked member's effective
+    batch as effective_batches draws it for its windows (a number or its law) and seed."""
     orders = [effective_batches(law, batch_size, seed, epoch, device=device)
               for law, seed in zip(windows, seeds, strict=True)]
     for indices in zip(*orders, strict=True):

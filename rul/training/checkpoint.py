@@ -1,21 +1,14 @@
 """Checkpoints that can be trusted: everything needed to continue a run exactly where it
-stopped, written so that a crash never leaves less than the previous good checkpoint,
-verified when read, and never able to run code.
+stopped, never less than the previous good checkpoint after a crash, verified when read, and
+never able to run code.
 
-A checkpoint file is a header, MAGIC and the SHA-256 of what follows, then torch.save's
-bytes of tensors and plain data only (dicts, lists, tuples, numbers, strings: `plain`
-checks it when writing). `save` writes `<name>.part` and syncs it to disk, keeps the current
-file as `<name>.prev`, renames the new one into place and syncs the folder: a crash at any
-moment leaves the newest complete checkpoint under `<name>` or `<name>.prev`. `load` checks
-the digest, then reads with torch's weights-only unpickler, which builds nothing but
-tensors and plain data: a file that holds anything else (a crafted file naming a function
-to call) is refused with CheckpointRefused before any of it runs; a file cut short, changed
-or unreadable raises CheckpointDamaged.
-
-Files of an earlier rul (the header LEGACY_MAGIC, or torch.save's bare zip without one) hold
-two objects besides: the run's TrainState and numpy's random state. They are read with the
-same unpickler, allowed those two kinds of object and nothing more (LEGACY_GLOBALS), and
-turned into the plain form.
+A file is MAGIC and the SHA-256 of what follows, then torch.save's bytes of tensors and plain
+data only (`plain`). `save` writes `<name>.part`, keeps the current file as `<name>.prev` and
+renames the new one into place, syncing each. `load` checks the digest and reads with torch's
+weights-only unpickler: anything else (a crafted file naming a function to call) is
+CheckpointRefused before it runs; a file cut short, changed or unreadable, CheckpointDamaged.
+An earlier rul's files (LEGACY_MAGIC, or a bare torch zip) also hold its TrainState and numpy's
+random state: allowed by LEGACY_GLOBALS and nothing more, and turned into the plain form.
 """
 
 import hashlib
@@ -139,13 +132,10 @@ def save(path: str | Path, state: dict) -> None:
 
 
 def load(path: str | Path) -> dict:
-    """The checkpoint at `path`, verified, with every tensor on the CPU; CheckpointRefused
-    if it holds anything but tensors and plain data, CheckpointDamaged if it cannot be
-    trusted, FileNotFoundError if there is none.
-
-    Read onto the CPU whatever device wrote it or will train on: the training parts'
-    load_state_dict put each tensor on its parameter's device, and the random states must
-    stay CPU ByteTensors (torch.set_rng_state and torch.cuda.set_rng_state take no other)."""
+    """The checkpoint at `path`, verified, every tensor on the CPU (the training parts'
+    load_state_dict move each to its device; the random states must stay CPU ByteTensors);
+    CheckpointRefused if it holds anything but tensors and plain data, CheckpointDamaged if it
+    cannot be trusted, FileNotFoundError if there is none."""
     path = Path(path)
     data = path.read_bytes()
     payload, legacy = _verified_payload(path, data)

@@ -1,16 +1,12 @@
 """One training run on N processes (torchrun): who am I, the process group, and the helpers
 the epoch loop needs. A world of 1 (no torchrun) is the plain path: no process group at all.
 
-How a step is shared: every rank draws the same permutation (batching.py), so every rank knows
-the global size of every effective batch without a collective. Rank r trains on batch[r::N];
-DDP all-reduces (averages) gradients once per step, so each micro-batch is weighted by its
-share of the *global* batch x N (`share_weights`). A rank whose share of a short last batch is
-empty still joins the all-reduce with one zero-weight micro-batch.
-
-Validation and test: every rank evaluates the full split (identical weights, identical
-numbers, no collective); rank 0's validation RMSE is broadcast anyway, so early stopping
-stops every rank together. Dropout RNG: re-seeded at each epoch start from (seed, rank,
-epoch) (`epoch_seed`), so a resumed run needs no per-rank RNG state in the checkpoint.
+Every rank draws the same permutation (batching.py), so it knows each effective batch's global
+size without a collective. Rank r trains on batch[r::N], each micro-batch weighted by its share
+of the global batch x N as DDP averages gradients (`share_weights`), an empty share as one
+zero-weight micro-batch. Rank 0's validation RMSE is broadcast so that every rank stops
+together; dropout is re-seeded from (seed, rank, epoch) (`epoch_seed`), so a checkpoint holds
+no per-rank RNG state (docs: Scale out).
 """
 
 import os
@@ -115,9 +111,8 @@ def process_group(world: World, device: str):
 
 @contextmanager
 def collectives():
-    """Inside, a failed collective raises PeerLost. From then on this process ignores SIGTERM:
-    torchrun sends it when a rank dies, and it must not cut short the clean-up that ends the
-    MLflow run FAILED (the process exits right after)."""
+    """Inside, a failed collective raises PeerLost, and this process then ignores the SIGTERM
+    torchrun sends when a rank dies: it must not cut short the clean-up that ends the run FAILED."""
     try:
         yield
     except RuntimeError as error:
@@ -156,9 +151,8 @@ def epoch_seed(torch_seed: int, rank: int, epoch: int) -> int:
 
 
 def rank_share(train, micro_indices: list[torch.Tensor], global_total: int, world_size: int):
-    """This rank's micro-batches [(x, y), ...] of one step and their weights (None = the
-    plain len/total weighting of one process). An empty share becomes one zero-weight
-    micro-batch, so that this rank still joins the step's gradient all-reduce."""
+    """This rank's micro-batches [(x, y), ...] of one step and their weights (None: len/total,
+    one process); an empty share is one zero-weight micro-batch, to join the all-reduce."""
     device = micro_indices[0].device  # a split always yields at least one (maybe empty) part
     if world_size == 1:
         return [train.get(i.to(device)) for i in micro_indices], None

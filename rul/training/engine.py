@@ -1,11 +1,10 @@
 """The epoch loop of a plan (rul.plan.RunPlan): effective batches -> the step, validation,
 early stopping, checkpoints.
 
-What it drives lives beside it: the step and its settings (step.py) with its out-of-memory
-back-off (backoff.py), the batches (batching.py), the optimizer, schedule and weight average
-that a checkpoint restores (optim.py), what follows a step that decided on the GPU
-(sync_free.py) and its CUDA graph (cuda_graph.py), checkpoints (checkpoint.py) and what the
-outside world hears (listener.py).
+What it drives lives beside it: the step (step.py, its out-of-memory back-off backoff.py), the
+batches (batching.py), the optimizer, schedule and weight average (optim.py), a step decided on
+the GPU (sync_free.py, cuda_graph.py), checkpoints (checkpoint.py) and the listener
+(listener.py) (docs: Concepts, The training step).
 """
 
 import time
@@ -32,13 +31,9 @@ def fit(model, plan: TrainingPlan, listener: TrainingListener | None = None,
         checkpointer=None, progress: bool = True) -> TrainState:
     """Train `model` as `plan` says (its settings, precision, seeds, data, world and the
     checkpoint it resumes) with early stopping on validation RMSE; return the state, the best
-    weights loaded.
-
-    A world of N > 1 (torchrun): DDP, each rank its share of every effective batch of
-    micro x K x N samples; see distributed.py for what is shared and how.
-    On CUDA the loop never waits for the GPU inside an epoch: each step's record stays on
-    the device and is read once at the epoch's end, with validation (`StepLog`); a run of
-    one process replays each step from a CUDA graph (cuda_graph.py)."""
+    weights loaded. A world of N > 1 (torchrun) trains with DDP, each rank its share of every
+    effective batch (distributed.py); on CUDA the loop never waits for the GPU inside an epoch
+    (`StepLog`, cuda_graph.py)."""
     parts = TrainingParts(model, plan.optimization, plan.precision, _total_steps(plan))
     members = Members([plan], [listener], [_resumed(parts, plan)])
     _train(parts, plan, members, checkpointer, progress)
@@ -48,10 +43,9 @@ def fit(model, plan: TrainingPlan, listener: TrainingListener | None = None,
 
 def fit_members(stacked, plans: list[TrainingPlan], listeners: list | None = None,
                 progress: bool = False) -> list[TrainState]:
-    """Train an ensemble's members at once, `stacked` into one network
-    (rul.models.stacking.StackedNetwork), each `plans[i]` with its own batch order, early
-    stopping and listener, by the same epoch loop and step as one run; return their states
-    (their best weights: state.best_weights; the stack holds the last ones)."""
+    """Train an ensemble's members at once, `stacked` into one network (StackedNetwork), each
+    `plans[i]` with its own batch order, early stopping and listener, by the same loop and step
+    as one run; return their states (best weights: state.best_weights; the stack: the last)."""
     plan = plans[0]
     parts = TrainingParts(stacked, plan.optimization, plan.precision, _total_steps(plan))
     members = Members(plans, listeners or [None] * len(plans), [TrainState() for _ in plans])
@@ -117,10 +111,9 @@ def _epoch_steps(steps: "RunSteps", members: Members, train: WindowBatches,
 
 
 class RunSteps:
-    """The run's steps, one effective batch each, as this run takes them: decided on the host
-    (a CPU) with the result returned at once, or on the device (CUDA), the result's record
-    kept there until `read` at the epoch's end, replayed from a CUDA graph in a run of one
-    process. The schedule and weight average follow each step (TrainingParts.after_step)."""
+    """The run's steps, one effective batch each: decided on the host (a CPU), the result
+    returned at once, or on the device (CUDA), its record kept there until `read` (replayed from
+    a CUDA graph in one process); the schedule and weight average follow each step."""
 
     def __init__(self, trained, parts: TrainingParts, step: BackoffStep, world,
                  graph: bool = True):
@@ -128,7 +121,7 @@ class RunSteps:
         self.device = step.settings.precision.device
         self.log = StepLog()
         self.graphed = None  # one process on CUDA: each batch size replays its captured step
-        if (graph and parts.on_device and self.device.type == "cuda" and not world.distributed
+        if (graph and parts.capturable and self.device.type == "cuda" and not world.distributed
                 and cuda_graph.ENABLED):
             self.graphed = cuda_graph.GraphedStep(self._eager, self._captured, self.device)
 

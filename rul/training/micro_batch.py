@@ -1,14 +1,11 @@
 """`micro_batch_size: auto`: the measured peak memory of one training step per micro-batch
 size, and the split of the effective batch it allows.
 
-With exact accumulation the model depends only on the effective batch B; the micro-batch
-size only decides memory and speed. `probe` measures, for each candidate micro size, the peak
-memory of one real `optimizer_step` (forward + backward + optimizer step at the run's
-precision, on a fresh model and optimizer, so the optimizer's state is counted too), as
-rul.training.peak_memory measures it; `choose_split` picks the largest candidate whose peak
-fits the budget (largest = fewest micro-batches per step, which is also the fastest on every
-device measured) and K = ceil(B / micro): the last micro-batch may be short, the step weights
-samples exactly.
+With exact accumulation the model depends only on the effective batch B, the micro-batch size
+only memory and speed. `probe` measures each candidate's peak over one real `optimizer_step` at
+the run's precision on a fresh model and optimizer (rul.training.peak_memory); `choose_split`
+picks the largest that fits the budget and K = ceil(B / micro), the last micro-batch maybe
+short (docs: Performance, Memory).
 """
 
 import math
@@ -50,13 +47,11 @@ def candidates(effective_batch_size: int, smallest: int = MIN_CANDIDATE) -> list
 
 def probe(model_factory, sample_batch, settings: StepSettings, candidate_sizes,
           optimizer_factory=None, stop_above: int | None = None) -> list[ProbeRow]:
-    """Peak memory and time of one optimizer step per micro size, smallest first.
-
-    `model_factory()` builds a fresh model on the training device; `sample_batch` (x, y) holds
-    at least max(candidate_sizes) samples; `optimizer_factory(model)` defaults to AdamW.
-    A candidate that runs out of memory is recorded with peak_bytes = -1 (it does not fit).
-    With `stop_above` (a budget), the larger candidates are skipped once one exceeds it.
-    """
+    """Peak memory and time of one optimizer step per micro size, smallest first:
+    `model_factory()` builds a fresh model on the training device, `sample_batch` (x, y) holds
+    at least max(candidate_sizes) samples, `optimizer_factory(model)` defaults to AdamW. A
+    candidate out of memory has peak_bytes = -1; with `stop_above` (a budget) the larger ones
+    are skipped once one exceeds it."""
     make_optimizer = optimizer_factory or (lambda m: torch.optim.AdamW(m.parameters()))
     x, y = sample_batch
     random_state = RandomState(x.device)  # the probe must not move the run's random streams
@@ -161,10 +156,9 @@ class SplitChoice:
 
 def probe_split(loop, network, optimization, settings: StepSettings,
                 train_windows) -> SplitChoice:
-    """Measure the candidate micro sizes of the effective batch for `network` (a NetworkSpec)
-    trained with `optimization` and the step's `settings` on `train_windows`, and choose
-    within the loop's memory budget (or the default budget); ConfigError when nothing fits.
-    `loop`, `optimization`: rul.training.settings' LoopSettings and OptimizerSettings."""
+    """Measure the candidate micro sizes for `network` (a NetworkSpec) with `optimization`
+    (OptimizerSettings) and `settings` on `train_windows`, and choose within `loop`'s memory
+    budget (or the default); ConfigError when nothing fits."""
     from rul.training.batching import WindowBatches
     from rul.training.optim import make_optimizer
 

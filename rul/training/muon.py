@@ -1,30 +1,18 @@
 """Muon for the network's weight matrices and AdamW for the rest, as one optimizer
-(`optimizer: muon`).
+(`optimizer: muon`, make train's).
 
 Muon (Jordan et al. 2024; torch.optim.Muon) moves each weight matrix along the semi-orthogonal
 matrix nearest its Nesterov momentum, found by a few Newton-Schulz iterations: every direction
-of the matrix moves at one rate, where Adam lets the few largest directions of a gradient
-dominate its step. It takes fewer steps to the same loss, which is what a large effective
-batch lacks: `make train`'s DCNN leaves AdamW's early validation plateau (RMSE ~15 for 20-40
-epochs at batch 512) within its first ten epochs (docs: Results).
+of the matrix moves at one rate, so a large effective batch, which has few steps, needs fewer
+of them (docs: Results, Decisions).
 
-Which tensors take Muon: every weight of two or more dimensions with more than one output row,
-seen as the matrix (outputs, everything else): a convolution's filters as in Jordan's CIFAR-10
-runs, a dense layer as it is. Biases and one-output layers (the DCNN's last convolution, the
-head's output) take AdamW. The Muon step is scaled to AdamW's update size (Moonshot's rule,
-0.2 sqrt(max(rows, columns)), torch's adjust_lr_fn="match_rms_adamw"), so one `lr`,
-`weight_decay` and schedule serve both kinds of group.
-
-The matrices' step is torch.optim.Muon's (its coefficients and momentum as a lerp), which only
-takes two-dimensional parameters, with one difference: the Newton-Schulz iteration runs in
-float32, where torch's runs in bf16. The iteration lifts a gradient's small singular directions
-to the size of the large ones, so bf16's rounding of its input (3 significant digits) turned the
-float32 rounding by which two splits of one effective batch differ (256 x 2 against 512 x 1)
-into weights 6e-3 apart after one epoch; in float32 they agree as AdamW's do (1e-5), and an
-effective batch's split stays a memory and speed choice. The matrices are small (the DCNN's
-largest is 100 x 420): the cost is nothing measurable. tests/test_muon.py checks that the step
-agrees with torch.optim.Muon's on a matrix (to bf16's rounding; bit for bit with a bf16
-iteration), and that the other tensors step as torch's AdamW bit for bit.
+Every weight of two or more dimensions with more than one output row takes Muon, seen as the
+matrix (outputs, everything else); biases and one-output layers take AdamW. The Muon step is
+scaled to AdamW's update size (torch's adjust_lr_fn="match_rms_adamw"), so one `lr`,
+`weight_decay` and schedule serve both. The step is torch.optim.Muon's but for one thing: the
+Newton-Schulz iteration runs in float32, not bf16, so that an effective batch's split stays a
+memory and speed choice (docs: Concepts, The training step). tests/test_muon.py checks it
+against torch's.
 """
 
 import math
@@ -58,6 +46,11 @@ def orthogonalized(update: torch.Tensor, steps: int = NS_STEPS,
         gram = x @ x.T
         x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
     return x if wide else x.T
+
+
+def muon_adamw(model: nn.Module, settings, on_device: bool) -> "MuonAdamW":
+    """OPTIMIZER_KINDS' builder (rul.training.optimizers): the host decides each step."""
+    return MuonAdamW(model, lr=settings.lr, weight_decay=settings.weight_decay)
 
 
 class MuonAdamW(torch.optim.AdamW):

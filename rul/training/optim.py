@@ -8,9 +8,9 @@ import torch
 from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
-from rul.training.muon import MuonAdamW
+from rul.training.optimizers import OPTIMIZER_KINDS
 from rul.training.settings import OptimizerSettings
-from rul.training.step import StepResult, decides_on_device
+from rul.training.step import StepResult
 from rul.training.sync_free import DeviceSchedule, average_on_device
 
 
@@ -20,32 +20,37 @@ def steps_per_epoch(n_windows: int, effective_batch_size: int) -> int:
 
 def make_optimizer(model, settings: OptimizerSettings, sync_free: bool | None = None
                    ) -> torch.optim.Optimizer:
-    """AdamW. Sync-free (default: on CUDA) it is fused and capturable, its learning rate a
-    tensor on the model's device: the step then skips on the device (a found_inf it is given;
-    step.decides_on_device), the schedule sets the rate there (sync_free.DeviceSchedule), and
-    a CUDA graph can capture it all. Never with `scheduler: onecycle`, which cycles Adam's
-    beta1, a number the fused kernel takes from the host: such a run keeps the host's
-    decisions (one sync per step).
-    Otherwise (a CPU) plain AdamW, as every CPU run has trained.
-    `optimizer: muon`: Muon for the matrices and AdamW for the rest (muon.MuonAdamW) on every
-    device, the host deciding each step (no CUDA graph)."""
-    if settings.kind == "muon":
-        return MuonAdamW(model, lr=settings.lr, weight_decay=settings.weight_decay)
-    device = next(model.parameters()).device
+    """The optimizer of `settings` (its row of OPTIMIZER_KINDS). Sync-free (default: on CUDA)
+    an optimizer that can decides on the device: its rate a tensor there, the step's skip
+    decided there (step.decides_on_device reads `optimizer.on_device`), the schedule set there
+    (sync_free.DeviceSchedule). Never with `scheduler: onecycle`, which cycles Adam's beta1, a
+    number a fused kernel takes from the host: such a run keeps the host's decisions."""
+    row = OPTIMIZER_KINDS[settings.kind]
     if sync_free is None:
-        sync_free = device.type == "cuda"
-    if sync_free and settings.scheduler != "onecycle":
-        return torch.optim.AdamW(model.parameters(),
-                                 lr=torch.tensor(settings.lr, dtype=torch.float32, device=device),
-                                 weight_decay=settings.weight_decay, fused=True, capturable=True)
-    return torch.optim.AdamW(model.parameters(), lr=settings.lr,
-                             weight_decay=settings.weight_decay)
+        sync_free = next(model.parameters()).device.type == "cuda"
+    on_device = bool(sync_free and row.on_device and settings.scheduler != "onecycle")
+    optimizer = row.build(model, settings, on_device)
+    optimizer.on_device = on_device
+    return optimizer
 
 
-def load_optimizer_state(optimizer, saved: dict) -> None:
-    """Load `saved` into `optimizer`, which keeps how it computes (fused or not, capturable,
-    its rate a tensor or a number): a checkpoint moves between a CPU run and a CUDA run."""
-    own = ("fused", "capturable", "foreach", "differentiable")
+def adamw(model, settings: OptimizerSettings, on_device: bool) -> torch.optim.Optimizer:
+    """AdamW, as every CPU run has trained; on the device fused and capturable, its rate a
+    tensor on the model's device, so that a CUDA graph can capture its step."""
+    if not on_device:
+        return torch.optim.AdamW(model.parameters(), lr=settings.lr,
+                                 weight_decay=settings.weight_decay)
+    device = next(model.parameters()).device
+    return torch.optim.AdamW(model.parameters(),
+                             lr=torch.tensor(settings.lr, dtype=torch.float32, device=device),
+                             weight_decay=settings.weight_decay, fused=True, capturable=True)
+
+
+def load_optimizer_state(optimizer, saved: dict, kind: str) -> None:
+    """Load `saved` into `optimizer` (of the row `kind`), which keeps how it computes (fused or
+    not, capturable, its rate a tensor or a number): a checkpoint moves between a CPU run and
+    a CUDA run."""
+    own = OPTIMIZER_KINDS[kind].kept_on_resume
     groups = []
     for mine, theirs in zip(optimizer.param_groups, saved["param_groups"], strict=True):
         theirs = {**theirs, **{key: mine[key] for key in own if key in mine}}
@@ -124,10 +129,11 @@ class TrainingParts:
     per epoch (`end_epoch`), so a checkpoint holds the same state either way."""
 
     def __init__(self, model, settings: OptimizerSettings, precision, total_steps: int):
-        self.model = model
+        self.model, self.kind = model, settings.kind
         self.precision = precision.name  # saved: a resumed run keeps it (resolve_precision)
         self.optimizer = make_optimizer(model, settings)
-        self.on_device = decides_on_device(self.optimizer)
+        self.on_device = self.optimizer.on_device
+        self.capturable = self.on_device and OPTIMIZER_KINDS[settings.kind].capturable
         self.scaler = precision.grad_scaler()
         self.schedule = None
         if self.on_device and (settings.scheduler != "none" or settings.warmup_epochs):
@@ -172,7 +178,7 @@ class TrainingParts:
 
     def load_state_dict(self, saved: dict) -> None:
         self.model.load_state_dict(saved["model"])
-        load_optimizer_state(self.optimizer, saved["optimizer"])
+        load_optimizer_state(self.optimizer, saved["optimizer"], self.kind)
         self.scaler.load_state_dict(saved["scaler"])
         if self.scheduler is not None:
             self.scheduler.load_state_dict(saved["scheduler"])

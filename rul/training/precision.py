@@ -11,12 +11,6 @@ from torch.nn.utils import get_total_norm
 from rul.errors import ConfigError
 from rul.training import hardware
 
-# What `make gpu-check` measured on an H200, the figure `precision: auto`'s reason quotes on a
-# GPU with bf16 tensor cores (docs: Performance).
-CUDA_BF16_MEASURED = ("the fastest for the DCNN at fp32's accuracy on an H200 (100-epoch recipe, "
-                      "3 seeds: bf16 5.5 s, test RMSE 12.58; fp16 + GradScaler 8.4 s, 12.69; "
-                      "fp32 9.0 s, 12.74)")
-
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 FP16_MAX = torch.finfo(torch.float16).max  # 65504
 
@@ -71,6 +65,11 @@ class Precision:
         return (f"precision={self.name} is emulated on this CPU: {slower}; precision=auto "
                 f"picks the fastest that keeps the accuracy here")
 
+    @property
+    def said(self) -> str:
+        """The line a training prints before it starts: the precision and why."""
+        return f"precision {self.name}: {self.reason}"
+
     def autocast(self):
         if self.name == "fp32":
             return nullcontext()
@@ -107,7 +106,8 @@ def auto_precision(device: torch.device, model: str, probe: Callable | None = No
         major, minor = torch.cuda.get_device_capability(device)
         if major >= 8 and model == "cnn":
             return "bf16", (f"GPU of compute capability {major}.{minor} (>= 8.0): bf16 "
-                            f"autocast, {CUDA_BF16_MEASURED} (docs: Performance)")
+                            "autocast, the fastest for the DCNN at fp32's accuracy in make "
+                            "gpu-check (docs: Performance)")
         why = (f"model={model}: bf16 measured for the DCNN only" if major >= 8 else
                f"compute capability {major}.{minor} < 8.0: no bf16 tensor cores")
         return "fp16", f"CUDA, {why}: fp16 autocast with a GradScaler"

@@ -165,10 +165,10 @@ def _take_step(step, optimizer, scaler, grad_norm: torch.Tensor, scale, max_grad
 
 
 def decides_on_device(optimizer) -> bool:
-    """Whether `optimizer` takes the skip decision as a tensor and its rate as one (fused
-    AdamW, see optim.make_optimizer): the training step then never waits for the device."""
-    return all(group.get("fused") and isinstance(group["lr"], torch.Tensor)
-               for group in optimizer.param_groups)
+    """Whether `optimizer` takes the skip decision as a tensor and its rate as one, as
+    optim.make_optimizer built it (its row of OPTIMIZER_KINDS, on CUDA): the training step
+    then never waits for the device."""
+    return getattr(optimizer, "on_device", False)
 
 
 def _step_on_host(optimizer, scaler, grad_norm: float, scale: float) -> bool:

@@ -1,13 +1,11 @@
-"""The Optuna side of `rul tune` (its workflow, the MLflow runs around the trials, is
-rul.workflows.tune): the study, created or loaded with its sampler and pruner, what a study
-keeps (its objectives, its base config) and checks when it is resumed, how many trials a
-process works towards, the pruning listener, and waiting for other workers' trials.
+"""The Optuna side of `rul tune` (rul.workflows.tune runs the MLflow runs around the trials):
+the study with its sampler and pruner, what it keeps (objectives, base config) and checks on
+resume, how many trials a process works towards, the pruning listener, waiting for workers.
 
-Storage (rul.tuning.storage): SQLite for one worker; a JournalStorage file for several workers
-on one machine; a PostgreSQL URL for `rul tune` processes on many machines (with Optuna's
-heartbeat). Re-running the same command loads the study (sampler and pruner are passed again,
-they are not stored) and adds trials. A process that joins a study on a server while another
-is working towards its target helps reach that target rather than adding n_trials of its own.
+Storage (rul.tuning.storage): SQLite for one worker, a journal file for several on one
+machine, a PostgreSQL URL for many machines (docs: Scale out). Re-running the same command
+loads the study and adds trials; a process joining a study on a server while another works
+towards its target helps reach that target (`study_target`).
 """
 
 import sys
@@ -60,10 +58,9 @@ def stop_at(target: int):
 
 
 def study_target(study: optuna.Study, n_trials: int, join_within: float | None) -> int:
-    """How many counted trials this process works towards. On a shared server
-    (`join_within` seconds: the heartbeat grace period) a target still open, with a trial
-    running or set moments ago by a process starting at the same time, is joined; otherwise
-    n_trials are added to the trials there. Called under the study lock."""
+    """How many counted trials this process works towards: on a shared server, a target still
+    open (a trial running, or set within `join_within` seconds) is joined; otherwise n_trials
+    are added to the trials there. Called under the study lock."""
     counted = counted_trials(study)
     target = study.user_attrs.get(TARGET_ATTR)
     if join_within is not None and target is not None and counted < target:
@@ -90,9 +87,8 @@ def make_pruner(config: TuningConfig):
 
 
 def load_study(config: TuningConfig, storage, study_name: str, worker: int = 0) -> optuna.Study:
-    """Create or load the study. Sampler and pruner are not stored, so they are passed again;
-    the sampler's seed also depends on the trials already there, so a resumed study does not
-    replay the draws of its first invocation (and each worker draws differently)."""
+    """Create or load the study with its sampler and pruner (not stored); the sampler's seed
+    depends on the worker and the trials already there, so a resumed study draws anew."""
     if objs.is_multi(config.objectives):
         study = optuna.create_study(
             storage=storage, study_name=study_name, load_if_exists=True,
@@ -155,12 +151,9 @@ def base_config(config: TuningConfig) -> dict:
 
 
 def _check_base_config(study: optuna.Study, config: TuningConfig) -> None:
-    """A study's trials are comparable only if they share what they do not draw: resuming it
-    with another epochs, schedule, seed (another validation split) or a changed default would
-    mix trials of two base configs under one best. Keys drawn by either search space are
-    not compared (the space itself may change). A study without a trial that trained (only
-    failed ones, or none) takes the config it is run with; so does a study from before this
-    check, saying so."""
+    """ConfigError unless the config shares what the study's trials did not draw (epochs,
+    schedule, seed, defaults; keys either search space draws not compared). A study without a
+    trained trial, or from before this check (said), takes the config it is run with."""
     wanted = base_config(config)
     stored = study.user_attrs.get(BASE_ATTR)
     if stored is None or not study.get_trials(deepcopy=False, states=TRAINED):

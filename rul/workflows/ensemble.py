@@ -40,8 +40,9 @@ def train_ensemble(config, jobs: int = 1, progress: bool = True, subset=None
     read) and track the ensemble as the config says (registered when config.register);
     return (outcome, the ensemble's run id)."""
     ensemble = plan_ensemble(config, subset, jobs)  # a bad input opens no store, no run
-    return track_ensemble(ensemble, RunRole(register=config.register), open_store(config),
-                          jobs, progress)
+    store = open_store(config)
+    print(ensemble.members[0].precision.said, file=sys.stderr)
+    return track_ensemble(ensemble, RunRole(register=config.register), store, jobs, progress)
 
 
 def track_ensemble(ensemble, role: RunRole, store: Store, jobs: int = 1, progress: bool = True

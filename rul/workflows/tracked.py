@@ -102,7 +102,10 @@ def open_run(plan, role: RunRole, experiment_id: str) -> str:
 
 
 def _train_in_run(plan, role: RunRole, checkpointer, listener, progress: bool):
-    """Inside the active run: log the plan (a new run) or say where it resumes, then train."""
+    """Inside the active run: log the plan (a new run) or say where it resumes, and for a run
+    of its own its precision and why, then train."""
+    if role.parent_run_id is None:
+        print(plan.precision.said, file=sys.stderr)
     if plan.resume is None:
         with deferred():
             log_plan(plan, role.tags)

@@ -1,11 +1,9 @@
 """`rul tune`: an Optuna study (rul.tuning) whose trials are nested MLflow runs of `rul train`.
 
-`run_study` opens the study and its MLflow parent run (kept in the study's user attributes,
-reopened when the study is resumed), runs the trials in this process or in `workers` spawned
-processes, each trial a tracked run per seed under the parent (rul.workflows.tracked), then records
-the study on the parent run (counts, the trials table, figures, the Pareto front of several
-objectives) and registers the best trial's model. Trials an earlier invocation left RUNNING
-are closed first (FAIL in Optuna, KILLED in MLflow).
+`run_study` opens the study and its MLflow parent run (reopened on resume), closes the trials
+an earlier invocation left RUNNING, runs the trials here or in `workers` spawned processes (each
+a tracked run per seed under the parent), then records the study on the parent run and
+registers the best trial's model (docs: Tune).
 """
 
 import multiprocessing
@@ -91,9 +89,8 @@ def run_study(config: TuningConfig, n_trials: int | None = None, timeout: float 
 
 
 def _opened(work: "StudyWork", n_trials: int) -> "StudyWork":
-    """`work` with its study's parent run and target, under the study's lock (`rul tune`
-    processes starting at once): the study created or loaded, its parent run created or
-    reopened, the trials an earlier invocation left RUNNING closed, the target set."""
+    """`work` with its study (created or loaded), its parent run (created or reopened), the
+    trials left RUNNING closed and its target set, under the study's lock."""
     config, name = work.config, work.study_name
     with study_lock(work.storage, work.workers, name):
         opened = open_study_storage(config, work.storage, work.workers)  # may make its tables
@@ -146,9 +143,8 @@ def _parent_run(study: optuna.Study, config: TuningConfig, store: Store) -> str:
 
 
 def _record_study(study: optuna.Study, parent_run_id: str, config: TuningConfig) -> str:
-    """Counts, trials table, figures and the registered best trial, on the parent run.
-    Several objectives: the best trial is the Pareto trial with the lowest val_rmse, and the
-    Pareto front is printed and logged (pareto_front.csv, figures/pareto_front.png)."""
+    """Counts, trials table, figures and the registered best trial, on the parent run; with
+    several objectives the best is the Pareto trial of lowest val_rmse, and the front logged."""
     from optuna.trial import TrialState
 
     objectives, multi = config.objectives, objs.is_multi(config.objectives)
@@ -189,9 +185,8 @@ def _listed(values) -> str:
 
 
 def _register_best(best, value: float, parent_run_id: str, config: TuningConfig) -> list[str]:
-    """Register the best trial's logged model (once), its record on the parent run. The model
-    is its first seed's, so it competes for champion with that run's validation RMSE, not the
-    trial's mean over seeds."""
+    """Register the best trial's logged model (once), its record on the parent run; the
+    model is its first seed's and competes for champion with that run's validation RMSE."""
     client = MlflowClient()
     best_run = best.user_attrs.get(study_runs.RUN_ATTR)
     name = registered_model_name(config.train.dataset_name)
@@ -209,10 +204,9 @@ def _register_best(best, value: float, parent_run_id: str, config: TuningConfig)
 
 def objective_for(base: TuningConfig, parent_run_id: str, store: Store,
                   target: int | None = None):
-    """The study's objective: a trial trains as a tracked run per seed (`seeds_per_trial`:
-    seed, seed + 1, ..., each its own validation split), its start and end said in a line each
-    (rul.tuning.progress; `target`: the counted trials the study works towards), and its value
-    is the mean over its seeds. The pruner reads the first seed's epochs only."""
+    """The study's objective: a trial trains as a tracked run per seed (`seeds_per_trial`,
+    each its own validation split), its start and end said in a line each (`target`: the
+    counted trials to reach); its value is the mean over its seeds, pruned on the first's."""
     multi = objs.is_multi(base.objectives)
 
     def objective(trial: optuna.Trial) -> float | list[float]:
@@ -336,9 +330,8 @@ def _mark(trial, state: str, reason: str, watch: progress.TrialWatch | None = No
 
 
 def _close_interrupted_trials(study: optuna.Study, client: MlflowClient) -> None:
-    """Trials left RUNNING by a killed earlier invocation become FAIL (their MLflow runs
-    KILLED), so a resumed study neither counts nor repeats them. Assumes no other `rul tune`
-    is working on this study right now."""
+    """Trials left RUNNING by a killed earlier invocation become FAIL (their runs KILLED), so
+    a resumed study neither counts nor repeats them; no other `rul tune` may be working on it."""
     from optuna.trial import TrialState
 
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -392,9 +385,8 @@ def _estimate(target: int | None, workers: int):
 
 
 def _worker_process(work: StudyWork, worker: int, threads: int) -> None:
-    """A spawned worker computing with `threads` torch threads (the command's threads split
-    between the workers, as --jobs splits them): a signal ends its trial's run KILLED, then it
-    exits 130 or 143."""
+    """A spawned worker computing with `threads` torch threads (its share of the command's): a
+    signal ends its trial's run KILLED, then it exits 130 or 143."""
     use_threads(threads)
     try:
         with interrupts_as_exceptions(on_first_signal=quiet_optuna):
