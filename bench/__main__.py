@@ -6,6 +6,9 @@
   accuracy  the default `make train` config: test RMSE (target <= 13.0) and wall time
   memory    make train's step, its effective batch B split as Bx1 .. B/8x8: peak memory and
             samples/s per precision (bench/memory.py; --quick: one timed step)
+  split     make train's first epoch as 512x1, 256x2 and 128x4, per optimizer and precision:
+            the same skipped steps, per-step losses within each precision's bound
+            (gpu_check.check_splits; fp16 on a CPU is emulated: ~10 min)
   mistakes  seconds from a mistyped command to its one-line error (target <= 2 s)
   lean      the registered model in a clean virtualenv of its own requirements: size, import,
             load_model (with and without MLflow's dependency check), predict latency
@@ -27,7 +30,7 @@
             thing clients do wrong) (bench/serving.py; --quick: smaller; ~5 min)
 
 python -m bench [data|engine|tracking|accuracy|memory|speed|mistakes|lean|members|peers|
-                 serving ...]
+                 serving|split ...]
                 [--quick] [--compile] [--epochs N] [--dry-run] [--json DIR]
 (default: data engine tracking memory speed)
 
@@ -259,6 +262,25 @@ def bench_mistakes():
             "rows": rows}
 
 
+def bench_split():
+    """`make train`'s first epoch (dropout 0) as 512x1, 256x2 and 128x4 per optimizer and
+    precision on this machine, by gpu-check's own check (bench/gpu_check.py check_splits)."""
+    from bench.gpu_check import Check, check_splits
+    from rul.data import load_subset
+    from rul.training.optimizers import OPTIMIZER_KINDS
+
+    subset = load_subset("FD001", os.environ.get("CMAPSS_DIR"))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    check = Check()
+    for kind in OPTIMIZER_KINDS:
+        check_splits(check, subset, dry=False, changes={"optimizer": kind, "device": device})
+    rows = [[r["what"], r["result"], r["promise"], "yes" if r["ok"] else "NO"]
+            for r in check.rows]
+    return {"columns": ["what", "measured", "promise", "holds"], "rows": rows,
+            "summary": {"promises holding": f"{len(rows) - len(check.failed)} of {len(rows)}"},
+            "note": f"the first epoch of make train's recipe, dropout 0, seed 7, on {device}"}
+
+
 def bench_lean():
     from bench.lean import bench_lean as lean
 
@@ -345,7 +367,7 @@ def main(argv):
     benches = {"data": bench_data, "engine": bench_engine, "tracking": bench_tracking,
                "accuracy": bench_accuracy, "memory": bench_memory, "speed": bench_speed,
                "mistakes": bench_mistakes, "lean": bench_lean, "members": bench_members,
-               "peers": bench_peers, "serving": bench_serving}
+               "peers": bench_peers, "serving": bench_serving, "split": bench_split}
     unknown = [c for c in chosen if c not in benches]
     if unknown:
         sys.exit(f"unknown bench {unknown}; choose from {', '.join(benches)}")

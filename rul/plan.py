@@ -66,7 +66,8 @@ class RunPlan(TrainingPlan):
                                                               data.train.values.shape[1])
         return cls(config=config, written=decided.pop("written", config), world=world,
                    precision=precision, seeds=seeds, data=data, network=network,
-                   optimization=optimizer_settings(config), loop=loop_settings(config),
+                   optimization=optimizer_settings(config, precision),
+                   loop=loop_settings(config),
                    step=step_settings(config, precision, world.size),
                    interval_coverage=config.interval_coverage, **decided)
 
@@ -82,9 +83,12 @@ def step_settings(config: TrainConfig, precision: Precision, world_size: int = 1
     return StepSettings(precision, config.max_grad_norm, config.rul_cap, world_size)
 
 
-def optimizer_settings(config: TrainConfig) -> OptimizerSettings:
+def optimizer_settings(config: TrainConfig, precision: Precision | None = None
+                       ) -> OptimizerSettings:
+    """`config`'s optimizer, for gradients computed in `precision` (default: fp32)."""
     return OptimizerSettings(config.optimizer, config.lr, config.weight_decay, config.scheduler,
-                             config.warmup_epochs, config.epochs, config.ema_decay)
+                             config.warmup_epochs, config.epochs, config.ema_decay,
+                             precision.name if precision else "fp32")
 
 
 def loop_settings(config: TrainConfig) -> LoopSettings:
@@ -239,7 +243,8 @@ def _micro_batch_split(config: TrainConfig, network: NetworkSpec, data: Prepared
     split = chosen = None
     if world.is_main:
         try:
-            split = probe_split(loop_settings(config), network, optimizer_settings(config),
+            split = probe_split(loop_settings(config), network,
+                                optimizer_settings(config, precision),
                                 step_settings(config, precision), data.train)
             chosen = (split.micro_batch_size, split.accumulation_steps)
         except ConfigError as error:  # nothing fits: every rank stops with the same line

@@ -115,3 +115,45 @@ def test_a_checkpointed_optimizer_continues_as_it_would_have():
     train(resumed_model, resumed, 3)
     for a, b in zip(straight.parameters(), resumed_model.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def _gradient(singular: list[float], rows: int = 50, columns: int = 420, seed: int = 0):
+    """A gradient of the DCNN's head's shape with the given singular values (as the head's
+    is: one strong direction, the rest three orders of magnitude weaker)."""
+    generator = torch.Generator().manual_seed(seed)
+    u, _ = torch.linalg.qr(torch.randn(rows, rows, generator=generator))
+    v, _ = torch.linalg.qr(torch.randn(columns, rows, generator=generator))
+    return (u * torch.tensor(singular)) @ v.T
+
+
+def test_the_floor_damps_directions_below_it_and_keeps_those_above_as_muon():
+    from rul.training.muon import orthogonalized
+
+    singular = [1.0, 0.5, 0.2, *[1e-3] * 47]
+    plain = torch.linalg.svdvals(orthogonalized(_gradient(singular)))
+    floored = torch.linalg.svdvals(orthogonalized(_gradient(singular), floor=0.05))
+    assert (plain[:3] > 0.6).all() and (floored[:3] > 0.6).all()  # lifted, as Muon does
+    assert (plain[3:] > 0.3).all()  # Muon lifts the weak directions near the strong ones
+    assert (floored[3:] < 0.05).all()  # under the floor they are damped, not lifted
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_with_its_floor_a_half_precision_rounding_moves_the_update_little(precision):
+    """Two splits of one batch round a half-precision gradient differently (relative noise of
+    about a quarter of the dtype's eps, as measured on the DCNN's head): without the floor
+    Muon's update differs in its weak directions by far more; with the floor for gradients
+    in `precision`, by about a percent."""
+    from rul.training.muon import HALF, floor_of, orthogonalized
+
+    gradient = _gradient([1.0, 2e-3, 6e-4, *[3e-5] * 47])
+    noise = torch.randn(gradient.shape, generator=torch.Generator().manual_seed(1))
+    rounding = noise * (0.25 * torch.finfo(HALF[precision]).eps * gradient.norm()
+                        / noise.norm())
+    assert floor_of("fp32") == 0.0  # fp32: the iteration as it was, bit for bit
+
+    def moved(floor: float) -> float:
+        one, other = (orthogonalized(g, floor=floor) for g in (gradient, gradient + rounding))
+        return float((one - other).norm() / one.norm())
+
+    assert moved(floor_of(precision)) < 0.02
+    assert moved(0.0) > 5 * moved(floor_of(precision))

@@ -30,6 +30,7 @@ class OptimizerSettings:
     warmup_epochs: int
     epochs: int
     ema_decay: float  # 0: no weight average
+    precision: str = "fp32"  # the gradients' arithmetic (Muon's floor: rul.training.muon)
 
 
 @dataclass(frozen=True)
