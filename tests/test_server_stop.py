@@ -1,7 +1,8 @@
 """The server stopped as a service manager or a container stops it: SIGTERM to its process
 alone (a container's first process) or to its whole group (systemd's default), after it has
 answered. It shuts down, says `stopped`, exits 0, and leaves no process and nothing in the
-temporary folder behind (its scratch folder and the fork server's)."""
+temporary folder behind (its scratch folder and the fork server's). Its TMPDIR is longer than
+a Unix socket's path allows the fork server's socket, as a deep CI or container folder is."""
 
 import os
 import signal
@@ -23,7 +24,7 @@ def model_folder(tmp_path_factory, fd001):
 @pytest.mark.parametrize("to_group", [False, True], ids=["the process", "its group"])
 def test_sigterm_stops_the_server_cleanly_and_leaves_nothing(model_folder, fd001, tmp_path,
                                                              to_group):
-    scratch = tmp_path / "tmp"
+    scratch = tmp_path / ("tmp" * 30)
     scratch.mkdir()
     server = Server(model_folder, env={**os.environ, "TMPDIR": str(scratch)}).start(tmp_path)
     try:

@@ -14,8 +14,10 @@ import asyncio
 import contextlib
 import ctypes
 import multiprocessing
+import multiprocessing.util
 import os
 import signal
+import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -48,6 +50,23 @@ def _ready() -> int:
     return os.getpid()
 
 
+SOCKET_PATH_MAX = 107  # bytes in a Unix socket's path (sockaddr_un.sun_path, less its NUL)
+_SOCKET_SUFFIX = len("/pymp-12345678/listener-12345678")
+
+
+def _socket_folder_that_fits() -> None:
+    """The fork server listens on a Unix socket in multiprocessing's temporary folder, made
+    in TMPDIR on first use; under a TMPDIR too long for a socket's path, that folder is made in
+    /tmp instead (as Python 3.13 does), not refused with `AF_UNIX path too long`."""
+    if len(os.fsencode(tempfile.gettempdir())) + _SOCKET_SUFFIX <= SOCKET_PATH_MAX:
+        return
+    saved, tempfile.tempdir = tempfile.tempdir, "/tmp"
+    try:
+        multiprocessing.util.get_temp_dir()  # made once per process, removed at its exit
+    finally:
+        tempfile.tempdir = saved
+
+
 def _answer(model, body: bytes, media: str, deadline_at: float) -> Answer:
     token = deadline.DEADLINE.set(deadline_at)
     try:
@@ -74,6 +93,7 @@ class Lanes:
         self.path, self.model = str(path), None
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["rul"])  # the package, found where this one is
+        _socket_folder_that_fits()
         self.context = context
         self.pool = self._start()
         self.started = self.pool.submit(_ready)
