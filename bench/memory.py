@@ -30,7 +30,7 @@ def measure(precision: Precision, micro: int, steps: int) -> tuple[int, float]:
     torch.manual_seed(0)
     micro_batches = dataclasses.replace(RECIPE, micro_batch_size=micro).micro_batches(device)
     model = RECIPE.network.build().to(device)
-    optimizer = make_optimizer(model, RECIPE.optimization)  # as training makes it
+    optimizer = make_optimizer(model, RECIPE.optimizer(precision))  # as training makes it
     scaler = precision.grad_scaler()
     settings = RECIPE.settings(precision)
     peak, _ = measure_step(model, optimizer, scaler, micro_batches, settings)

@@ -108,7 +108,7 @@ class Path:
         self.precision = resolve_precision(spec.precision, self.device)
         self.settings = RECIPE.settings(self.precision)
         self.model = default_model(spec.kind).to(self.device)
-        self.optimizer = make_optimizer(self.model, RECIPE.optimization)  # as training does
+        self.optimizer = make_optimizer(self.model, RECIPE.optimizer(self.precision))  # as training
         self.scaler = self.precision.grad_scaler()
         self.batches = RECIPE.micro_batches(self.device)
         started = time.perf_counter()

@@ -6,9 +6,11 @@ import importlib
 from pathlib import Path
 
 import pytest
+import torch
 
 from rul import config as cfg
-from rul.plan import recipe_step
+from rul.plan import optimizer_settings, recipe_step
+from rul.training.precision import Precision
 
 MAKE_TRAIN = Path(__file__).resolve().parents[1] / "experiments" / "fd001.yaml"
 
@@ -51,6 +53,10 @@ def test_the_step_the_probe_and_the_benches_time_is_make_trains():
     assert step.network.n_features == 14  # FD001's informative sensors: the sensors alone
     assert (step.effective_batch_size, step.micro_batch_size) == (512, 256)
     assert set(kernels().values()) == {recipe.kernel_size}
+    for name in ("fp32", "bf16", "fp16"):  # the optimizer as training builds it per precision
+        precision = Precision(torch.device("cpu"), name, use_scaler=False, reason="test")
+        assert step.optimizer(precision) == optimizer_settings(recipe, precision)
+    assert step.optimizer(precision).precision == "fp16"  # Muon's floor comes with it
 
 
 def test_a_value_moved_in_the_recipe_moves_in_everything_that_measures_it(kernel_of_9):

@@ -130,8 +130,9 @@ def measure_step(step: StepRecipe, rounds: int = ROUNDS, seconds: float = ROUND_
         torch.manual_seed(0)
         for name in PRECISIONS:
             model = step.network.build()
-            optimizer = make_optimizer(model, step.optimization, sync_free=False)
-            settings = step.settings(Precision(cpu, name, use_scaler=False, reason="probe"))
+            precision = Precision(cpu, name, use_scaler=False, reason="probe")
+            optimizer = make_optimizer(model, step.optimizer(precision), sync_free=False)
+            settings = step.settings(precision)
             scaler = settings.precision.grad_scaler()
             steps[name] = (lambda m=model, o=optimizer, s=scaler, t=settings:
                            optimizer_step(m, o, s, micro_batches, t))

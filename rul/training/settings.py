@@ -102,6 +102,11 @@ class StepRecipe:
     def settings(self, precision: Precision) -> StepSettings:
         return StepSettings(precision, self.max_grad_norm, self.network.rul_cap)
 
+    def optimizer(self, precision: Precision) -> OptimizerSettings:
+        """The optimizer as training builds it for gradients computed in `precision` (Muon's
+        half-precision floor with it)."""
+        return dataclasses.replace(self.optimization, precision=precision.name)
+
     def micro_batches(self, device=None, batch: int | None = None) -> list:
         """An effective batch of random windows of the network's shape, split as the recipe
         splits it (`batch`: fewer samples, split alike), drawn from a generator of its own."""
