@@ -255,12 +255,9 @@ def _where_lines(config, metrics: dict, run_id: str) -> str:
 def _registry_line(tags: dict) -> str:
     """Where the run's model went in the registry (what tracking.registry recorded on the
     run's `tags`), as a line ending in a newline; '' when it was not registered."""
-    if "registered_version" not in tags:
-        return ""
-    champion = tags.get("champion_version")
-    promoted = tags.get("champion_promoted") == "true"
-    return (f"registered {tags['registered_model']} version {tags['registered_version']}; "
-            f"champion: version {champion}{' (this run)' if promoted else ''}\n")
+    from rul.tracking.registry import registry_line
+
+    return registry_line(tags) + "\n" if "registered_version" in tags else ""
 
 
 def _track_line(config, metrics: dict) -> str:
@@ -434,6 +431,28 @@ def tune(config_path, overrides, data_dir, **study):
         summary = run_study(config, **study)
     click.echo(summary)
     click.echo(_browse_line(config.train))
+
+
+@main.command()
+@click.argument("model")
+@click.argument("version")
+@click.option("--why", default=None,
+              help="Move the champion alias to VERSION, this reason kept on the version "
+                   "(without it: only compare).")
+@click.option("--tracking-uri", default=None,
+              help="MLflow store (default: MLFLOW_TRACKING_URI or ./mlflow.db).")
+def promote(model, version, why, tracking_uri):
+    """Compare VERSION of registered MODEL (e.g. rul-fd001) with its champion on the same
+    engines; with --why, move the champion alias to it by hand."""
+    from rul.tracking.store import configure
+    from rul.workflows.promote import promote as move
+    from rul.workflows.promote import side_by_side
+
+    with _ends_cleanly("the alias was not moved"):
+        configure(tracking_uri)
+        click.echo("\n".join(side_by_side(model, version)))
+        if why:
+            click.echo(move(model, version, why))
 
 
 main.add_command(report)  # rul/reporting/cli.py

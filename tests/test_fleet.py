@@ -9,6 +9,7 @@ line each, exit 2, nothing started.
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from rul.cli import main
 from rul.data import load_dataset
 from rul.data.schema import INFORMATIVE_SENSORS, SENSOR_COLUMNS, SETTING_COLUMNS
 from rul.plan import plan_run, prepared
+from rul.tracking.run_params import config_from_params
 from rul.training.run import train
 from rul.training.seeding import derive_seeds
 
@@ -210,8 +212,25 @@ def test_a_fleet_is_tracked_registered_and_served_under_its_own_names(fleet, tmp
         rows = pd.read_csv(fleet / "fleet_test.csv")
         answer = model.predict(rows)
         run = mlflow.get_run(model.metadata.run_id)
+        inputs = mlflow.models.get_model_info("models:/rul-fleet@champion").signature.inputs
+        version = mlflow.MlflowClient().get_model_version_by_alias("rul-fleet", "champion")
     finally:
         mlflow.set_tracking_uri(None)
+    # the version says what it is: the columns it reads in order, its engines, its recipe
+    assert inputs.input_names() == ["engine_id", "flight_cycle", *SETTINGS, *INFORMATIVE]
+    said = version.description
+    assert ("Columns read, in order (19): engine_id, flight_cycle, altitude, mach, tra, T24, "
+            "T30, T50, P30") in said and "Operating conditions: 1." in said
+    assert "held out for test 100 (1-100); in service 0 (none)." in said
+    assert "Data: fleet (sensors track), SHA-256 test " in said
+    assert "Interval: target 90%, test coverage 0." in said
+    command = said.split("Reproduce: `")[1].split("`")[0]
+    args = shlex.split(command)
+    assert args[:3] == ["rul", "train", "experiments/fleet.yaml"]
+    again = cfg.load(ROOT / args[2], [*args[3:], f"data_dir={fleet}"])
+    assert again.model_dump() == config_from_params(run.data.params).model_dump()
+    assert version.tags["data.columns"] == run.data.tags["data.columns"]
+    assert version.tags["subset"] == "fleet" and version.tags["data.sha256.train"]
     assert answer.columns[0] == "engine_id" and len(answer) == 100
     assert run.data.params["data.unit"] == "engine_id"
     assert run.data.tags["data.columns"].startswith("engine_id,flight_cycle,altitude")

@@ -19,7 +19,7 @@ from conftest import pg_dump, postgres_cluster
 from rul import config as cfg
 from rul.cli import UserError, browse_hint, main
 from rul.tracking import ui
-from rul.tracking.run_logging import config_params
+from rul.tracking.run_params import config_params
 from rul.urls import masked, remember, scrubbed, secrets_of, with_driver
 
 SECRET = "S3cretPW-7f2c"

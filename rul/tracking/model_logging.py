@@ -63,7 +63,7 @@ def _log_model(network_spec, data, networks: list, interval, workdir: Path) -> s
             name="model", python_model=lean_pyfunc.__file__,
             artifacts={RUNTIME_FOLDER: str(runtime)},
             signature=signature(interval.method if interval is not None else None, members,
-                                unit=layout.unit),
+                                layout=layout),
             input_example=example.reset_index(drop=True),
             code_paths=[str(Path(__file__).resolve().parents[1])],  # the rul package
             pip_requirements=requirements(),

@@ -10,6 +10,7 @@ the outcome and, when the run's role says so, registers the model.
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import mlflow
 from mlflow.tracking import MlflowClient
@@ -23,6 +24,7 @@ from rul.tracking.run_checkpoints import RunCheckpoints
 from rul.tracking.run_logging import log_outcome, log_plan, source_tags
 from rul.tracking.run_names import CONFIG_DIGEST_TAG, config_digest, default_run_name
 from rul.tracking.run_owner import reopen
+from rul.tracking.selection import Challenger, rescored
 from rul.tracking.store import Store
 from rul.training.listener import Listeners, TrainingListener
 from rul.training.run import train
@@ -77,7 +79,9 @@ def track(plan, role: RunRole, store: Store, listener: TrainingListener | None =
                 if role.register:
                     register_and_promote(outcome.model_uri,
                                          registered_model_name(config.dataset_name), run_id,
-                                         outcome.state.best_val_rmse)
+                                         outcome.state.best_val_rmse,
+                                         partial(rescored, challenger=Challenger.of(outcome),
+                                                 client=MlflowClient()))
         checkpoints.remove(run_id)  # finished: the model lives in MLflow
         return outcome, run_id
     finally:

@@ -12,8 +12,8 @@ from mlflow.tracking import MlflowClient
 from rul.errors import ConfigError
 from rul.plan import ResumeTarget, plan_run
 from rul.tracking.run_checkpoints import RunCheckpoints
-from rul.tracking.run_logging import config_params
 from rul.tracking.run_names import config_digest
+from rul.tracking.run_params import config_params
 from rul.tracking.store import Store, open_store
 from rul.tracking_uri import absent_store, store_uri
 from rul.training.distributed import World, process_group

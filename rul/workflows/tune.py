@@ -27,7 +27,7 @@ from rul.interrupts import (
     interrupts_as_exceptions,
 )
 from rul.parallel import stop_workers, threads_per_job, use_threads
-from rul.plan import plan_seeds
+from rul.plan import plan_seeds, prepared
 from rul.tracking import study_runs
 from rul.tracking.lifecycle import run_ends_cleanly
 from rul.tracking.metric_names import logged
@@ -35,7 +35,9 @@ from rul.tracking.registry import (
     logged_model_uri,
     register_and_promote,
     registered_model_name,
+    registry_line,
 )
+from rul.tracking.run_logging import data_tags
 from rul.tracking.run_owner import owner_tags, reopen
 from rul.tracking.store import Store, open_store
 from rul.training.listener import Listeners
@@ -123,15 +125,17 @@ def _enqueue_baseline(study: optuna.Study, config: TuningConfig) -> None:
 
 def _parent_run(study: optuna.Study, config: TuningConfig, store: Store) -> str:
     """The study's MLflow parent run: the one it keeps (RUNNING again, this process's), or a
-    new one holding the search space (and the objectives)."""
+    new one holding the search space (and the objectives) and its data's tags (a training
+    run's `data.*`, of the base config's data)."""
     client = MlflowClient()
     parent_run_id = study.user_attrs.get("mlflow_parent_run_id")
     if parent_run_id is not None:
         reopen(client, parent_run_id)
         return parent_run_id
+    data = data_tags(prepared(config.train, config.train.split_seed))
     parent_run_id = client.create_run(store.experiment_id, run_name=study.study_name,
                                       tags={study_runs.STUDY: study.study_name,
-                                            **owner_tags()}).info.run_id
+                                            **owner_tags(), **data}).info.run_id
     study.set_user_attr("mlflow_parent_run_id", parent_run_id)
     space = config.to_dict()["search_space"]
     client.log_param(parent_run_id, study_runs.SEARCH_SPACE, str(space)[:6000])
@@ -195,11 +199,11 @@ def _register_best(best, value: float, parent_run_id: str, config: TuningConfig)
     if client.search_model_versions(f"name='{name}' and run_id='{best_run}'"):
         return [f"best trial's model is already registered as {name}"]
     own = best.user_attrs.get(SEED_VALUES_ATTR, [value])[0]  # the first seed's: its model
-    record = register_and_promote(logged_model_uri(client, best_run), name, best_run, own)
+    record = register_and_promote(logged_model_uri(client, best_run), name, best_run, own,
+                                  promote=config.promote)
     for key, said in record.items():
         client.set_tag(parent_run_id, key, said)
-    return [f"registered {record['registered_model']} v{record['registered_version']}"
-            f" (champion moved: {record['champion_promoted']})"]
+    return [registry_line(record)]
 
 
 def objective_for(base: TuningConfig, parent_run_id: str, store: Store,
