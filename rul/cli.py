@@ -3,6 +3,7 @@
 import errno
 import math
 import os
+import shlex
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -131,9 +132,10 @@ def _failed_write(error: Exception) -> str | None:
     return None
 
 
-def _after_interrupted_training(config, run_ids: list, world) -> str:
+def _after_interrupted_training(config, run_ids: list, world, command: list[str]) -> str:
     """What an interrupted `rul train` leaves: an ensemble's runs (never resumable), a run and
-    its checkpoint to resume, a run without one, or no run yet."""
+    its checkpoint to resume (`command`, the words that started it, with --resume RUN_ID), a
+    run without one, or no run yet."""
     from rul.tracking.run_checkpoints import RunCheckpoints
 
     if config.ensemble > 1:
@@ -145,7 +147,7 @@ def _after_interrupted_training(config, run_ids: list, world) -> str:
     checkpoints = RunCheckpoints(config.checkpoint_dir)
     if checkpoints.has_checkpoint(run_ids[-1]):
         return ("the run is marked KILLED and its checkpoint kept; continue it with: "
-                "rul train ... --resume")
+                + scrubbed(shlex.join([*command, "--resume", run_ids[-1]]), config.tracking_uri))
     epochs = _epochs_logged(config, run_ids[-1])
     if epochs:
         return (f"the run is marked KILLED; it finished {epochs} epoch(s) but its checkpoint "
@@ -183,7 +185,7 @@ def main():
 @click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
 @click.option("--data-dir", type=click.Path(file_okay=False), help="Local C-MAPSS folder.")
 @click.option("--resume", is_flag=False, flag_value="newest", default=None, metavar="[RUN_ID]",
-              help="Continue an interrupted run of this config: the newest, or RUN_ID.")
+              help="Continue an interrupted run of this config: its only one, or RUN_ID.")
 @click.option("--new-data", is_flag=True,
               help="With --resume: continue although the data files changed since the run "
                    "started (the run records both).")
@@ -205,7 +207,9 @@ def train(config_path, overrides, data_dir, resume, **options):
 
     world = World.from_env()
     run_ids = []
-    with _ends_cleanly(lambda: _after_interrupted_training(config, run_ids, world)):
+    again = ["rul", "train", *([config_path] if config_path else []), *overrides,
+             *(["--data-dir", data_dir] if data_dir else [])]
+    with _ends_cleanly(lambda: _after_interrupted_training(config, run_ids, world, again)):
         try:
             asked = resume and Resume(None if resume == "newest" else resume,
                                       options["new_data"])

@@ -8,10 +8,12 @@ Synthetic C-MAPSS files and a tiny model: each training takes a second or two.
 import hashlib
 import io
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -455,7 +457,7 @@ def test_a_full_disk_is_one_line_leaves_no_part_file_and_the_run_is_closed(synth
     assert client.get_run(run.info.run_id).info.status == "KILLED"
 
 
-def test_the_next_command_closes_a_run_its_killed_process_left_running(synthetic):
+def test_the_next_command_closes_a_run_its_killed_process_left_running(synthetic, monkeypatch):
     """kill -9 leaves the run RUNNING (and a logged model PENDING): the next training in the
     experiment marks it KILLED and the model FAILED, says so in one line before it starts,
     and the killed run can still be resumed."""
@@ -471,11 +473,16 @@ def test_the_next_command_closes_a_run_its_killed_process_left_running(synthetic
     other = [a for a in args if not a.startswith("seed=")] + [f"seed={config.seed + 1}"]
     result = CliRunner().invoke(main, ["train", *other, "--no-progress"])
     assert result.exit_code == 0, result.output
-    assert (f"run {killed} was left RUNNING by a process that is gone: marked KILLED (continue "
-            f"it with: rul train ... --resume {killed})") in result.stderr.splitlines()
+    said = next(line for line in result.stderr.splitlines() if line.startswith(f"run {killed} "))
+    gone = f"run {killed} was left RUNNING by a process that is gone: marked KILLED (continue it "
+    assert said.startswith(gone + "with: rul train experiments/fd001.yaml ") and said.endswith(
+        f" --resume {killed})"), said
     assert client.get_run(killed).info.status == "KILLED"
     assert client.get_logged_model(pending.model_id).status == LoggedModelStatus.FAILED
-    assert resume(args, killed).exit_code == 0
+    command = shlex.split(said.removeprefix(gone + "with: ").removesuffix(")"))
+    monkeypatch.chdir(ROOT)  # where experiments/ is
+    continued = CliRunner().invoke(main, [*command[1:], "--no-progress"])  # as said
+    assert continued.exit_code == 0, (command, continued.output)
     assert client.get_run(killed).info.status == "FINISHED"
 
 
@@ -507,11 +514,15 @@ def test_a_run_killed_after_registering_keeps_one_version_and_takes_the_champion
     versions = [v for v in client.search_model_versions("name='rul-fd001'")
                 if v.tags.get("run_id") == killed]
     assert len(versions) == 1, [(v.version, v.run_id, v.tags) for v in versions]
+    # finished, its version gains the evidence its run logged since, and competes on it
+    finished = client.get_run(killed).data.tags
+    assert versions[0].tags["selection.engines"] == finished["selection.engines"]
     assert client.get_registered_model("rul-fd001").aliases["champion"] == versions[0].version
 
 
 @pytest.mark.parametrize("by_id", [False, True])
-def test_resume_after_a_config_change_names_the_run_and_the_keys(synthetic, by_id):
+def test_resume_after_a_config_change_names_the_run_and_the_keys(synthetic, by_id,
+                                                                 monkeypatch):
     """`--resume lr=0.01`: no unfinished run of that config, but one of the config it
     changed: the line names that run and the key, and how to resume it."""
     store, args, config = synthetic
@@ -521,19 +532,57 @@ def test_resume_after_a_config_change_names_the_run_and_the_keys(synthetic, by_i
     line = result.stderr.strip().splitlines()[-1]
     assert f"run {run_id} has a checkpoint but trained " in line
     assert f"lr={config.lr} (this command: 0.01)" in line and "epochs=4 (this command: 6)" in line
-    assert line.endswith(f"--resume {run_id}")
-    assert resume(args).exit_code == 0  # resumed as it said
+    assert line.endswith(f"--resume {run_id}") and "resume it with: rul train " in line
+    monkeypatch.chdir(ROOT)  # where experiments/ is
+    command = shlex.split(line.partition("resume it with: ")[2])
+    resumed = CliRunner().invoke(main, [*command[1:], "--no-progress"])
+    assert resumed.exit_code == 0, (command, resumed.output)  # resumed as it said
 
 
-def test_ctrl_c_after_an_epoch_keeps_the_checkpoint_and_says_resume(synthetic, monkeypatch):
-    store, args, config = synthetic
+def test_two_trainings_at_once_are_said_and_ctrl_c_names_the_run_to_resume(synthetic,
+                                                                           monkeypatch):
+    """A training started while another of its config trains in the store names that run;
+    Ctrl-C of it prints the exact command, which continues this run, not the other. With both
+    unfinished, a bare `--resume` names them and asks for one."""
     from rul.tracking.mlflow_listener import MLflowListener
+    from rul.tracking.run_owner import reopen
 
-    monkeypatch.setattr(MLflowListener, "on_epoch", InterruptAtEpoch(1).on_epoch)
-    result = CliRunner().invoke(main, ["train", *args, "--no-progress"])
+    store, args, config = synthetic
+    client, checkpoints = MlflowClient(store.uri), RunCheckpoints(config.checkpoint_dir)
+    other = interrupted_run(config, at_epoch=1)
+    reopen(client, other)  # another process trains it now: RUNNING, its owner alive, held
+    with checkpoints.held(other):
+        monkeypatch.setattr(MLflowListener, "on_epoch", InterruptAtEpoch(1).on_epoch)
+        result = CliRunner().invoke(main, ["train", *args, "--no-progress"])
+        monkeypatch.undo()
     assert result.exit_code == 130
-    assert result.stderr.endswith("interrupted: the run is marked KILLED and its checkpoint "
-                                  "kept; continue it with: rul train ... --resume\n")
+    (mine,) = [r.info.run_id for r in client.search_runs(
+        [client.get_run(other).info.experiment_id], filter_string=f"params.seed = '{config.seed}'")
+        if r.info.run_id != other]
+    lines = result.stderr.splitlines()
+    assert [line for line in lines if line.startswith("note: ")] == [
+        f"note: run {other} (started {started(client, other)}, 1 epochs done) of this config is "
+        "training in this store too; both go on, each its own run and checkpoint"]
+    said = "interrupted: the run is marked KILLED and its checkpoint kept; continue it with: "
+    assert lines[-1] == said + shlex.join(["rul", "train", *args, "--resume", mine])
+    client.set_terminated(other, status="KILLED")  # the other stopped too: two to resume
+    bare = resume(args)
+    assert bare.exit_code == 2 and "Traceback" not in bare.output
+    refused = bare.stderr.strip().splitlines()[-1]
+    assert refused.startswith("Error: --resume: 2 unfinished runs of this config can be "
+                              f"continued: {mine} (started {started(client, mine)}, ")
+    assert f"; {other} (started {started(client, other)}, 1 epochs done); name one: --resume " \
+           "RUN_ID" in refused
+    again = CliRunner().invoke(main, [*shlex.split(lines[-1].removeprefix(said))[1:],
+                                      "--no-progress"])
+    assert again.exit_code == 0, again.output
+    assert client.get_run(mine).info.status == "FINISHED"
+    assert client.get_run(other).info.status == "KILLED" and checkpoints.has_checkpoint(other)
+
+
+def started(client, run_id: str) -> str:
+    return datetime.fromtimestamp(client.get_run(run_id).info.start_time / 1000).strftime(
+        "%Y-%m-%d %H:%M")
 
 
 @pytest.mark.slow

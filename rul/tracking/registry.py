@@ -178,10 +178,11 @@ def register_and_promote(model_uri: str, name: str, run_id: str, val_rmse: float
     client = MlflowClient()
     run = client.get_run(run_id)
     registered = [v for v in _versions(client, name) if _run_of(v) == run_id]
-    if registered:  # a run is registered once: a resumed run that was, keeps its version,
-        version = min(registered, key=lambda v: int(v.version))  # its tags the run's at its end
-        for key, value in version_tags(run, val_rmse).items():
-            client.set_model_version_tag(name, version.version, key, value)
+    if registered:  # a run is registered once: a resumed run that was keeps its version and
+        version = min(registered, key=lambda v: int(v.version))  # figure, and gains the tags
+        for key, value in version_tags(run, val_rmse).items():  # its run logged since
+            if key not in version.tags:
+                client.set_model_version_tag(name, version.version, key, value)
     else:
         with said_in_one_line(REGISTRATION_CHATTER):  # the command says it in its own words
             version = mlflow.register_model(model_uri, name, tags=version_tags(run, val_rmse))

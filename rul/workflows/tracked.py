@@ -20,7 +20,7 @@ from rul.interrupts import deferred
 from rul.tracking.lifecycle import active_run, created_run
 from rul.tracking.mlflow_listener import MLflowListener
 from rul.tracking.registry import register_and_promote, registered_model_name
-from rul.tracking.run_checkpoints import RunCheckpoints
+from rul.tracking.run_checkpoints import RunCheckpoints, run_text
 from rul.tracking.run_logging import log_outcome, log_plan, source_tags
 from rul.tracking.run_names import CONFIG_DIGEST_TAG, config_digest, default_run_name
 from rul.tracking.run_owner import reopen
@@ -61,6 +61,8 @@ def track(plan, role: RunRole, store: Store, listener: TrainingListener | None =
     config = plan.config
     checkpoints = RunCheckpoints(config.checkpoint_dir)
     checkpoints.close_abandoned(MlflowClient(), store.experiment_id, plan.resume_run_id)
+    if role.resumable and plan.resume_run_id is None:
+        _say_runs_training_now(checkpoints, store.experiment_id, config_digest(plan.written))
     created = []
 
     def create() -> str:  # the run and its identity are written whole, or not at all
@@ -87,6 +89,15 @@ def track(plan, role: RunRole, store: Store, listener: TrainingListener | None =
     finally:
         if created and not role.resumable:
             checkpoints.remove(created[0])
+
+
+def _say_runs_training_now(checkpoints: RunCheckpoints, experiment_id: str,
+                           digest: str) -> None:
+    """One line per run of this config another process trains in this store: both go on,
+    each its own run and checkpoint, each registered."""
+    for run in checkpoints.training_now(MlflowClient(), experiment_id, digest):
+        print(f"note: run {run_text(run)} of this config is training in this store too; both "
+              "go on, each its own run and checkpoint", file=sys.stderr)
 
 
 def open_run(plan, role: RunRole, experiment_id: str) -> str:
