@@ -83,7 +83,7 @@ def train(config, windows, sync_free: bool, monkeypatch, poison=None, **kwargs):
     return state, steps.results, model
 
 
-def test_only_a_fused_optimizer_with_a_rate_tensor_decides_on_the_device():
+def test_the_optimizer_decides_on_the_device_when_sync_free_and_not_with_onecycle():
     model = network_of(tiny(), 14).build()
     settings = optimizer_settings(tiny())
     assert not decides_on_device(make_optimizer(model, settings))  # a CPU run: as ever
