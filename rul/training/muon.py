@@ -188,8 +188,8 @@ def _rate(group: dict) -> float | torch.Tensor:
 
 
 def _add_scaled(p: torch.Tensor, update: torch.Tensor, alpha: float | torch.Tensor) -> None:
-    """p += alpha x update, by one rounding either way (add's alpha and addcmul's product
-    are both fused multiply-adds: a tensor alpha moves p as the host's number does)."""
+    """p += alpha x update; a 0-dim tensor alpha by addcmul, which on a CPU rounds as add
+    with the host's number does (one fused multiply-add: tests/test_muon.py)."""
     if isinstance(alpha, torch.Tensor):
         p.addcmul_(update, alpha)
     else:
