@@ -153,7 +153,8 @@ def test_muons_sync_free_step_is_the_hosts_bit_for_bit_in_every_precision(precis
     autocast alike)."""
     config = tiny(optimizer="muon", precision=precision, warmup_epochs=1, weight_decay=0.1,
                   filters=4, hidden_size=8)
-    settings = optimizer_settings(config)
+    step = step_settings(config, resolve_precision(precision, CPU))
+    settings = optimizer_settings(config, step.precision)
     torch.manual_seed(0)
     host_model = network_of(config, 5).build()
     device_model = copy.deepcopy(host_model)
@@ -161,7 +162,7 @@ def test_muons_sync_free_step_is_the_hosts_bit_for_bit_in_every_precision(precis
     device = make_optimizer(device_model, settings, sync_free=True)
     scheduler = make_scheduler(host, settings, 8)
     schedule = DeviceSchedule(device, lambda o: make_scheduler(o, settings, 8), 8, config.lr)
-    step = step_settings(config, resolve_precision(precision, CPU))
+    assert ("floor" in device.param_groups[0]) == (precision != "fp32")
     host_scaler, device_scaler = step.precision.grad_scaler(), step.precision.grad_scaler()
     hosts, devices = [], []
     for i in range(8):
