@@ -150,6 +150,7 @@ def test_with_its_floor_a_half_precision_rounding_moves_the_update_little(precis
     rounding = noise * (0.25 * torch.finfo(HALF[precision]).eps * gradient.norm()
                         / noise.norm())
     assert floor_of("fp32") == 0.0  # fp32: the iteration as it was, bit for bit
+    assert floor_of("fp16") == floor_of("bf16") > 0  # one update rule in half precision
 
     def moved(floor: float) -> float:
         one, other = (orthogonalized(g, floor=floor) for g in (gradient, gradient + rounding))

@@ -26,16 +26,18 @@ NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 NS_STEPS = 5
 EPS = 1e-7
 MOMENTUM = 0.95
-# The floor under the singular values the iteration lifts, in units of the gradients' own
-# rounding (torch.finfo(dtype).eps) times the update's norm: well above the difference two
-# splits of one batch make in half precision (docs: Concepts, The training step).
+# The floor under the singular values the iteration lifts, in units of bf16's rounding
+# (torch.finfo(torch.bfloat16).eps) times the update's norm: well above the difference two
+# splits of one batch make in either half precision. One floor for both, bf16's: fp16's own
+# eps held its splits only on some draws (docs: Concepts, Precision; Results, Decisions).
 FLOOR_EPS = 25.0
 HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def floor_of(precision: str) -> float:
-    """The floor for gradients computed in `precision` (fp32: none, the iteration as ever)."""
-    return FLOOR_EPS * torch.finfo(HALF[precision]).eps if precision in HALF else 0.0
+    """The floor for gradients computed in `precision`: the same for fp16 and bf16, the update
+    Muon takes then one function of the gradient (fp32: none, the iteration as ever)."""
+    return FLOOR_EPS * torch.finfo(torch.bfloat16).eps if precision in HALF else 0.0
 
 
 def takes_muon(parameter: torch.Tensor) -> bool:
