@@ -222,16 +222,14 @@ def test_a_cache_that_cannot_be_written_is_no_error(tmp_path, monkeypatch):
 
 
 def test_a_cache_write_interrupted_leaves_no_scratch_file(tmp_path, monkeypatch):
-    from pathlib import Path
+    from rul.files import CacheFile
 
-    from rul.files import keep_in_cache
-
-    def interrupted(self, target):
+    def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Path, "replace", interrupted)
+    monkeypatch.setattr(os, "rename", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        keep_in_cache(tmp_path / "cache" / "graph.onnx", b"graph")
+        CacheFile(tmp_path / "cache", "graph.onnx").keep(b"graph")
     assert list((tmp_path / "cache").iterdir()) == []
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from rul.data.layout import CMAPSS, Layout
-from rul.files import cache_folder, keep_in_cache
+from rul.files import CacheFile, cache_file
 from rul.serving.runtime import INPUT_NAME, OUTPUT_NAME, onnxruntime
 from rul.serving.spec import SPEC_FILE, InferenceSpec
 
@@ -61,14 +61,17 @@ def export_onnx(network: torch.nn.Module, path: str | Path, window: int,
     the largest difference in cycles from torch on a probe batch (ExportError above
     MAX_DIFFERENCE). The graph traced once per architecture is kept unoptimized and takes each
     network's weights before torch's optimization, so its file is byte for byte a fresh
-    trace's; a kept graph that fails in any way is passed over and replaced by a new trace."""
+    trace's; a kept graph that fails in any way is passed over (one warning line for the user
+    cache's) and replaced by a new trace."""
     network = copy.deepcopy(network).cpu().float().eval()
     key = _comparable(_architecture(network, window, n_features))
-    for graph in _kept(key):
+    for graph, kept in _kept(key):
         try:
             _write(network, graph, path)
             difference = check_export(network, path, window, n_features)
         except Exception:  # noqa: BLE001 (not the network's graph after all: the next, or a trace)
+            if kept is not None:
+                kept.doubt("does not compute what the network computes")
             continue
         _remember(key, graph, on_disk=False)
         return difference
@@ -88,13 +91,16 @@ def _comparable(key: tuple) -> tuple | None:
 
 
 def _kept(key: tuple | None):
-    """The graphs kept for `key`: this process's, then the user cache's."""
+    """The graphs kept for `key`: this process's, then the user cache's, each with the cache
+    file it came from (None: this process's)."""
     if key is None:
         return
     if key in _GRAPHS:
-        yield _GRAPHS[key]
-    with contextlib.suppress(OSError):
-        yield _cache_file(key).read_bytes()
+        yield _GRAPHS[key], None
+    kept = _cache_file(key)
+    graph = kept.read()
+    if graph is not None:
+        yield graph, kept
 
 
 def _remember(key: tuple | None, graph: bytes, on_disk: bool) -> None:
@@ -105,16 +111,16 @@ def _remember(key: tuple | None, graph: bytes, on_disk: bool) -> None:
     while len(_GRAPHS) > KEPT_GRAPHS:
         _GRAPHS.popitem(last=False)
     if on_disk:
-        keep_in_cache(_cache_file(key), graph)
+        _cache_file(key).keep(graph)
 
 
-def _cache_file(key: tuple) -> Path:
+def _cache_file(key: tuple) -> CacheFile:
     """The cache file of an architecture's graph, for the exporter's versions: a new torch or
     onnxscript traces again."""
     import onnxscript
 
     named = repr((key, torch.__version__, onnxscript.__version__)).encode()
-    return cache_folder() / GRAPH_CACHE / f"{hashlib.sha256(named).hexdigest()[:32]}.onnx"
+    return cache_file(f"{GRAPH_CACHE}/{hashlib.sha256(named).hexdigest()[:32]}.onnx")
 
 
 def _trace(network: torch.nn.Module, window: int, n_features: int) -> bytes:
