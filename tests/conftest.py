@@ -40,7 +40,8 @@ from rul.data.schema import COLUMNS, INFORMATIVE_SENSORS, SENSOR_COLUMNS, SETTIN
 # README's commands, 8 minutes of the end-to-end tier, did).
 LONGEST_FIRST = ("test_readme_runs.py", "test_full_disk.py", "test_scale_out.py", "test_tuning.py",
                  "test_store_first_use.py", "test_interrupts.py", "test_memory.py",
-                 "test_lean_env.py", "test_ensemble.py", "test_distributed.py",
+                 "test_lean_env.py", "test_forged_cache.py", "test_ensemble.py",
+                 "test_distributed.py",
                  "test_checkpoints.py", "test_reproducibility.py", "test_evaluate.py",
                  "test_test_units_unseen.py", "test_intervals.py", "test_fleet.py", "test_plan.py",
                  "test_console.py", "test_stacked.py", "test_tracking.py", "test_ui_browser.py",
