@@ -153,7 +153,7 @@ def plan_run(config: TrainConfig, resume: ResumeTarget | None = None,
     device = resolve_device(config.device)
     if device.type == "cpu":
         keep_freed_memory()  # no page faults per step (rul.training.hardware)
-    state = _resume_state(resume, world)
+    state = _resume_state(resume, world, config.epochs)
     precision = resolve_precision(config.precision, device, config.model,
                                   resumed=(state or {}).get("precision"), probe=cpu_measured)
     seeds = derive_seeds(config.seed, config.split_seed)
@@ -227,10 +227,11 @@ def check_calibration(config: TrainConfig, data: list[PreparedData]) -> None:
                           f"{'' if folds else ', or raise val_fraction'})")
 
 
-def _resume_state(resume: ResumeTarget | None, world: World) -> dict | None:
+def _resume_state(resume: ResumeTarget | None, world: World, epochs: int) -> dict | None:
     """The checkpoint to continue from: read by rank 0 onto the CPU (whatever device the run
-    trains on: checkpoint.load), the same on every rank."""
-    state = checkpoint.load(resume.checkpoint) if resume and world.is_main else None
+    trains on: checkpoint.load), its plain data checked against a run of `epochs` epochs, the
+    same on every rank."""
+    state = checkpoint.load(resume.checkpoint, epochs) if resume and world.is_main else None
     return world.broadcast(state)
 
 

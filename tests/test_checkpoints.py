@@ -7,6 +7,7 @@ Synthetic C-MAPSS files and a tiny model: each training takes a second or two.
 
 import hashlib
 import io
+import math
 import os
 import shlex
 import signal
@@ -42,11 +43,26 @@ TINY = ["epochs=4", "patience=10", "window=20", "filters=4", "num_layers=2", "hi
 # ---------------------------------------------------------------- the file
 
 
+def plain_state(epoch: int = 1, weights=None) -> dict:
+    """The plain data Checkpointer.save writes after `epoch` epochs, its tensors small."""
+    from rul.training.state import TrainState
+
+    weights = {"w": torch.zeros(2) if weights is None else weights}
+    progress = {**TrainState().as_dict(), "epoch": epoch, "step": 2 * epoch,
+                "best_epoch": epoch, "best_val_rmse": 14.5, "best_weights": weights,
+                "history": [{"val_rmse": 14.5, "train_loss_epoch": 200.0}] * epoch,
+                "grad_norms": [1.0] * 2 * epoch}
+    return {"model": weights, "optimizer": {"state": {}, "param_groups": []},
+            "precision": "fp32", "scaler": {}, "scheduler": None, "ema": None,
+            "train_state": progress, "rng": checkpoint.rng_state()}
+
+
 def test_a_checkpoint_reads_back_what_was_saved(tmp_path):
-    state = {"weights": torch.arange(10.0), "epoch": 3}
+    state = plain_state(3, torch.arange(10.0))
     checkpoint.save(tmp_path / "run.pt", state)
     loaded = checkpoint.load(tmp_path / "run.pt")
-    assert torch.equal(loaded["weights"], state["weights"]) and loaded["epoch"] == 3
+    assert torch.equal(loaded["model"]["w"], state["model"]["w"])
+    assert loaded["train_state"]["epoch"] == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.pt"]
 
 
@@ -71,25 +87,25 @@ def test_a_damaged_checkpoint_is_detected_before_it_is_used(tmp_path, damage):
 
 
 def test_a_checkpoint_of_an_older_rul_without_digest_still_loads(tmp_path):
-    torch.save({"epoch": 2}, tmp_path / "old.pt")
-    assert checkpoint.load(tmp_path / "old.pt") == {"epoch": 2}
+    torch.save(plain_state(2), tmp_path / "old.pt")
+    assert checkpoint.load(tmp_path / "old.pt")["train_state"]["epoch"] == 2
 
 
 def test_the_previous_checkpoint_is_kept_and_a_crash_mid_write_leaves_it(tmp_path,
                                                                          monkeypatch):
     path = tmp_path / "run.pt"
-    checkpoint.save(path, {"epoch": 1})
-    checkpoint.save(path, {"epoch": 2})
-    assert checkpoint.load(path)["epoch"] == 2
-    assert checkpoint.load(checkpoint.previous(path))["epoch"] == 1
+    checkpoint.save(path, plain_state(1))
+    checkpoint.save(path, plain_state(2))
+    assert checkpoint.load(path)["train_state"]["epoch"] == 2
+    assert checkpoint.load(checkpoint.previous(path))["train_state"]["epoch"] == 1
 
     def crash(*args, **kwargs):  # the process dies while the new file is written
         raise OSError("No space left on device")
 
     monkeypatch.setattr(os, "fsync", crash)
     with pytest.raises(OSError):
-        checkpoint.save(path, {"epoch": 3})
-    assert checkpoint.load(path)["epoch"] == 2  # the good one is untouched
+        checkpoint.save(path, plain_state(3))
+    assert checkpoint.load(path)["train_state"]["epoch"] == 2  # the good one is untouched
     monkeypatch.undo()
     Checkpointer(path).remove()
     assert list(tmp_path.iterdir()) == []  # the newest, the previous and the partial one
@@ -186,6 +202,49 @@ def test_resume_from_a_crafted_checkpoint_runs_nothing_and_ends_in_one_line(synt
     assert result.stderr.count("\n") == 1
     assert path.exists()  # evidence kept; the run stays as it was
     assert MlflowClient(store.uri).get_run(run_id).info.status == "KILLED"
+
+
+def _forged(state: dict, change: str) -> str:
+    """`state` changed as a hand-edited checkpoint would be; what rul says is wrong."""
+    progress = state["train_state"]
+    if change == "epoch":  # its history made to agree: only the run's epochs refuse it
+        progress["epoch"] = 5
+        progress["history"] = progress["history"] * 3
+        del progress["history"][5:]
+        return "its train_state.epoch 5 is beyond the run's 4 epochs"
+    if change == "million":
+        progress["epoch"] = 10**6
+        return "its train_state.history is not 1000000 epochs of numbers"
+    if change in ("negative", "nan"):
+        progress["best_val_rmse"] = -1.0 if change == "negative" else math.nan
+        return f"its train_state.best_val_rmse is {progress['best_val_rmse']!r}, not a finite " \
+               "RMSE >= 0"
+    if change == "history":
+        del progress["history"]
+        return "its train_state lacks history"
+    del state["optimizer"]
+    return "it lacks optimizer"
+
+
+@pytest.mark.parametrize("change", ["epoch", "million", "negative", "nan", "history",
+                                    "optimizer"])
+def test_resume_from_plain_data_rul_never_writes_ends_in_one_line(synthetic, change):
+    """A checkpoint with a valid digest whose plain data claims an epoch beyond the run, a
+    negative or NaN validation RMSE, or lacks a key: exit 2, one line saying which; the run is
+    neither trained on nor registered."""
+    store, args, config = synthetic
+    run_id = interrupted_run(config)
+    path = RunCheckpoints(config.checkpoint_dir).path(run_id)
+    state = checkpoint.load(path)
+    said = _forged(state, change)
+    checkpoint.save(path, state)
+    checkpoint.previous(path).unlink()  # no earlier checkpoint to fall back on
+    result = resume(args)
+    assert result.exit_code == 2, result.output
+    assert said in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert "Traceback" not in result.output
+    run = MlflowClient(store.uri).get_run(run_id)
+    assert run.info.status == "KILLED" and "registered_model" not in run.data.tags
 
 
 # ---------------------------------------------------------------- --resume
