@@ -642,9 +642,11 @@ def test_models_logged_before_the_lean_runtime_still_load(mlflow_store, tmp_path
     strict = CliRunner().invoke(main, ["predict", "--model", uri, "--input",
                                        str(write_csv(rows, tmp_path / "rows.csv")), "--strict",
                                        "--tracking-uri", mlflow.get_tracking_uri()])
-    assert strict.exit_code == 2
-    assert "this model was logged before rul checked inputs against the training fleet" in (
-        strict.output)
+    assert strict.exit_code == 2  # rul predict reads models as data: a pickle is not read
+    assert strict.output == (f"Error: {uri}: not a rul model with ONNX networks (no inference/"
+                             "inference_spec.json); one logged before rul's lean runtime loads "
+                             "only with mlflow.pyfunc.load_model, which runs the model's code: "
+                             "only from a registry you trust\n")
 
 
 def test_cli_predict_warns_of_units_outside_the_fleet_and_strict_refuses(store, tmp_path,

@@ -21,7 +21,7 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from rul.serving import deadline
+from rul.serving import deadline, served
 from rul.serving.admission import RETRY_AFTER_S
 from rul.serving.scoring import Answer, answer
 
@@ -36,14 +36,12 @@ def trim_memory() -> None:
 
 
 def _load(path: str) -> None:
-    """The worker's start: its model loaded. Ctrl-C reaches the terminal's whole process
-    group; the server ends this worker itself when it stops (no traceback of its own)."""
+    """The worker's start: its model loaded (read as data: rul.serving.served). Ctrl-C
+    reaches the terminal's whole process group; the server ends this worker itself when it
+    stops (no traceback of its own)."""
     global _model
-    import mlflow.pyfunc
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    _model = mlflow.pyfunc.load_model(path)
+    _model = served.Served(served.load(path))
 
 
 def _ready() -> int:
@@ -86,8 +84,7 @@ def _work(body: bytes, media: str, deadline_at: float) -> Answer:
 class Lanes:
     """A worker process that loads the model from `path` (a local model folder), started at
     once; this process's `model` (the same one) is set by the caller. The worker is forked
-    from a fork server that imported rul first: loading a model puts its code/ first on
-    sys.path, and a fresh process would import the model's copy of rul."""
+    from a fork server that imported rul first (its start is then a fork, not an import)."""
 
     def __init__(self, path: str):
         self.path, self.model = str(path), None

@@ -6,9 +6,10 @@ out, with numpy, pandas and onnxruntime only (no torch, no scikit-learn, no MLfl
     model.predict(rows)                       # raw rows (the data set's columns) -> per unit
     model.predict(rows, {"strict": True})     # the same parameters as the served model
 
-The served pyfunc (rul.serving.lean_pyfunc) is this class behind MLflow's interface. A model
-folder carries the rul code it needs in code/ (MLflow's code_paths): with rul not installed,
-put that folder on the path first (sys.path.insert(0, "path/to/model/code")).
+The served pyfunc (rul.serving.lean_pyfunc) is this class behind MLflow's interface; `rul
+predict` and rul's server load it directly (rul.serving.served), reading the folder as data. A
+model folder carries the rul code it needs in code/ (MLflow's code_paths): with rul not
+installed, put that folder on the path first (sys.path.insert(0, "path/to/model/code")).
 """
 
 import os
@@ -71,6 +72,10 @@ class LeanModel:
         spec = InferenceSpec.read(folder / SPEC_FILE)
         if not spec.onnx:
             raise ValueError(f"{folder / SPEC_FILE}: names no ONNX files")
+        outside = [name for name in spec.onnx if Path(name).name != name or name in ("", "..")]
+        if outside:  # the spec is data: it names files beside it, nothing elsewhere
+            raise ValueError(f"{folder / SPEC_FILE}: ONNX file {outside[0]!r} is not a file "
+                             "name beside the spec")
         options = ort.SessionOptions()
         if threads is not None:
             options.intra_op_num_threads = threads
