@@ -28,6 +28,7 @@ from rul.serving.connections import protocol
 from rul.serving.guard import Guard
 from rul.serving.lanes import Lanes
 from rul.serving.limits import Limits, add_flags, from_args
+from rul.urls import masked
 
 TIMEOUT_ENV = "MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT"
 SPARE_FILES = 256  # file descriptors kept besides the connections (the store, the worker)
@@ -105,7 +106,7 @@ def _run(args, limits: Limits, folder: str) -> None:
     served = uvicorn.Config(guard, host=args.host, port=args.port, http=protocol(limits),
                             timeout_keep_alive=limits.keep_alive, log_config=None,
                             log_level="warning")
-    print(f"serving {args.model} on http://{args.host}:{args.port}/invocations "
+    print(f"serving {masked(args.model)} on http://{args.host}:{args.port}/invocations "
           f"({describe(limits)})", file=sys.stderr, flush=True)
     try:
         asyncio.run(_serve(uvicorn.Server(served)))
