@@ -208,3 +208,44 @@ def test_a_share_of_the_budget_is_kept_for_small_requests():
 
     first, second, small = asyncio.run(together())
     assert (first[0], second[0], small[0]) == (200, 503, 200)
+
+
+async def _endless(app, headers) -> tuple[int, str, int]:
+    """A POST whose body never ends: (status, its line, the reads the guard made)."""
+    reads, sent = 0, []
+
+    async def receive():
+        nonlocal reads
+        reads += 1
+        await asyncio.sleep(0)  # as a socket's read: the guard's timeout can fire
+        return {"type": "http.request", "body": b"x" * 100, "more_body": True}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "path": "/invocations", "method": "POST",
+             "headers": [(k.encode(), v.encode()) for k, v in headers]}
+    await asyncio.wait_for(app(scope, receive, send), 5)
+    return sent[0]["status"], message(sent[1]["body"]), reads
+
+
+def test_a_body_with_no_end_is_read_on_up_to_the_limit_and_cut_with_413():
+    """A limit of 1,000 bytes, 100 bytes a read: a Content-Length of 10**15 is refused at once
+    and read on for the limit at most, a chunked body with no end the same once past it (it
+    was read to its end: forever); a client waiting for 100 Continue is answered before it
+    sends a byte (a read would ask it to send)."""
+    declared = [JSON, ("content-length", str(10**15))]
+    for headers, most in ((declared, 11), ([JSON], 22),
+                          ([*declared, ("expect", "100-continue")], 0),
+                          ([("content-type", "text/html"), ("expect", "100-Continue")], 0)):
+        status, line, reads = asyncio.run(_endless(guard(), headers))
+        assert status in (413, 415) and reads <= most, (headers, reads)
+        assert line.startswith(("body: larger than this server's limit of",
+                                "headers: Content-Type must be")), line
+
+
+def test_a_compressed_body_is_refused_saying_so():
+    status, _, body = call(guard(), [b"{}"], headers=[JSON, ("content-encoding", "gzip")])
+    assert (status, message(body)) == (
+        415, "headers: Content-Encoding is not accepted; send the body uncompressed")
+    assert call(guard(), [b"{}"], headers=[JSON, ("content-encoding", "identity")])[0] == 200

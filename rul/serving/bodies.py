@@ -20,6 +20,7 @@ MEDIA = {"application/json": JSON, "text/csv": CSV, "application/vnd.apache.parq
 ACCEPTED = "application/json, text/csv or application/vnd.apache.parquet"
 DATA_KEYS = "dataframe_split or dataframe_records"
 ROWS_PER_PART = 50_000  # JSON rows made into a frame at once
+GZIP_MAGIC = b"\x1f\x8b"  # how a gzip stream starts (RFC 1952)
 DECODED_BYTES = 8  # what a Parquet value takes decoded (a float64 or int64 column)
 
 
@@ -50,6 +51,16 @@ def media_of(content_type: bytes | str | None) -> str:
     return kind
 
 
+def plain(content_encoding: bytes | str | None) -> None:
+    """BodyError (415) for a Content-Encoding other than identity: the server reads bodies as
+    they are sent, never decompressed (a gzip body would be read as JSON and not be JSON)."""
+    if isinstance(content_encoding, bytes):
+        content_encoding = content_encoding.decode("latin-1")
+    if (content_encoding or "").strip().lower() not in ("", "identity"):
+        raise BodyError("headers: Content-Encoding is not accepted; send the body "
+                        "uncompressed", 415)
+
+
 def parquet_readable() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
@@ -76,6 +87,9 @@ def decoded_size(body: bytes) -> int:
 
 def read_body(body: bytes, media: str) -> tuple[pd.DataFrame, dict | None]:
     """The rows of a body and its request parameters (JSON only; None for the defaults)."""
+    if media != PARQUET and body[:2] == GZIP_MAGIC:
+        raise BodyError(f"body: gzip-compressed; send the {media.upper()} uncompressed (this "
+                        "server decompresses nothing)")
     if media == JSON:
         return _json(body)
     if media == CSV:

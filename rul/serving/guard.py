@@ -6,9 +6,11 @@ request: another method, 405 (Allow: POST); no Content-Type, 400, another type o
 counted as it comes, Parquet by its decoded size) does not fit what is left of the memory
 budget, 503 with Retry-After, or 413 when it never could (rul.serving.admission); an empty
 body, 400. Then the body is answered where it cannot stall the others (rul.serving.lanes) with
-its deadline: past it, 504 and its work stops. A refused body is read to its end (and dropped)
-so that the client hears the answer, within the connection's deadlines
-(rul.serving.connections); the answer closes the connection. MLflow's app answers /ping,
+its deadline: past it, 504 and its work stops. A refused body is read on (and dropped) so that
+the client hears the answer, within the connection's deadlines (rul.serving.connections), but
+never more than the body limit again: a body with no end (or a Content-Length of 10**15) is
+cut there, and a client that waits for `100 Continue` is answered before it sends a byte. The
+answer closes the connection. MLflow's app answers /ping,
 /health and /version, FastAPI's /docs, /redoc and /openapi.json only with `docs`; any other
 path is rul's 404 (never a redirect, whose Location would come from the client's Host header).
 """
@@ -17,7 +19,7 @@ import asyncio
 import time
 
 from rul.serving.admission import RETRY_AFTER_S, Budget, expected_peak
-from rul.serving.bodies import DATA_KEYS, PARQUET, BodyError, decoded_size, media_of
+from rul.serving.bodies import DATA_KEYS, PARQUET, BodyError, decoded_size, media_of, plain
 from rul.serving.lanes import IN_PROCESS_BYTES, Lanes, trim_memory
 from rul.serving.limits import Limits
 from rul.serving.scoring import Answer, logger, timed_out
@@ -49,17 +51,20 @@ class Guard:
                                                     "METHOD_NOT_ALLOWED"),
                                extra=[(b"allow", b"POST")])
         headers = dict(scope.get("headers") or [])
+        waiting = headers.get(b"expect", b"").strip().lower() == b"100-continue"
         try:
             media = media_of(headers.get(b"content-type"))
+            plain(headers.get(b"content-encoding"))
         except BodyError as error:
-            return await self._refuse(receive, send, Answer.refusal(error.status, error.line))
+            return await self._refuse(receive, send, Answer.refusal(error.status, error.line),
+                                      waiting)
         declared = headers.get(b"content-length", b"")
         declared = int(declared) if declared.isdigit() else None
         reservation = self.budget.reserve(0)
         try:
             refusal = self._admit(reservation, media, declared)
             if refusal is not None:
-                return await self._refuse(receive, send, refusal)
+                return await self._refuse(receive, send, refusal, waiting)
             body = await self._read(receive, reservation, media, declared is None)
             if isinstance(body, Answer):  # refused as it came (and read to its end)
                 return await _send(send, body)
@@ -129,7 +134,7 @@ class Guard:
                 if refusal is not None:
                     parts.clear()
                     if message.get("more_body"):
-                        await _drain(receive)
+                        await _drain(receive, self.max_body)
                     return refusal
             parts.append(chunk)
             if not message.get("more_body"):
@@ -146,9 +151,12 @@ class Guard:
         except TimeoutError:
             return timed_out(self.limits.timeout)
 
-    async def _refuse(self, receive, send, answer: Answer):
-        """Read the rest of the body (dropped) so that the client hears `answer`."""
-        await _drain(receive)
+    async def _refuse(self, receive, send, answer: Answer, waiting: bool = False):
+        """Read the rest of the body (dropped, up to the body limit) so that the client hears
+        `answer`; none when the client waits for `100 Continue` (`waiting`): it has sent
+        nothing, and reading would ask it to send."""
+        if not waiting:
+            await _drain(receive, self.max_body)
         await _send(send, answer)
 
 
@@ -156,11 +164,15 @@ def _mb(size: int) -> str:
     return f"{size / 2**20:,.1f}".removesuffix(".0")
 
 
-async def _drain(receive) -> None:
-    while True:
+async def _drain(receive, most: int) -> None:
+    """Read what is left of a body, dropped, until its end or `most` bytes (then the answer
+    and the connection's close cut it)."""
+    read = 0
+    while read <= most:
         message = await receive()
         if message["type"] == "http.disconnect" or not message.get("more_body"):
             return
+        read += len(message.get("body", b""))
 
 
 async def _send(send, answer: Answer, close: bool = True, extra=()) -> None:
