@@ -200,6 +200,34 @@ def test_a_unit_id_int64_cannot_hold_is_refused_in_every_format(model, media, un
         f"input: row {row}: unit is not a positive whole number below 2**63")
 
 
+@pytest.mark.parametrize("media", [JSON, CSV])
+def test_ids_past_2_53_beside_one_written_as_a_float_are_refused_not_merged(model, media):
+    """2**60 and 2**60 + 1 are two engines; one unit written 5.0 made the column floats, and
+    the two became one engine named 2**60, an id the client never sent."""
+    rows = ROWS.astype({"unit": object})
+    rows.loc[rows["unit"] == 1, "unit"] = 5.0
+    rows.loc[rows["unit"] == 2, "unit"] = 2**60
+    rows.loc[rows["unit"] == 3, "unit"] = 2**60 + 1
+    body = encode(rows, media)
+    if media == CSV:
+        body = body.replace(b"\n5,", b"\n5.0,")
+    result = answer(model, body, media)
+    assert result.status == 400, result.payload
+    row = int(np.argmax(ROWS["unit"].to_numpy() == 2)) + 1
+    assert strict(result.payload)["message"] == (
+        f"input: row {row}: unit is 2**53 or more in a column read as decimals (a unit written "
+        "like 5.0 or 1e3): a float cannot hold it exactly; write every unit as a whole number")
+
+
+@pytest.mark.parametrize("media", [JSON, CSV])
+def test_a_gzip_body_is_one_line_saying_so(media):
+    import gzip
+
+    with pytest.raises(BodyError, match=f"^body: gzip-compressed; send the {media.upper()} "
+                                        "uncompressed"):
+        read_body(gzip.compress(encode(ROWS, media)), media)
+
+
 def test_the_largest_unit_id_is_served_as_it_came(model):
     rows = ROWS.astype({"unit": np.int64})
     rows.loc[rows["unit"] == 3, "unit"] = 2**63 - 1
