@@ -9,6 +9,7 @@ columns the description does not name are ignored, named in one warning.
 
 import fnmatch
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -16,11 +17,14 @@ import pandas as pd
 from rul.data.errors import DataError
 from rul.data.layout import Layout
 from rul.data.reader import check_readable, read_trajectories
+from rul.data.schema import COLUMNS
 from rul.data.validation import validate_rows
 from rul.files import DATA_LIMIT, SizeLimit
 
 SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".txt": "cmapss"}
 NAMED = 5  # a message lists this many columns, then counts the rest
+MAX_SHOWN = 40  # characters of a column's name a message shows
+MAX_PATTERN = 256  # characters of a name or glob pattern in the data description
 
 
 class IgnoredColumnsWarning(UserWarning):
@@ -38,38 +42,98 @@ def table_format(path: Path, format: str = "auto") -> str:
     return found
 
 
-def read_table(path: str | Path, format: str = "auto",
-               limit: SizeLimit = DATA_LIMIT) -> pd.DataFrame:
-    """The table at `path`, every column as the file holds it (C-MAPSS text: its 26 named
-    columns, validated)."""
+def read_table(path: str | Path, format: str = "auto", limit: SizeLimit = DATA_LIMIT,
+               columns: list[str] | None = None) -> pd.DataFrame:
+    """The table at `path`: the `columns` named (None: every one) as the file holds them
+    (C-MAPSS text: its 26 named columns, validated). Only those are read; a named column of
+    list or nested cells is a DataError, never decoded."""
     path = Path(path)
     kind = table_format(path, format)
     if kind == "cmapss":
-        return read_trajectories(path, limit)
+        table = read_trajectories(path, limit)
+        return table if columns is None else table[columns]
     check_readable(path, limit)
     import pyarrow
 
-    try:
+    types = dict(_schema(path, kind))
+    for name in types if columns is None else columns:
+        if pyarrow.types.is_nested(types[name]):
+            raise DataError(path, f"column {quoted(name)}: list or nested cells; a column holds "
+                                  "one number per row")
+    with _unreadable(path, kind):
         if kind == "parquet":
             import pyarrow.parquet
 
-            table = pyarrow.parquet.read_table(path)
+            table = pyarrow.parquet.read_table(path, columns=columns)
         else:
             import pyarrow.csv
 
-            table = pyarrow.csv.read_csv(path)
-    except (pyarrow.ArrowInvalid, pyarrow.ArrowNotImplementedError, OSError) as error:
-        said = " ".join(str(error).split())[:200]
-        raise DataError(path, f"not a readable {kind.upper() if kind == 'csv' else 'Parquet'}"
-                              f" file: {said}") from None
+            table = pyarrow.csv.read_csv(path, convert_options=pyarrow.csv.ConvertOptions(
+                include_columns=columns))
     if table.num_rows == 0:
         raise DataError(path, "no rows")
     return table.to_pandas()
 
 
+def table_columns(path: str | Path, format: str = "auto",
+                  limit: SizeLimit = DATA_LIMIT) -> list[str]:
+    """The names of the columns of the table at `path`, read from its Parquet footer or its
+    CSV header (the first block), not its rows."""
+    path = Path(path)
+    kind = table_format(path, format)
+    if kind == "cmapss":
+        return list(COLUMNS)
+    check_readable(path, limit)
+    return [name for name, _ in _schema(path, kind)]
+
+
+def _schema(path: Path, kind: str) -> list:
+    """(name, pyarrow type) of each column of a CSV or Parquet file, read from its header."""
+    with _unreadable(path, kind):
+        if kind == "parquet":
+            import pyarrow.parquet
+
+            schema = pyarrow.parquet.read_schema(path)
+        else:
+            import pyarrow.csv
+
+            with pyarrow.csv.open_csv(path) as reader:
+                schema = reader.schema
+    return [(str(name), schema.field(i).type) for i, name in enumerate(schema.names)]
+
+
+@contextmanager
+def _unreadable(path: Path, kind: str):
+    """pyarrow's refusal to read `path` as one DataError naming the file."""
+    import pyarrow
+
+    try:
+        yield
+    except (pyarrow.ArrowInvalid, pyarrow.ArrowNotImplementedError, OSError) as error:
+        said = " ".join(str(error).split())[:200]
+        raise DataError(path, f"not a readable {kind.upper() if kind == 'csv' else 'Parquet'}"
+                              f" file: {said}") from None
+
+
+def shown(name) -> str:
+    """A column's name as a message shows it: as written when it is plain printable text,
+    else escaped as Python writes a string (no escape sequence or newline reaches the
+    terminal, none cuts the line), and cut to MAX_SHOWN characters."""
+    text = str(name)
+    text = text if text.isprintable() and text.strip() == text and text else repr(text)
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "..."
+
+
+def quoted(name) -> str:
+    """A name quoted as Python writes a string (escapes and all), cut to MAX_SHOWN
+    characters."""
+    text = str(name)
+    return repr(text) if len(text) <= MAX_SHOWN else repr(text[:MAX_SHOWN - 3]) + "..."
+
+
 def _listed(names: list) -> str:
-    shown = ", ".join(str(n) for n in names[:NAMED])
-    return shown + (f" and {len(names) - NAMED} more" if len(names) > NAMED else "")
+    listed = ", ".join(shown(n) for n in names[:NAMED])
+    return listed + (f" and {len(names) - NAMED} more" if len(names) > NAMED else "")
 
 
 def resolve(wanted: list[str], columns: list[str], role: str, path: Path,
@@ -79,16 +143,19 @@ def resolve(wanted: list[str], columns: list[str], role: str, path: Path,
     DataError for a name the table lacks or a pattern that matches nothing."""
     found = []
     for item in wanted:
+        if len(item) > MAX_PATTERN:  # fnmatch takes seconds on 20,000 [
+            raise DataError(path, f"data.{role}: a name or pattern of {len(item):,} characters"
+                                  f" ({quoted(item)}); at most {MAX_PATTERN}")
         if any(c in item for c in "*?["):
             matched = [c for c in columns if fnmatch.fnmatchcase(c, item) and c not in taken]
             if not matched:
-                raise DataError(path, f"data.{role}: the pattern {item!r} matches no column "
+                raise DataError(path, f"data.{role}: the pattern {quoted(item)} matches no column "
                                       f"(columns: {_listed(columns)})")
             found += [c for c in matched if c not in found]
         elif item not in columns:
             close = [c for c in columns if c.lower() == item.lower()]
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise DataError(path, f"data.{role}: no column {item!r}{hint} (columns: "
+            hint = f" (did you mean {quoted(close[0])}?)" if close else ""
+            raise DataError(path, f"data.{role}: no column {quoted(item)}{hint} (columns: "
                                   f"{_listed(columns)})")
         elif item not in found:
             found.append(item)
@@ -107,7 +174,7 @@ def layout_of(section, columns: list[str], path: Path) -> Layout:
     for role, names in (("settings", settings), ("sensors", sensors)):
         for name in names:
             if name in roles:
-                raise DataError(path, f"column {name!r} is both data.{roles[name]} and "
+                raise DataError(path, f"column {quoted(name)} is both data.{roles[name]} and "
                                       f"data.{role}")
             roles[name] = role
     return Layout(section.unit, section.time, tuple(settings), tuple(sensors))
@@ -120,8 +187,7 @@ def read_rows(path: str | Path, section, layout: Layout | None = None,
     renamed; its Layout, resolved from the `data:` section unless given (a test table must
     have the training table's columns); the columns `keep` names, as read, beside it)."""
     path = Path(path)
-    raw = read_table(path, section.format, limit)
-    columns = [str(c) for c in raw.columns]
+    columns = table_columns(path, section.format, limit)
     if layout is None:
         layout = layout_of(section, columns, path)
     else:
@@ -134,5 +200,7 @@ def read_rows(path: str | Path, section, layout: Layout | None = None,
         warnings.warn(IgnoredColumnsWarning(
             f"{path.name}: columns not in the data description, not read: {_listed(extra)}"),
             stacklevel=3)
-    kept = raw[[c for c in keep if c in columns]]
-    return validate_rows(raw[layout.names], path, layout), layout, kept
+    kept = [c for c in keep if c in columns]
+    raw = read_table(path, section.format, limit, columns=list(dict.fromkeys([*layout.names,
+                                                                              *kept])))
+    return validate_rows(raw[layout.names], path, layout), layout, raw[kept]
