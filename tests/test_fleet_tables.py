@@ -88,3 +88,20 @@ def test_a_pattern_of_20_000_brackets_is_refused_at_once_in_a_short_line(tmp_pat
     assert len(said) < 300 and said.endswith(
         "data.sensors: a name or pattern of 20,000 characters ('" + "[" * 37
         + "'...); at most 256")
+
+
+def test_engines_of_one_row_each_are_one_line_before_any_choice(tmp_path):
+    """Once "every sensor is constant" (features=informative) or an IndexError traceback
+    (features=all, window=1): a unit column that names rows, not engines."""
+    from rul.data import load_dataset
+
+    rows = table(60).assign(unit=np.arange(1, 61), cycle=1)
+    rows.to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(DataError) as raised:
+        load_dataset(section(train="t.csv", test_fraction=0.2), tmp_path)
+    assert str(raised.value) == (
+        f"{tmp_path / 't.csv'}: every unit has one row (60 units): a unit is one engine's "
+        "history, a row per cycle; is data.unit (unit) the column naming the engine?")
+    rows.assign(unit=np.repeat(np.arange(1, 7), 10), cycle=np.tile(np.arange(1, 11), 6)).to_csv(
+        tmp_path / "t.csv", index=False)  # six engines of ten cycles: read
+    assert len(load_dataset(section(train="t.csv", test_fraction=0.3), tmp_path).train)

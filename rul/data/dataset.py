@@ -67,6 +67,7 @@ def load_dataset(section, data_dir: str | Path | None = None, *, download: bool 
     train_path = folder / section.train
     keep = tuple(c for c in (section.censored_column,) if c)
     train, layout, kept = read_rows(train_path, section, limit=limit, keep=keep)
+    check_histories(train, section, train_path)
     files = {"train": train_path}
     censored = _censored(section, train, kept, train_path)
     check_named_sensors_vary(section, train, train_path)
@@ -89,6 +90,17 @@ def load_dataset(section, data_dir: str | Path | None = None, *, download: bool 
         files["rul"] = folder / section.test_rul
         test_rul = read_rul(files["rul"], n_units, limit)
     return Dataset(section.name, train, test, test_rul, files, layout, censored)
+
+
+def check_histories(train: pd.DataFrame, section, path: Path) -> None:
+    """Training units are engines' histories, a row per cycle: when no unit has two rows,
+    nothing ages and there is nothing to learn (DataError saying so, before any choice is
+    made on the rows)."""
+    units = train["unit"].to_numpy()
+    if len(units) and not (units[1:] == units[:-1]).any():
+        raise DataError(path, f"every unit has one row ({len(units):,} units): a unit is one "
+                              f"engine's history, a row per cycle; is data.unit "
+                              f"({section.unit}) the column naming the engine?")
 
 
 def check_named_sensors_vary(section, train: pd.DataFrame, path: Path) -> None:
