@@ -80,7 +80,7 @@ def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
     absent = None if Path(model_uri).exists() else absent_store(uri)  # a folder needs none
     if absent:
         raise ValueError(absent)
-    configure(uri)
+    configure(uri, writes=False)  # predicting reads the store: a read-only one serves
     with tempfile.TemporaryDirectory(prefix="rul-model-") as scratch:
         try:
             folder = served.local_model(model_uri, scratch)

@@ -85,3 +85,27 @@ def test_a_spec_that_names_files_elsewhere_or_is_not_json_is_one_line(planted, t
                                        str(real_data_dir / "test_FD001.txt")])
     assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
     assert result.output.startswith(f"Error: {folder}: not a readable rul model: ")
+
+
+def test_rul_predict_reads_a_store_it_cannot_write(planted, real_data_dir, tmp_path,
+                                                   monkeypatch):
+    """Predicting only reads: a store whose folder this user cannot write (as another user
+    meets it: the tests run as root) is used as it is, and none is created."""
+    import os
+
+    from rul.tracking import store
+
+    folder, _ = planted
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if Path(path) == locked
+                        else real_access(path, mode))
+    store._ready.clear()
+    result = CliRunner().invoke(main, [
+        "predict", "--model", str(folder), "--input", str(real_data_dir / "test_FD001.txt"),
+        "--output", str(tmp_path / "out.csv"), "--tracking-uri",
+        f"sqlite:///{locked}/mlflow.db"])
+    assert result.exit_code == 0, result.output
+    assert len(pd.read_csv(tmp_path / "out.csv")) == 100
+    assert list(locked.iterdir()) == []

@@ -40,33 +40,38 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 DATABASES = ("postgresql", "mysql", "mssql", "oracle")
 
-_ready: set[str] = set()  # stores made ready in this process
+_ready: set[tuple[str, bool]] = set()  # (store, for writes) made ready in this process
 DAMAGED = ("database disk image is malformed", "file is not a database")  # SQLite's words
 
 
-def configure(tracking_uri: str | None = None) -> str:
-    """Use the store `store_uri` names; it is made ready on first use (module docstring)."""
+def configure(tracking_uri: str | None = None, writes: bool = True) -> str:
+    """Use the store `store_uri` names; it is made ready on first use (module docstring).
+    `writes=False`: the command only reads (`rul predict`), so a store this user cannot
+    write is used as it is."""
     uri = store_uri(tracking_uri)
     # MLflow draws a progress bar for every tiny artifact it reads back; ours is the epoch bar.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     remember(uri)  # its secrets are masked in whatever the command prints
     mlflow.set_tracking_uri(for_mlflow(uri))
     os.environ["MLFLOW_TRACKING_URI"] = uri  # what subprocesses inherit: the URI as given
-    _make_ready(uri)
+    _make_ready(uri, writes)
     return uri
 
 
-def _make_ready(uri: str) -> None:
+def _make_ready(uri: str, writes: bool = True) -> None:
     database = sqlite_path(uri)
-    key = str(database.resolve()) if database else uri
-    if key in _ready:
+    key = (str(database.resolve()) if database else uri, writes)
+    if key in _ready or (key[0], True) in _ready:
         return
     if uri.startswith(("http://", "https://")):
         services.wait_for_http(uri, "MLflow tracking server")
     elif uri.split(":")[0].split("+")[0] in DATABASES:
         services.wait_for_database(uri, "MLflow tracking store")
     if database is not None:
-        _check_writable(database)
+        if not writes and not database.exists():
+            return  # nothing to read there (a model folder needs no store): none is made
+        if writes:
+            _check_writable(database)
         with _first_use_lock(database), quiet("mlflow.store.db.utils", "alembic"):
             if not database.exists() or database.stat().st_size == 0:  # 0: killed at once
                 print(f"a new MLflow store: {uri}", file=sys.stderr)
