@@ -44,7 +44,7 @@ def build(model_uri: str, limits: Limits, folder: str, docs: bool = False) -> Gu
 
     path = served.local_model(model_uri, folder)
     model = served.Served(served.load(path, model_uri))  # refused before a worker starts
-    lanes = Lanes(path)
+    lanes = Lanes(path, scratch=(folder,))
     lanes.model = model
     lanes.wait_ready()
     # MLflow's app answers /ping, /health, /version (and /docs): none of them reads the model

@@ -7,6 +7,7 @@ registers the best trial's model (docs: Tune).
 """
 
 import multiprocessing
+import os
 import sys
 import tempfile
 import time
@@ -26,6 +27,7 @@ from rul.interrupts import (
     immediate,
     interrupts_as_exceptions,
 )
+from rul.orphans import end_with
 from rul.parallel import stop_workers, threads_per_job, use_threads
 from rul.plan import plan_seeds, prepared
 from rul.tracking import study_runs
@@ -388,9 +390,11 @@ def _estimate(target: int | None, workers: int):
     return callback
 
 
-def _worker_process(work: StudyWork, worker: int, threads: int) -> None:
+def _worker_process(work: StudyWork, worker: int, threads: int, parent: int) -> None:
     """A spawned worker computing with `threads` torch threads (its share of the command's): a
-    signal ends its trial's run KILLED, then it exits 130 or 143."""
+    signal ends its trial's run KILLED, then it exits 130 or 143; so does the end of `parent`
+    (the command's process), however it ends (rul.orphans)."""
+    end_with(parent)
     use_threads(threads)
     try:
         with interrupts_as_exceptions(on_first_signal=quiet_optuna):
@@ -402,7 +406,7 @@ def _worker_process(work: StudyWork, worker: int, threads: int) -> None:
 def _run_workers(work: StudyWork) -> None:
     context = multiprocessing.get_context("spawn")
     threads = threads_per_job(work.workers)
-    processes = [context.Process(target=_worker_process, args=(work, i, threads))
+    processes = [context.Process(target=_worker_process, args=(work, i, threads, os.getpid()))
                  for i in range(work.workers)]
     try:
         for p in processes:
