@@ -249,3 +249,33 @@ def test_a_compressed_body_is_refused_saying_so():
     assert (status, message(body)) == (
         415, "headers: Content-Encoding is not accepted; send the body uncompressed")
     assert call(guard(), [b"{}"], headers=[JSON, ("content-encoding", "identity")])[0] == 200
+
+
+def test_a_parquet_body_is_admitted_by_its_footer_before_the_footer_is_read(monkeypatch):
+    """Reading a footer of 100,000 columns took 300 MB: a body whose footer alone would not
+    fit the budget is a 413 before it is read; one that fits is read and admitted by its
+    footer and decoded size together."""
+    import io
+
+    import pandas as pd
+
+    from rul.serving import guard as guard_module
+    from rul.serving.bodies import footer_size
+
+    parquet = ("content-type", "application/vnd.apache.parquet")
+    sink = io.BytesIO()
+    pd.DataFrame({f"c{i}": [0.0] for i in range(3000)}).to_parquet(sink)
+    body = sink.getvalue()
+    footer = footer_size(body)
+    budget = 10 * len(body)  # the bytes sent fit it; the footer read would not
+    assert admission.expected_peak("parquet", len(body)) < budget
+    assert admission.parquet_peak(0, footer) > budget
+    read = []
+    monkeypatch.setattr(guard_module, "decoded_size", lambda b: read.append(b) or 8)
+    lanes = Lanes()
+    status, _, answer = call(guard(lanes, memory_mb=budget / 2**20, max_body_mb=10), [body],
+                             headers=[parquet])
+    assert status == 413 and "would take about" in message(answer)
+    assert not read and not lanes.seen
+    status, _, _ = call(guard(lanes, memory_mb=64, max_body_mb=10), [body], headers=[parquet])
+    assert status == 200 and read and lanes.seen

@@ -18,8 +18,16 @@ path is rul's 404 (never a redirect, whose Location would come from the client's
 import asyncio
 import time
 
-from rul.serving.admission import RETRY_AFTER_S, Budget, expected_peak
-from rul.serving.bodies import DATA_KEYS, PARQUET, BodyError, decoded_size, media_of, plain
+from rul.serving.admission import RETRY_AFTER_S, Budget, expected_peak, parquet_peak
+from rul.serving.bodies import (
+    DATA_KEYS,
+    PARQUET,
+    BodyError,
+    decoded_size,
+    footer_size,
+    media_of,
+    plain,
+)
 from rul.serving.lanes import IN_PROCESS_BYTES, Lanes, trim_memory
 from rul.serving.limits import Limits
 from rul.serving.scoring import Answer, logger, timed_out
@@ -75,12 +83,17 @@ class Guard:
                     400, f"body: empty; send a JSON object with {DATA_KEYS}, or a CSV with its "
                          "header"))
             size = len(body)
-            if media == PARQUET:
+            if media == PARQUET:  # admitted by its footer before it is read, then by both
                 try:
-                    decoded = await asyncio.to_thread(decoded_size, body)
+                    footer = footer_size(body)
+                    refusal = self._admit(reservation, media, footer,
+                                          peak=parquet_peak(0, footer))
+                    if refusal is None:
+                        decoded = await asyncio.to_thread(decoded_size, body)
+                        refusal = self._admit(reservation, media, decoded,
+                                              peak=parquet_peak(decoded, footer))
                 except BodyError as error:
                     return await _send(send, Answer.refusal(error.status, error.line))
-                refusal = self._admit(reservation, media, decoded, decoded=True)
                 if refusal is not None:
                     return await _send(send, refusal)
                 size = decoded
@@ -91,14 +104,15 @@ class Guard:
             await asyncio.to_thread(trim_memory)
 
     def _admit(self, reservation, media: str, size: int | None,
-               decoded: bool = False) -> Answer | None:
-        """None when a body of `size` bytes (None: not declared; `decoded`: a Parquet body's
-        decoded size) fits the limit and the budget, its expected peak reserved; else a refusal."""
+               peak: int | None = None) -> Answer | None:
+        """None when a body of `size` bytes (None: not declared) fits the limit and the
+        budget, its expected peak reserved; else a refusal. `peak`: a Parquet body's, from
+        its footer and the size it decodes to (`size`, not the bytes sent)."""
         if size is None:
             return None
-        if size > self.max_body and not decoded:
+        if size > self.max_body and peak is None:
             return self._too_large()
-        peak = expected_peak(media, size)
+        peak = expected_peak(media, size) if peak is None else peak
         small = size <= IN_PROCESS_BYTES
         if peak > self.budget.limit(small):
             return self._too_large(peak)

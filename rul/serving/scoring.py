@@ -42,7 +42,7 @@ def answer(model, body: bytes, media: str) -> Answer:
     """The answer to `body` (of `media`: rul.serving.bodies' JSON, CSV or PARQUET) from the
     served pyfunc `model`."""
     try:
-        rows, params = read_body(body, media)
+        rows, params = read_body(body, media, getattr(model, "columns", None))
         del body
         rows = typed(rows)
         predictions = model.predict(rows, params=params)

@@ -52,6 +52,7 @@ class Served:
 
     def __init__(self, model: LeanModel):
         self.model = model
+        self.columns = model.spec.layout.names  # what it reads: a body's others are not
 
     def predict(self, rows, params=None):
         try:
