@@ -279,3 +279,18 @@ def test_a_parquet_body_is_admitted_by_its_footer_before_the_footer_is_read(monk
     assert not read and not lanes.seen
     status, _, _ = call(guard(lanes, memory_mb=64, max_body_mb=10), [body], headers=[parquet])
     assert status == 200 and read and lanes.seen
+
+
+def test_a_json_body_of_containers_is_admitted_by_what_they_cost():
+    """100,000 empty records: 19 x its 300 KB fits a budget of 8 MB, what the records take
+    once parsed (100 bytes each) does not: 413 before it is parsed. Rows of numbers are
+    admitted by their bytes as before."""
+    records = b'{"dataframe_records": [' + b",".join([b"{}"] * 100_000) + b"]}"
+    assert admission.expected_peak("json", len(records)) < 8 * 2**20
+    assert admission.json_peak(records) > 8 * 2**20
+    lanes = Lanes()
+    status, _, body = call(guard(lanes, memory_mb=8, max_body_mb=10), [records])
+    assert status == 413 and "would take about 9.5 MB" in message(body) and not lanes.seen
+    rows = b'{"dataframe_split": {"data": [' + b",".join([b"[1, 2, 3]"] * 30_000) + b"]}}"
+    assert admission.json_peak(rows) == admission.expected_peak("json", len(rows))
+    assert call(guard(lanes, memory_mb=8, max_body_mb=10), [rows])[0] == 200

@@ -10,6 +10,11 @@ footer costs memory of its own, FOOTER_PEAK_PER_BYTE times its size (a body of 1
 is mostly footer): a Parquet body is admitted by its footer before the footer is read, and by
 both once it is (`parquet_peak`).
 
+A JSON body's peak is also bounded below by its containers (each `{` or `[`: a dict or list
+in Python, then a row or cell in pandas): a body of empty objects or nested lists is few bytes
+per container (`json_peak`), where the byte ratio measured on rows of numbers fell short (44 MiB
+of nested empty objects took 1.7 GB, 37x its bytes).
+
 Large requests may take the budget but its SMALL_SHARE: that share is kept for the requests
 small enough to be answered in the server's own process (rul.serving.lanes), so that maximal
 bodies never leave a one-engine request without memory. The body limit's default is the
@@ -23,6 +28,10 @@ PEAK_PER_BYTE = {"json": 19.0, "csv": 16.0, "parquet": 7.0}
 # What parsing a Parquet footer takes per byte of it (its metadata and schema): 17 measured on
 # a body of 100,000 one-row columns (19 MB of footer, +304 MB), rounded up.
 FOOTER_PEAK_PER_BYTE = 20.0
+# What a JSON container takes once parsed and made a frame, per `{` or `[`: 76 (a list of
+# empty records), 95 (lists nested six deep), 111 (two-number rows, which the byte ratio
+# covers) measured by rul.serving.bodies.read_body; rounded up for the first two.
+PEAK_PER_CONTAINER = 100
 RETRY_AFTER_S = 2  # a refused request's Retry-After: most requests finish well within it
 SMALL_SHARE = 1 / 8  # of the budget, kept for small requests
 
@@ -30,6 +39,13 @@ SMALL_SHARE = 1 / 8  # of the budget, kept for small requests
 def expected_peak(media: str, size: int) -> int:
     """The memory a request of `size` bytes of `media` is expected to take at its peak."""
     return int(PEAK_PER_BYTE[media] * size)
+
+
+def json_peak(body: bytes) -> int:
+    """A JSON body's expected peak: by its bytes, or by its containers where they cost more
+    (a `{` or `[` inside a string counts too: more, never less)."""
+    containers = body.count(b"{") + body.count(b"[")
+    return max(expected_peak("json", len(body)), PEAK_PER_CONTAINER * containers)
 
 
 def parquet_peak(decoded: int, footer: int) -> int:

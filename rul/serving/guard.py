@@ -18,9 +18,10 @@ path is rul's 404 (never a redirect, whose Location would come from the client's
 import asyncio
 import time
 
-from rul.serving.admission import RETRY_AFTER_S, Budget, expected_peak, parquet_peak
+from rul.serving.admission import RETRY_AFTER_S, Budget, expected_peak, json_peak, parquet_peak
 from rul.serving.bodies import (
     DATA_KEYS,
+    JSON,
     PARQUET,
     BodyError,
     decoded_size,
@@ -97,6 +98,11 @@ class Guard:
                 if refusal is not None:
                     return await _send(send, refusal)
                 size = decoded
+            if media == JSON:  # its containers may cost more than its bytes say
+                peak = await asyncio.to_thread(json_peak, body)
+                refusal = self._admit(reservation, media, size, peak=peak)
+                if refusal is not None:
+                    return await _send(send, refusal)
             await _send(send, await self._answer(body, media, size))
         finally:
             body = None
