@@ -25,7 +25,10 @@ from rul.serving.spec import SPEC_FILE, InferenceSpec
 RUNTIME_FOLDER = "inference"  # the pyfunc artifact holding the spec and the ONNX files
 INPUT_NAME = "windows"  # (batch, window, features) float32 -> "rul" (batch,)
 OUTPUT_NAME = "rul"
-CHUNK = 4096  # windows per onnxruntime call (one per unit: 100 FD001 test units are one call)
+# Windows per onnxruntime call (one per unit: 100 FD001 test units are one call). Its arena
+# grows to hold a call's activations and keeps them: 20,000 one-row engines (a 1.1 MB CSV)
+# took +465 MB at 4096 windows a call, +164 MB at 1024, and were answered no slower.
+CHUNK = 1024
 
 
 TELEMETRY_ENV = "ORT_DISABLE_TELEMETRY"
