@@ -1,18 +1,19 @@
 """rul's guard: the ASGI app in front of MLflow's scoring app, answering /invocations itself.
 
 For POST /invocations, in this order, each refusal one JSON line that quotes nothing of the
-request: another method, 405 (Allow: POST); no Content-Type, 400, another type or charset, 415
-(rul.serving.bodies); a body over the limit, 413; a body whose expected peak (declared or
-counted as it comes, Parquet by its decoded size) does not fit what is left of the memory
-budget, 503 with Retry-After, or 413 when it never could (rul.serving.admission); an empty
-body, 400. Then the body is answered where it cannot stall the others (rul.serving.lanes) with
-its deadline: past it, 504 and its work stops. A refused body is read on (and dropped) so that
-the client hears the answer, within the connection's deadlines (rul.serving.connections), but
-never more than the body limit again: a body with no end (or a Content-Length of 10**15) is
+request: another method, 405 (Allow: POST); no Content-Type, 400, another type or charset, or a
+Content-Encoding, 415 (rul.serving.bodies); a body over the limit, 413; a body whose expected
+peak (declared or counted as it comes; then a JSON body by its containers too, a Parquet body
+by its footer before it is read, then with the size it decodes to) does not fit what is left of
+the memory budget, 503 with Retry-After, or 413 when it never could (rul.serving.admission); an
+empty body, 400. Then the body is answered where it cannot stall the others (rul.serving.lanes)
+with its deadline: past it, 504 and its work stops. A refused body is read on (and dropped) so
+that the client hears the answer, within the connection's deadlines (rul.serving.connections),
+but never more than the body limit again: a body with no end (or a Content-Length of 10**15) is
 cut there, and a client that waits for `100 Continue` is answered before it sends a byte. The
-answer closes the connection. MLflow's app answers /ping,
-/health and /version, FastAPI's /docs, /redoc and /openapi.json only with `docs`; any other
-path is rul's 404 (never a redirect, whose Location would come from the client's Host header).
+answer closes the connection. MLflow's app answers /ping, /health and /version, FastAPI's
+/docs, /redoc and /openapi.json only with `docs`; any other path is rul's 404 (never a
+redirect, whose Location would come from the client's Host header).
 """
 
 import asyncio
@@ -112,8 +113,9 @@ class Guard:
     def _admit(self, reservation, media: str, size: int | None,
                peak: int | None = None) -> Answer | None:
         """None when a body of `size` bytes (None: not declared) fits the limit and the
-        budget, its expected peak reserved; else a refusal. `peak`: a Parquet body's, from
-        its footer and the size it decodes to (`size`, not the bytes sent)."""
+        budget, its expected peak reserved; else a refusal. `peak`: the expected peak where
+        the bytes do not say it (rul.serving.admission: a JSON body's containers, a Parquet
+        body's footer and the size it decodes to, then `size`)."""
         if size is None:
             return None
         if size > self.max_body and peak is None:
