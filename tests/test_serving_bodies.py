@@ -308,6 +308,25 @@ def test_features_made_a_block_of_units_at_a_time_are_the_same(model, monkeypatc
     pd.testing.assert_frame_equal(model.predict(rows), whole, check_exact=True)
 
 
+def test_windows_are_made_and_predicted_a_block_of_units_at_a_time(model, monkeypatch):
+    """Each unit's window holds `window` cycles, padded: 100,000 one-row units made 336 MB of
+    windows at once. Blocks of UNITS_AT_ONCE units give the same numbers."""
+    rows = synthetic_frame([40, 35, 50, 31, 90, 45, 3], seed=8)
+    seen = []
+
+    def members(windows):
+        seen.append(len(windows))
+        return windows.sum(axis=(1, 2))[None, :] % 125  # each unit its own number
+
+    served_model = predictor.ServedModel(model.pre, members, model.interval, model.pre.envelope_)
+    whole = predictor.predict_rows(served_model, rows)
+    assert seen == [7]
+    monkeypatch.setattr(predictor, "UNITS_AT_ONCE", 2)
+    pd.testing.assert_frame_equal(predictor.predict_rows(served_model, rows), whole,
+                                  check_exact=True)
+    assert seen[1:] == [2, 2, 2, 1]
+
+
 def test_many_rows_validated_before_the_model_answer_the_same(model, monkeypatch):
     """Past TYPED_FIRST rows the parsed frame is validated first, so that it can go before the
     model runs: the same answers, and for rows that are wrong twice (a bad parameter and a
