@@ -136,6 +136,19 @@ def test_answers_are_strict_json_with_null_for_what_does_not_exist():
                                                              "message": "a b <c>"}
 
 
+def test_an_answer_written_a_block_of_records_at_a_time_is_the_same_bytes(monkeypatch):
+    from rul.serving import answers
+
+    frame = pd.DataFrame({"unit": np.arange(1, 8), "rul": np.linspace(0, 1, 7),
+                          "flag_reason": ["", "a <b>", "", "", "c & d", "", ""]})
+    whole = answers.predictions_json(frame)
+    assert whole == answers._dumps({"predictions": frame.to_dict(orient="records")})
+    for block in (1, 3, 7):
+        monkeypatch.setattr(answers, "RECORDS_AT_ONCE", block)
+        assert answers.predictions_json(frame) == whole
+        assert answers.predictions_json(frame.head(0)) == b'{"predictions": []}'
+
+
 def test_mlflow_s_refusals_become_rul_s_line_that_quotes_no_data():
     rows = "[[1, 1, -0.0007, 518.67, 641.82]]"
     cases = {
