@@ -318,7 +318,8 @@ def test_an_interrupted_ensemble_says_its_runs_are_killed_and_not_resumable():
     from rul.cli import _after_interrupted_training
     from rul.training.distributed import World
 
-    line = _after_interrupted_training(cfg.load(None, {"ensemble": 2}), ["run"], World())
+    line = _after_interrupted_training(cfg.load(None, {"ensemble": 2}), ["run"], World(),
+                                       ["rul", "train"])
     assert line == "the ensemble's runs are marked KILLED; run the command again to train it anew"
 
 
