@@ -1,4 +1,5 @@
-"""Command line: `rul train`, `rul evaluate`, `rul predict`, `rul tune`, `rul report`."""
+"""Command line: `rul train`, `rul evaluate`, `rul predict`, `rul tune`, `rul promote`,
+`rul report`, `rul cmapss-file`."""
 
 import errno
 import math
@@ -457,6 +458,19 @@ def promote(model, version, why, tracking_uri):
         click.echo("\n".join(side_by_side(model, version)))
         if why:
             click.echo(move(model, version, why))
+
+
+@main.command("cmapss-file")
+@click.argument("name")
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Local C-MAPSS folder.")
+def cmapss_file(name, data_dir):
+    """Print the path rul reads C-MAPSS file NAME from (e.g. test_FD001.txt): --data-dir,
+    then CMAPSS_DIR, then the cache data/cmapss/, downloading into it when no copy is found,
+    as `rul train` does. In a shell: --input "$(rul cmapss-file test_FD001.txt)"."""
+    from rul.data import cmapss_file as where
+
+    with _ends_cleanly("nothing was downloaded"):
+        click.echo(where(name, data_dir))
 
 
 main.add_command(report)  # rul/reporting/cli.py
