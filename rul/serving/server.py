@@ -28,6 +28,7 @@ from rul.serving.connections import protocol
 from rul.serving.guard import Guard
 from rul.serving.lanes import Lanes
 from rul.serving.limits import Limits, add_flags, from_args
+from rul.serving.listening import CannotListen, bound_sockets
 from rul.urls import masked
 
 TIMEOUT_ENV = "MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT"
@@ -102,21 +103,36 @@ def main(argv=None) -> None:
 def _run(args, limits: Limits, folder: str) -> None:
     import uvicorn
 
-    guard = build(args.model, limits, folder, args.docs)
-    served = uvicorn.Config(guard, host=args.host, port=args.port, http=protocol(limits),
-                            timeout_keep_alive=limits.keep_alive, log_config=None,
-                            log_level="warning")
-    print(f"serving {masked(args.model)} on http://{args.host}:{args.port}/invocations "
-          f"({describe(limits)})", file=sys.stderr, flush=True)
+    try:  # before the model loads: a taken port is said at once
+        sockets = bound_sockets(args.host, args.port)
+    except CannotListen as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
     try:
-        asyncio.run(_serve(uvicorn.Server(served)))
+        guard = build(args.model, limits, folder, args.docs)
+        served = uvicorn.Config(guard, host=args.host, port=args.port, http=protocol(limits),
+                                timeout_keep_alive=limits.keep_alive, log_config=None,
+                                log_level="warning")
+        said = (f"serving {masked(args.model)} on http://{args.host}:{args.port}/invocations "
+                f"({describe(limits)})")
+        try:
+            asyncio.run(_serve(uvicorn.Server(served), sockets, said))
+        finally:
+            guard.lanes.close()
     finally:
-        guard.lanes.close()
+        for sock in sockets:
+            sock.close()
 
 
-async def _serve(server) -> None:
+async def _serve(server, sockets, said: str) -> None:
+    """Serve on the bound `sockets`; `said` is printed once the server listens on them."""
     asyncio.get_running_loop().set_exception_handler(refusal_log.loop_exception_handler)
-    await server.serve()
+    serving = asyncio.ensure_future(server.serve(sockets=sockets))
+    while not server.started and not serving.done():
+        await asyncio.wait({serving}, timeout=0.05)
+    if server.started:
+        print(said, file=sys.stderr, flush=True)
+    await serving
 
 
 if __name__ == "__main__":
