@@ -209,10 +209,11 @@ def _register_best(best, value: float, parent_run_id: str, config: TuningConfig)
 
 
 def objective_for(base: TuningConfig, parent_run_id: str, store: Store,
-                  target: int | None = None):
+                  target: int | None = None, workers: int = 1):
     """The study's objective: a trial trains as a tracked run per seed (`seeds_per_trial`,
-    each its own validation split), its start and end said in a line each (`target`: the
-    counted trials to reach); its value is the mean over its seeds, pruned on the first's."""
+    each its own validation split), its start, each epoch and its end said in a line each
+    (`target`: the counted trials to reach, by `workers`); its value is the mean over its
+    seeds, pruned on the first's."""
     multi = objs.is_multi(base.objectives)
 
     def objective(trial: optuna.Trial) -> float | list[float]:
@@ -224,6 +225,9 @@ def objective_for(base: TuningConfig, parent_run_id: str, store: Store,
             _pruned_before_training(trial, reason)
         config = base.train.replace(**changes, register=False,
                                     checkpoint_dir=str(Path(base.train.checkpoint_dir) / "tune"))
+        ended = trial.study.get_trials(deepcopy=False, states=progress.ENDED)
+        watch.say_epochs(trial.number, config.epochs, base.seeds_per_trial,
+                         None if ended or not target else target / workers)
         try:
             with immediate():  # training may stop at once; its own writes defer the signal
                 states = _train_seeds(trial, base, config, parent_run_id, store, watch)
@@ -371,7 +375,8 @@ def _worker(work: StudyWork, worker: int):
         if left is not None and left <= 0:
             break
         with deferred():  # Optuna's own storage writes are never cut; trials are `immediate`
-            study.optimize(objective_for(config, work.parent_run_id, work.store, target),
+            study.optimize(objective_for(config, work.parent_run_id, work.store, target,
+                                         work.workers),
                            timeout=left, catch=(Exception,),
                            callbacks=[stop_at(target), _estimate(target, work.workers)])
         if not has_heartbeat(storage):
