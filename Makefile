@@ -31,7 +31,11 @@ REPORT_ARGS   ?=
 DOCS_STAMP := $(VENV)/.docs-installed
 # A long command stopped with Ctrl-C (exit 130) has said what it kept: make adds no "Error 130"
 # line. (From a terminal make is interrupted too, and says "Interrupt" as it always does.)
-STOPPED_OK := || test $$? -eq 130
+# Any other failure keeps rul's exit code, which make's closing line names (`Error 2`: bad
+# input). GNU make prints that line for every failed recipe and exits 2 whatever the code; only
+# an ignored failure is silent, and it exits 0, so the line stays: rul's own line above it says
+# what is wrong.
+STOPPED_OK := || { code=$$?; test $$code -eq 130 || exit $$code; }
 
 # Use the C-MAPSS copy beside this checkout when there is one (see docs: Getting started, Data).
 ifneq ($(wildcard ../shared/cmapss/train_FD001.txt),)
