@@ -225,34 +225,46 @@ def train(config_path, overrides, data_dir, resume, **options):
         return
     click.echo(_ensemble_summary(config, outcome) if config.ensemble > 1
                else _run_summary(outcome))
-    click.echo(_where_lines(config, outcome.metrics, run_id))
+    click.echo(_where_lines(config, outcome, run_id))
 
 
 def _run_summary(outcome) -> str:
     m = outcome.metrics
-    return (f"\ntest RMSE {m['test_rmse']:.2f} (uncapped {m['test_rmse_uncapped']:.2f})  "
+    test, val = _engines(outcome)
+    return (f"\ntest RMSE {m['test_rmse']:.2f}{test} (uncapped {m['test_rmse_uncapped']:.2f})  "
             f"MAE {m['test_mae']:.2f}  score {m['test_score']:.1f}  "
-            f"best epoch {m['best_epoch']} (val RMSE {m['best_val_rmse']:.2f})")
+            f"best epoch {m['best_epoch']} (val RMSE {m['best_val_rmse']:.2f}{val})")
 
 
 def _ensemble_summary(config, outcome) -> str:
     m = outcome.metrics
+    test, val = _engines(outcome)
     members = "  ".join(f"{o.metrics['test_rmse']:.2f}" for o in outcome.members)
-    return (f"\nensemble of {config.ensemble}: test RMSE {m['test_rmse']:.2f} (members "
+    return (f"\nensemble of {config.ensemble}: test RMSE {m['test_rmse']:.2f}{test} (members "
             f"{members}; mean {m['member_test_rmse_mean']:.2f})  MAE {m['test_mae']:.2f}  "
             f"score {m['test_score']:.1f}  "
             f"{'out-of-fold ' if config.ensemble_split == 'folds' else ''}val RMSE "
-            f"{m['val_rmse']:.2f}")
+            f"{m['val_rmse']:.2f}{val}")
 
 
-def _where_lines(config, metrics: dict, run_id: str) -> str:
+def _engines(outcome) -> tuple[str, str]:
+    """(` from 3 engines` after a test figure, and after a validation figure, of a split below
+    its minimum (rul.data.engines); else nothing)."""
+    from rul.data.engines import MIN_TEST, MIN_VALIDATION, counted
+
+    data = outcome.data
+    return (counted(len(data.test_units), MIN_TEST),
+            counted(len(data.val_units), MIN_VALIDATION))
+
+
+def _where_lines(config, outcome, run_id: str) -> str:
     """The track, the registry, the run and where to browse it (the store as configured)."""
     from mlflow.tracking import MlflowClient
 
     from rul.tracking_uri import store_uri
 
     run = MlflowClient().get_run(run_id)
-    return (f"{_track_line(config, metrics)}\n{_registry_line(run.data.tags)}"
+    return (f"{_track_line(config, outcome)}\n{_registry_line(run.data.tags)}"
             f"run {run_id} in experiment {config.experiment_name!r}\n"
             f"browse: {browse_hint(store_uri(config.tracking_uri), run.info.experiment_id)}")
 
@@ -265,14 +277,16 @@ def _registry_line(tags: dict) -> str:
     return registry_line(tags) + "\n" if "registered_version" in tags else ""
 
 
-def _track_line(config, metrics: dict) -> str:
+def _track_line(config, outcome) -> str:
     """Which track the model is on (compare it with published figures only on the sensors
     track), and its interval on the test units when it has one."""
     from rul.preprocessing.features import track
 
+    metrics = outcome.metrics
     line = f"track {track(config.include_cycle)}"
     if "test_interval_coverage" in metrics:
-        line += (f"; test interval coverage {metrics['test_interval_coverage']:.0%}, mean width "
+        line += (f"; test interval coverage {metrics['test_interval_coverage']:.0%}"
+                 f"{_engines(outcome)[0]}, mean width "
                  f"{metrics['test_interval_width']:.1f} cycles")
     return line
 

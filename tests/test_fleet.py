@@ -152,6 +152,24 @@ def test_a_failed_column_marks_the_engines_in_service(fleet):
     assert not set(range(91, 101)) & set(dataset.held_out)
 
 
+def test_training_says_its_engines_and_their_split_in_one_line(fleet, capsys):
+    """Before the choices: the engines that failed (training, validating), those held out
+    for test and those in service."""
+    config = fleet_config(fleet, train="fleet_failed.parquet", test=None, test_rul_column=None,
+                          failed_column="failed")
+    data = prepared(config, derive_seeds(config.seed).split)
+    said = capsys.readouterr().err.splitlines()
+    assert said[0] == ("fleet: 100 engines: 72 failed (train 58, validate 14), 18 held out "
+                       "for test, 10 in service")
+    assert said[1].startswith("fleet: 1 operating condition")
+    assert len(data.val_units) == 14 and len(data.test_units) == 18
+    assert len(set(data.train_units) - set(data.subset.censored)) == 58
+    data = prepared(fleet_config(fleet), derive_seeds(config.seed).split)  # with a test table
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "fleet: 100 engines: 100 failed (train 80, validate 20), 0 in service; 100 test engines "
+        "in fleet_test.csv")
+
+
 def test_a_marker_read_the_wrong_way_round_is_named_in_one_warning(fleet):
     """censored_column: failed takes the 90 engines that failed as in service: one warning
     names the key, the column and what it was taken to mean."""
@@ -229,6 +247,30 @@ def test_a_table_with_its_columns_reordered_trains_the_same_model(fleet, tmp_pat
         outcome = train(plan_run(config), progress=False)
         curves.append([epoch["val_rmse"] for epoch in outcome.state.history])
     assert len(curves[0]) == 2 and curves[0] == curves[1]
+
+
+def test_a_split_too_small_to_say_much_is_said_and_its_figures_counted(fleet, tmp_path,
+                                                                        monkeypatch):
+    """Eight engines: 2 held out for test, 1 validates. Training warns once per split, and
+    each figure from it comes with its count of engines."""
+    frame = pd.read_parquet(fleet / "fleet.parquet")
+    frame[frame["engine_id"] <= 8].to_parquet(tmp_path / "small.parquet", index=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    small = section(train=str(tmp_path / "small.parquet"), test=None, test_rul_column=None)
+    result = CliRunner().invoke(main, ["train", *TINY, f"data_dir={fleet}", "--no-progress",
+                                       f"data={json.dumps(small)}"])
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.stderr.splitlines() if "say little" in line]
+    assert warned == [
+        "warning: 2 test engines: the test figures say little (fewer than 10)",
+        "warning: 1 validation engine: the validation figures and the interval say little "
+        "(fewer than 5)"]
+    assert ("fleet: 8 engines: 6 failed (train 5, validate 1), 2 held out for test, 0 in "
+            "service") in result.stderr
+    out = result.stdout
+    assert " from 2 engines (uncapped " in out and " from 1 engine)" in out
+    assert "test interval coverage " in out and "% from 2 engines, mean width" in out
 
 
 @pytest.mark.parametrize("case, change, said", [
