@@ -165,7 +165,7 @@ def natural(name: str) -> tuple:
     """The natural order of column names: runs of digits compare as numbers (s_2 before s_10,
     T2 before T24 before T30), then the name itself breaks a tie (s_01, s_1)."""
     parts = re.split(r"([0-9]+)", name)
-    return (*((0, int(p)) if p[:1].isdigit() else (1, p) for p in parts if p), (2, name))
+    return (*((0, int(p)) if p[0] in "0123456789" else (1, p) for p in parts if p), (2, name))
 
 
 def resolve(wanted: list[str], columns: list[str], role: str, path: Path,
