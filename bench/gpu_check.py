@@ -133,17 +133,17 @@ def spy():
 
 def check_splits(check: Check, subset, dry: bool, changes: dict | None = None,
                  precisions: tuple[str, ...] = ("fp32", "bf16", "fp16")):
-    """Epoch 1 of the recipe (dropout 0, seed 7; with `changes`: another optimizer, the CPU)
-    as 512x1, 256x2 and 128x4 in each of `precisions`: the same skipped steps and scale, the
-    per-step losses within LOSS_BOUND (the bounds the docs state)."""
+    """Epoch 1 of the recipe (dropout 0, seed 7; with `changes`: another optimizer's recipe,
+    the CPU) as 512x1, 256x2 and 128x4 in each of `precisions`: the same skipped steps and
+    scale, the per-step losses within LOSS_BOUND (the bounds the docs state)."""
     changes = changes or {}
     for precision in precisions:
         runs = {}
         for micro, k in SPLITS:
             listener = spy()
-            trained(config({"precision": precision, "micro_batch_size": micro,
+            trained(config({**changes, "precision": precision, "micro_batch_size": micro,
                             "accumulation_steps": k, "dropout": 0.0, "seed": 7, "epochs": 1,
-                            "interval_coverage": None, **changes}, dry), subset, listener)
+                            "interval_coverage": None}, dry), subset, listener)
             runs[(micro, k)] = listener.results
         reference = runs[SPLITS[0]]
         skipped = {split: [i for i, r in enumerate(rs) if r.skipped]
