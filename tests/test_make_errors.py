@@ -2,6 +2,7 @@
 exit code (not that of a test the recipe ran after it), make's exit 2; Ctrl-C's 130 is no
 failure (tests/test_interrupts.py)."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_a_bad_key_under_make_is_rul_s_line_and_its_exit_code(target, tmp_path):
     venv = Path(sys.executable).parent.parent
     stamp = venv / ".installed"  # `make -o`: never reinstall here
+    alone = {k: v for k, v in os.environ.items()  # not a sub-make of `make test`'s
+             if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
     done = subprocess.run(["make", "-s", "-C", str(ROOT), "-o", str(stamp), target,
                            f"VENV={venv}", f"STAMP={stamp}", "ARGS=epochs=-1"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env=alone)
     said = done.stderr.splitlines()
     assert done.returncode == 2, done.stderr
     assert said[0] == "Error: command line: epochs=-1: must be a positive integer"

@@ -84,31 +84,36 @@ class Guard:
                 return await _send(send, Answer.refusal(
                     400, f"body: empty; send a JSON object with {DATA_KEYS}, or a CSV with its "
                          "header"))
-            size = len(body)
-            if media == PARQUET:  # admitted by its footer before it is read, then by both
-                try:
-                    footer = footer_size(body)
-                    refusal = self._admit(reservation, media, footer,
-                                          peak=parquet_peak(0, footer))
-                    if refusal is None:
-                        decoded = await asyncio.to_thread(decoded_size, body)
-                        refusal = self._admit(reservation, media, decoded,
-                                              peak=parquet_peak(decoded, footer))
-                except BodyError as error:
-                    return await _send(send, Answer.refusal(error.status, error.line))
-                if refusal is not None:
-                    return await _send(send, refusal)
-                size = decoded
-            if media == JSON:  # its containers may cost more than its bytes say
-                peak = await asyncio.to_thread(json_peak, body)
-                refusal = self._admit(reservation, media, size, peak=peak)
-                if refusal is not None:
-                    return await _send(send, refusal)
+            size, refusal = await self._admit_what_it_holds(reservation, media, body)
+            if refusal is not None:
+                return await _send(send, refusal)
             await _send(send, await self._answer(body, media, size))
         finally:
             body = None
             reservation.release()
             await asyncio.to_thread(trim_memory)
+
+    async def _admit_what_it_holds(self, reservation, media: str, body: bytes
+                                   ) -> tuple[int, Answer | None]:
+        """(the bytes `body` stands for, a refusal or None): a Parquet body admitted by its
+        footer before it is read, then by footer and decoded size; a JSON body also by what
+        its containers cost, which may be more than its bytes say."""
+        size = len(body)
+        if media == PARQUET:
+            try:
+                footer = footer_size(body)
+                refusal = self._admit(reservation, media, footer, peak=parquet_peak(0, footer))
+                if refusal is not None:
+                    return size, refusal
+                decoded = await asyncio.to_thread(decoded_size, body)
+                return decoded, self._admit(reservation, media, decoded,
+                                            peak=parquet_peak(decoded, footer))
+            except BodyError as error:
+                return size, Answer.refusal(error.status, error.line)
+        if media == JSON:
+            peak = await asyncio.to_thread(json_peak, body)
+            return size, self._admit(reservation, media, size, peak=peak)
+        return size, None
 
     def _admit(self, reservation, media: str, size: int | None,
                peak: int | None = None) -> Answer | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rul.data.layout import CMAPSS, Layout
+from rul.data.layout import CMAPSS
 from rul.evaluation.metrics import rul_metrics
 from rul.files import CacheFile, cache_file
 from rul.serving.runtime import INPUT_NAME, OUTPUT_NAME, LeanModel, onnxruntime
@@ -27,6 +27,7 @@ from rul.serving.spec import SPEC_FILE, InferenceSpec
 MAX_DIFFERENCE = 1e-3  # cycles: the most an exported network may differ from torch
 MAX_SERVED_DIFFERENCE = 0.01  # cycles of test RMSE: the served model against the printed one
 PROBE_BATCH = 64
+REAL_PROBES = 256  # validation windows each exported network is checked on
 
 
 class ExportError(RuntimeError):
@@ -209,12 +210,14 @@ def check_served(folder: str | Path, rows, scored, rul_cap: float, printed: floa
 
 
 def save_runtime(folder: str | Path, network_spec, networks: list, preprocessor,
-                 interval=None, layout: Layout = CMAPSS,
-                 real: np.ndarray | None = None) -> InferenceSpec:
+                 interval=None, data=None) -> InferenceSpec:
     """Write what the lean runtime loads into `folder` and return its spec: each network as ONNX
-    (network.onnx, or member_<i>.onnx), checked on noise and the `real` windows, and the
-    inference spec (the fitted preprocessing's numbers, the envelope, the interval, the data
-    set's `layout`)."""
+    (network.onnx, or member_<i>.onnx), checked on noise and, given the prepared `data` the
+    networks trained on, on REAL_PROBES of its validation windows, and the inference spec (the
+    fitted preprocessing's numbers, the envelope, the interval, the data set's layout: C-MAPSS
+    without `data`)."""
+    layout = data.subset.layout if data is not None else CMAPSS
+    real = data.val.spread(REAL_PROBES) if data is not None else None
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     members = len(networks)

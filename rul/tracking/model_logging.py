@@ -35,7 +35,6 @@ from rul.serving.spec import SPEC_FILE, InferenceSpec
 INFERENCE_PACKAGES = ("mlflow-skinny", "onnxruntime", "numpy", "pandas", "sqlalchemy",
                       "alembic")
 WEIGHTS_FOLDER = "weights"
-REAL_PROBES = 256  # validation windows each exported network is checked on
 
 
 def log_pyfunc(outcome, workdir: Path) -> str:
@@ -46,7 +45,7 @@ def log_pyfunc(outcome, workdir: Path) -> str:
     data, networks, interval = outcome.data, outcome.models, outcome.interval
     layout, test = data.subset.layout, data.subset.test
     spec = save_runtime(runtime, outcome.network_spec, networks, data.preprocessor, interval,
-                        layout, real=data.val.spread(REAL_PROBES))
+                        data)
     check_served(runtime, layout.external(test), outcome.predictions,
                  outcome.network_spec.rul_cap, outcome.metrics["test_rmse"])
     example = layout.external(test[test["unit"].isin(test["unit"].unique()[:2])])  # 2 units
