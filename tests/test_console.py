@@ -79,9 +79,11 @@ TUNE_PROGRESS = [r"trial (\d+) \((\d+) of 2\): lr=0\.00\d+",
 ALLOWED = [r"a new MLflow store: sqlite:///(mlflow|\S+/a)\.db",
            r"precision (fp32|bf16): .*",  # the precision a training takes, and why
            r"warning: padded \d+ test unit\(s\) shorter than the window .*",
-           r"test RMSE [\d.]+ \(uncapped [\d.]+\)  MAE [\d.]+  score [\d.]+  best epoch \d+ "
-           r"\(val RMSE [\d.]+\)",
-           r"track sensors(; test interval coverage \d+%, mean width [\d.]+ cycles)?",
+           r"warning: \d+ (test|validation) engines?: the .* say little \(fewer than \d+\)",
+           r"test RMSE [\d.]+( from \d+ engines)? \(uncapped [\d.]+\)  MAE [\d.]+  score "
+           r"[\d.]+  best epoch \d+ \(val RMSE [\d.]+( from \d+ engines)?\)",
+           r"track sensors(; test interval coverage \d+%( from \d+ engines)?, mean width "
+           r"[\d.]+ cycles)?",
            r"registered rul-fd001 version \d+; (no champion|champion: version \d+"
            r"( \(this version\))?): "
            r"(the best of the versions scored on the same engines, score and data|version \d+ "
