@@ -31,7 +31,11 @@ REPORT_ARGS   ?=
 DOCS_STAMP := $(VENV)/.docs-installed
 # A long command stopped with Ctrl-C (exit 130) has said what it kept: make adds no "Error 130"
 # line. (From a terminal make is interrupted too, and says "Interrupt" as it always does.)
-STOPPED_OK := || test $$? -eq 130
+# Any other failure keeps rul's exit code, which make's closing line names (`Error 2`: bad
+# input). GNU make prints that line for every failed recipe and exits 2 whatever the code; only
+# an ignored failure is silent, and it exits 0, so the line stays: rul's own line above it says
+# what is wrong.
+STOPPED_OK := || { code=$$?; test $$code -eq 130 || exit $$code; }
 
 # Use the C-MAPSS copy beside this checkout when there is one (see docs: Getting started, Data).
 ifneq ($(wildcard ../shared/cmapss/train_FD001.txt),)
@@ -41,8 +45,8 @@ ifdef CMAPSS_DIR
 export CMAPSS_DIR
 endif
 
-.PHONY: install train evaluate tune test test-e2e test-all ui serve server bench gpu-check lint \
-	clean docs report screenshots
+.PHONY: install train evaluate tune test test-e2e test-all test-durations ui serve server bench \
+	gpu-check lint clean docs report screenshots
 
 install: $(STAMP)
 
@@ -69,14 +73,16 @@ tune: $(STAMP)
 
 # The suite in two tiers, in parallel worker processes (pytest-xdist), one per core up to 4,
 # each test file on one worker (its module fixtures are built once), the longest files first
-# (tests/conftest.py: LONGEST_FIRST; --no-loadscope-reorder keeps that order). TEST_JOBS=0
-# runs in this process.
+# (as tests/durations.json records them; --no-loadscope-reorder keeps that order), ending with
+# its 15 slowest tests. TEST_JOBS=0 runs in this process.
 # `make test`: everything but the end-to-end tier (marker `slow`: rul in other processes,
 # servers, a full disk, long trainings on the real data). `make test-e2e`: that tier alone.
 # `make test-all`: both in one session. CI runs `make test`, then `make test-e2e`.
+# `make test-durations`: both tiers, recording each file's seconds in tests/durations.json (run
+# it after a change that moves a file's time, and commit the file).
 TEST_JOBS ?= auto
 PARALLEL := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --maxprocesses 4 --dist loadfile \
-                                            --no-loadscope-reorder)
+                                            --no-loadscope-reorder) --durations=15
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PARALLEL) -m "not slow" $(ARGS)
 
@@ -85,6 +91,9 @@ test-e2e: $(STAMP)
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest $(PARALLEL) $(ARGS)
+
+test-durations: $(STAMP)
+	RUL_RECORD_DURATIONS=$(abspath tests/durations.json) $(BIN)/python -m pytest $(PARALLEL) $(ARGS)
 
 # The UI of a local store (default ./mlflow.db; STORE= another, e.g. the MLFLOW_TRACKING_URI
 # a run used); `rul train` prints this command, with the store and port it used. It prints each

@@ -292,7 +292,7 @@ def optimizer_recipe(kind: str) -> tuple[str, dict]:
     (its learning rate and network: another optimizer at Muon's rate is not a training anyone
     runs, and it amplifies the sums' rounding); epochs and patience left out."""
     from rul import config as cfg
-    from rul.reporting.reproduce import differences, recipe_files
+    from rul.config.recipes import differences, recipe_files
 
     recipe = cfg.TrainConfig()
     if kind == recipe.optimizer:

@@ -18,6 +18,7 @@ Everything runs against 127.0.0.1 only, bounded in count and time.
 """
 
 import contextlib
+import gzip
 import json
 import os
 import signal
@@ -395,6 +396,64 @@ def raw(port: int, method: str, path: str, headers: dict | None = None,
         connection.close()
 
 
+def raw_head(port: int, request: bytes) -> tuple[int, dict, bytes]:
+    """What the server answers to `request` (bytes as sent, no body after them) before it
+    closes: no body is sent, so an answer that waits for one never comes (a timeout)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+    return int(lines[0].split()[1]), headers, body
+
+
+def _one_float(frame):
+    """The frame as a client writes it with one unit as a float (5.0): its JSON column is
+    read as floats."""
+    frame = frame.copy()
+    frame.loc[frame.index[0], "unit"] = 5.0
+    return frame
+
+
+def costly(server: Server, limits: dict) -> list[tuple[str, int, float]]:
+    """Bodies that cost more than their bytes say, each alone: (what, status, the peak of the
+    server's processes above their idle size, MB)."""
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def parquet(table) -> bytes:
+        sink = io.BytesIO()
+        pq.write_table(table, sink, compression="zstd")
+        return sink.getvalue()
+
+    rows = worst_rows(20_000 * 54, "csv", cycles=1)  # one row per engine
+    base = pa.Table.from_pandas(rows.head(3), preserve_index=False)
+    listed = base.append_column("junk", pa.array(
+        [np.zeros(50_000_000), np.zeros(0), np.zeros(0)], type=pa.list_(pa.float64())))
+    wide = pa.table({**{c: base[c] for c in base.column_names},
+                     **{f"x{i}": pa.array([0.0] * 3) for i in range(30_000)}})
+    records = b'{"dataframe_records": [' + b",".join(
+        [b"{}"] * ((limits["max_body"] - 30) // 3)) + b"]}"
+    bodies = {
+        f"{len(records) / MB:.0f} MB of empty JSON objects": (records, "json"),
+        "a Parquet list cell of 50M zeros in a column the model does not read":
+            (parquet(listed), "parquet"),
+        "30,000 Parquet columns": (parquet(wide), "parquet"),
+        "20,000 one-row engines in a CSV": (encode(rows, "csv"), "csv"),
+    }
+    measured = []
+    for what, (body, media) in bodies.items():
+        status, peak, _ = peak_of(server, body, media)
+        measured.append((what, status, peak / MB))
+    return measured
+
+
 def the_list(server: Server, test) -> list[tuple[str, int, str]]:
     """Each thing clients were seen to do wrong, sent once: (what, status, the answer's line
     or what it held)."""
@@ -441,6 +500,22 @@ def the_list(server: Server, test) -> list[tuple[str, int, str]]:
         "/openapi.json": lambda: raw(port, "GET", "/openapi.json"),
         "/invocations/ with a Host of evil.example": lambda: raw(
             port, "POST", "/invocations/", {"Host": "evil.example", **json_type}, ok),
+        "units 2**60 and 2**60 + 1 beside a 5.0 (once merged)": lambda: raw(
+            port, "POST", "/invocations", json_type, encode(rows.astype({"unit": object})
+                                                            .assign(unit=rows["unit"].map(
+                                                                {1: 2**60, 2: 2**60 + 1}))
+                                                            .pipe(_one_float), "json")),
+        "a gzip body": lambda: raw(port, "POST", "/invocations", json_type,
+                                   gzip.compress(ok)),
+        "Content-Encoding: gzip": lambda: raw(
+            port, "POST", "/invocations", {**json_type, "Content-Encoding": "gzip"},
+            gzip.compress(ok)),
+        "Expect: 100-continue with a Content-Length of 10**15": lambda: raw_head(
+            port, b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: 1000000000000000\r\nExpect: 100-continue\r\n\r\n"),
+        "a chunk size that is not hexadecimal": lambda: raw_head(
+            port, b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
     }
     said = []
     for what, call in cases.items():
@@ -503,12 +578,14 @@ def hostile(server: Server, test, slow: int, seconds: float, bodies: int,
     measuring.join()
     peak = server.peak() - idle
     listed = the_list(server, test)
+    expensive = costly(server, limits)
     lanes = cpu_where(server, worst_body(2 * MB))
     alive = post(server.base, small)[0] == 200 and server.process.poll() is None
     return {"alone": alone, "taking_in": taking_in, "with_slow": with_slow,
             "slow": slow_statuses,
             "with_bodies": loaded, "bodies": sent, "body_mb": len(biggest) / MB,
             "peak_mb": peak / MB, "budget_mb": limits["memory_mb"], "list": listed,
+            "costly": expensive,
             "alive": alive, "stderr": server.stderr_lines(), "lanes": lanes}
 
 
@@ -615,6 +692,8 @@ def hostile_rows(found: dict) -> list[list]:
          f"p99 {percentile(loaded, 0.99):.0f} ms ({len(loaded)} requests)", "", ""],
         *[[f"hostile: {what}", f"{status}: {line}", "", ""]
           for what, status, line in found["list"]],
+        *[[f"hostile: {what}, alone (budget {found['budget_mb']:g} MB)", f"answered {status}",
+           f"{peak:.0f} MB", ""] for what, status, peak in found.get("costly", [])],
         ["hostile: a 2 MB body, alone: CPU in the server's process and in its worker",
          f"{found['lanes']['server_s']:.2f} s and {found['lanes']['others_s']:.2f} s", "", ""],
         ["hostile: afterwards", f"server up: {'yes' if found['alive'] else 'NO'}, stderr "

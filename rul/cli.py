@@ -1,8 +1,10 @@
-"""Command line: `rul train`, `rul evaluate`, `rul predict`, `rul tune`, `rul report`."""
+"""Command line: `rul train`, `rul evaluate`, `rul predict`, `rul tune`, `rul promote`,
+`rul report`, `rul cmapss-file`."""
 
 import errno
 import math
 import os
+import shlex
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -131,9 +133,10 @@ def _failed_write(error: Exception) -> str | None:
     return None
 
 
-def _after_interrupted_training(config, run_ids: list, world) -> str:
+def _after_interrupted_training(config, run_ids: list, world, command: list[str]) -> str:
     """What an interrupted `rul train` leaves: an ensemble's runs (never resumable), a run and
-    its checkpoint to resume, a run without one, or no run yet."""
+    its checkpoint to resume (`command`, the words that started it, with --resume RUN_ID), a
+    run without one, or no run yet."""
     from rul.tracking.run_checkpoints import RunCheckpoints
 
     if config.ensemble > 1:
@@ -145,7 +148,7 @@ def _after_interrupted_training(config, run_ids: list, world) -> str:
     checkpoints = RunCheckpoints(config.checkpoint_dir)
     if checkpoints.has_checkpoint(run_ids[-1]):
         return ("the run is marked KILLED and its checkpoint kept; continue it with: "
-                "rul train ... --resume")
+                + scrubbed(shlex.join([*command, "--resume", run_ids[-1]]), config.tracking_uri))
     epochs = _epochs_logged(config, run_ids[-1])
     if epochs:
         return (f"the run is marked KILLED; it finished {epochs} epoch(s) but its checkpoint "
@@ -183,7 +186,7 @@ def main():
 @click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
 @click.option("--data-dir", type=click.Path(file_okay=False), help="Local C-MAPSS folder.")
 @click.option("--resume", is_flag=False, flag_value="newest", default=None, metavar="[RUN_ID]",
-              help="Continue an interrupted run of this config: the newest, or RUN_ID.")
+              help="Continue an interrupted run of this config: its only one, or RUN_ID.")
 @click.option("--new-data", is_flag=True,
               help="With --resume: continue although the data files changed since the run "
                    "started (the run records both).")
@@ -205,7 +208,9 @@ def train(config_path, overrides, data_dir, resume, **options):
 
     world = World.from_env()
     run_ids = []
-    with _ends_cleanly(lambda: _after_interrupted_training(config, run_ids, world)):
+    again = ["rul", "train", *([config_path] if config_path else []), *overrides,
+             *(["--data-dir", data_dir] if data_dir else [])]
+    with _ends_cleanly(lambda: _after_interrupted_training(config, run_ids, world, again)):
         try:
             asked = resume and Resume(None if resume == "newest" else resume,
                                       options["new_data"])
@@ -220,34 +225,46 @@ def train(config_path, overrides, data_dir, resume, **options):
         return
     click.echo(_ensemble_summary(config, outcome) if config.ensemble > 1
                else _run_summary(outcome))
-    click.echo(_where_lines(config, outcome.metrics, run_id))
+    click.echo(_where_lines(config, outcome, run_id))
 
 
 def _run_summary(outcome) -> str:
     m = outcome.metrics
-    return (f"\ntest RMSE {m['test_rmse']:.2f} (uncapped {m['test_rmse_uncapped']:.2f})  "
+    test, val = _engines(outcome)
+    return (f"\ntest RMSE {m['test_rmse']:.2f}{test} (uncapped {m['test_rmse_uncapped']:.2f})  "
             f"MAE {m['test_mae']:.2f}  score {m['test_score']:.1f}  "
-            f"best epoch {m['best_epoch']} (val RMSE {m['best_val_rmse']:.2f})")
+            f"best epoch {m['best_epoch']} (val RMSE {m['best_val_rmse']:.2f}{val})")
 
 
 def _ensemble_summary(config, outcome) -> str:
     m = outcome.metrics
+    test, val = _engines(outcome)
     members = "  ".join(f"{o.metrics['test_rmse']:.2f}" for o in outcome.members)
-    return (f"\nensemble of {config.ensemble}: test RMSE {m['test_rmse']:.2f} (members "
+    return (f"\nensemble of {config.ensemble}: test RMSE {m['test_rmse']:.2f}{test} (members "
             f"{members}; mean {m['member_test_rmse_mean']:.2f})  MAE {m['test_mae']:.2f}  "
             f"score {m['test_score']:.1f}  "
             f"{'out-of-fold ' if config.ensemble_split == 'folds' else ''}val RMSE "
-            f"{m['val_rmse']:.2f}")
+            f"{m['val_rmse']:.2f}{val}")
 
 
-def _where_lines(config, metrics: dict, run_id: str) -> str:
+def _engines(outcome) -> tuple[str, str]:
+    """(` from 3 engines` after a test figure, and after a validation figure, of a split below
+    its minimum (rul.data.engines); else nothing)."""
+    from rul.data.engines import MIN_TEST, MIN_VALIDATION, counted
+
+    data = outcome.data
+    return (counted(len(data.test_units), MIN_TEST),
+            counted(len(data.val_units), MIN_VALIDATION))
+
+
+def _where_lines(config, outcome, run_id: str) -> str:
     """The track, the registry, the run and where to browse it (the store as configured)."""
     from mlflow.tracking import MlflowClient
 
     from rul.tracking_uri import store_uri
 
     run = MlflowClient().get_run(run_id)
-    return (f"{_track_line(config, metrics)}\n{_registry_line(run.data.tags)}"
+    return (f"{_track_line(config, outcome)}\n{_registry_line(run.data.tags)}"
             f"run {run_id} in experiment {config.experiment_name!r}\n"
             f"browse: {browse_hint(store_uri(config.tracking_uri), run.info.experiment_id)}")
 
@@ -255,22 +272,21 @@ def _where_lines(config, metrics: dict, run_id: str) -> str:
 def _registry_line(tags: dict) -> str:
     """Where the run's model went in the registry (what tracking.registry recorded on the
     run's `tags`), as a line ending in a newline; '' when it was not registered."""
-    if "registered_version" not in tags:
-        return ""
-    champion = tags.get("champion_version")
-    promoted = tags.get("champion_promoted") == "true"
-    return (f"registered {tags['registered_model']} version {tags['registered_version']}; "
-            f"champion: version {champion}{' (this run)' if promoted else ''}\n")
+    from rul.tracking.registry import registry_line
+
+    return registry_line(tags) + "\n" if "registered_version" in tags else ""
 
 
-def _track_line(config, metrics: dict) -> str:
+def _track_line(config, outcome) -> str:
     """Which track the model is on (compare it with published figures only on the sensors
     track), and its interval on the test units when it has one."""
     from rul.preprocessing.features import track
 
+    metrics = outcome.metrics
     line = f"track {track(config.include_cycle)}"
     if "test_interval_coverage" in metrics:
-        line += (f"; test interval coverage {metrics['test_interval_coverage']:.0%}, mean width "
+        line += (f"; test interval coverage {metrics['test_interval_coverage']:.0%}"
+                 f"{_engines(outcome)[0]}, mean width "
                  f"{metrics['test_interval_width']:.1f} cycles")
     return line
 
@@ -434,6 +450,41 @@ def tune(config_path, overrides, data_dir, **study):
         summary = run_study(config, **study)
     click.echo(summary)
     click.echo(_browse_line(config.train))
+
+
+@main.command()
+@click.argument("model")
+@click.argument("version")
+@click.option("--why", default=None,
+              help="Move the champion alias to VERSION, this reason kept on the version "
+                   "(without it: only compare).")
+@click.option("--tracking-uri", default=None,
+              help="MLflow store (default: MLFLOW_TRACKING_URI or ./mlflow.db).")
+def promote(model, version, why, tracking_uri):
+    """Compare VERSION of registered MODEL (e.g. rul-fd001) with its champion on the same
+    engines; with --why, move the champion alias to it by hand."""
+    from rul.tracking.store import configure
+    from rul.workflows.promote import promote as move
+    from rul.workflows.promote import side_by_side
+
+    with _ends_cleanly("the alias was not moved"):
+        configure(tracking_uri)
+        click.echo("\n".join(side_by_side(model, version)))
+        if why:
+            click.echo(move(model, version, why))
+
+
+@main.command("cmapss-file")
+@click.argument("name")
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Local C-MAPSS folder.")
+def cmapss_file(name, data_dir):
+    """Print the path rul reads C-MAPSS file NAME from (e.g. test_FD001.txt): --data-dir,
+    then CMAPSS_DIR, then the cache data/cmapss/, downloading into it when no copy is found,
+    as `rul train` does. In a shell: --input "$(rul cmapss-file test_FD001.txt)"."""
+    from rul.data import cmapss_file as where
+
+    with _ends_cleanly("nothing was downloaded"):
+        click.echo(where(name, data_dir))
 
 
 main.add_command(report)  # rul/reporting/cli.py

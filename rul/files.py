@@ -1,6 +1,6 @@
 """What rul does to files beyond reading them: what it agrees to read (`refusal`: a regular
 file, within a size limit, checked before a byte is read), renames made durable
-(`sync_folder`), and the user's cache (`cache_folder`, `keep_in_cache`).
+(`sync_folder`), and the user's private cache (`cache_folder`, `CacheFile`).
 
 Every file rul reads has a limit with a knob to raise it: a config file CONFIG_LIMIT (a
 config is a few KB), a training data file `max_data_mb` (DATA_LIMIT), `rul predict --input`
@@ -10,8 +10,11 @@ cannot be read twice, as the readers do to name a bad line.
 """
 
 import contextlib
+import errno
 import os
+import secrets
 import stat
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,13 +81,13 @@ def sync_folder(folder: Path) -> None:
 
 
 USER_CACHE_ENV = "RUL_USER_CACHE"
+PRIVATE = 0o700  # the cache's folders; its files are 0600
 
 
 def cache_folder() -> Path:
     """rul's cache for this user: $RUL_USER_CACHE, else $XDG_CACHE_HOME/rul, else
     ~/.cache/rul. What is kept there saves time and is never needed: a machine's precision
-    figures (rul.training.cpu_probe), ONNX graphs traced once (rul.serving.onnx_export), an
-    empty MLflow store per MLflow version (rul.tracking.store).
+    figures (rul.training.cpu_probe) and ONNX graphs traced once (rul.serving.onnx_export).
     Delete it at will. Not the downloaded data's folder (data/cmapss/, RUL_CACHE_DIR:
     rul.data.sources), which a run needs."""
     if os.environ.get(USER_CACHE_ENV):
@@ -92,18 +95,129 @@ def cache_folder() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rul"
 
 
-def keep_in_cache(path: Path, data: bytes) -> None:
-    """Write `data` to the cache file `path` whole or not at all: a scratch file renamed over
-    it (processes writing the same file at once: either wins). A cache that cannot be written
-    (a read-only or full disk) is no error: what it would have kept is redone next time. An
-    interrupted write leaves no scratch file."""
-    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def cache_file(name: str) -> "CacheFile":
+    """The file `name` ('folder/file') of rul's cache for this user."""
+    return CacheFile(cache_folder(), name)
+
+
+class NotPrivate(OSError):
+    """A cache folder this user does not own, or one that is not a folder."""
+
+
+@dataclass(frozen=True)
+class CacheFile:
+    """A file kept in a cache folder private to this user: `root` / `name` ('folder/file').
+
+    Its folders are created 0700, made 0700 when this user owns them, and not used at all
+    otherwise; nothing in them is followed through a symlink. A file is written whole (an
+    exclusive scratch file, mode 0600, renamed over it) and read only when it is a regular
+    file of this user's that no one else may write. What it holds is data its reader verifies
+    before use; on any doubt (`doubt`) the reader builds it anew, and one warning line says so.
+    A cache that cannot be written (a read-only or full disk) is no error: what it would have
+    kept is redone next time."""
+
+    root: Path
+    name: str
+
+    @property
+    def path(self) -> Path:
+        return self.root / self.name
+
+    def read(self) -> bytes | None:
+        """Its bytes; None when there is none or it cannot be trusted (said once)."""
+        *folders, leaf = self.name.split("/")
+        try:
+            with self._folder(folders, create=False) as folder:
+                handle = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK,
+                                 dir_fd=folder)
+                with os.fdopen(handle, "rb") as file:
+                    why = _untrusted(os.fstat(file.fileno()))
+                    if why is None:
+                        return file.read()
+        except FileNotFoundError:
+            return None
+        except NotPrivate as error:
+            return self.doubt(str(error), "not used")
+        except OSError as error:
+            if error.errno != errno.ELOOP:
+                return None
+            why = "a symbolic link"
+        self.doubt(why)
+        return None
+
+    def keep(self, data: bytes) -> None:
+        """Write `data` whole or not at all (processes writing the same file at once: either
+        wins); an interrupted write leaves no scratch file."""
+        *folders, leaf = self.name.split("/")
+        scratch = f".{leaf}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            with self._folder(folders, create=True) as folder:
+                handle = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                 0o600, dir_fd=folder)
+                try:
+                    with os.fdopen(handle, "wb") as file:
+                        file.write(data)
+                    os.rename(scratch, leaf, src_dir_fd=folder, dst_dir_fd=folder)
+                finally:
+                    with contextlib.suppress(OSError):
+                        os.unlink(scratch, dir_fd=folder)
+        except NotPrivate as error:
+            self.doubt(str(error), "not used")
+        except OSError:
+            pass
+
+    def doubt(self, why: str, then: str = "not trusted, built anew") -> None:
+        """One warning line: what is wrong with this cache file and what is done instead."""
+        warnings.warn(f"rul's cache: {self.path}: {why}; {then}", stacklevel=3)
+
+    @contextlib.contextmanager
+    def _folder(self, folders: list[str], create: bool):
+        """A descriptor of the folder `folders` below the root, each level checked as it is
+        opened (never through a symlink)."""
+        if create:
+            self.root.parent.mkdir(parents=True, exist_ok=True)
+        handles = [_private(self.root, None, create)]
+        try:
+            for name in folders:
+                handles.append(_private(name, handles[-1], create))
+            yield handles[-1]
+        finally:
+            for handle in handles:
+                os.close(handle)
+
+
+def _private(path, parent: int | None, create: bool) -> int:
+    """A descriptor of the folder `path` (in `parent`), created 0700 if `create`; NotPrivate
+    when it is a symlink, not a folder, or another user's; made 0700 when it is not."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, PRIVATE, dir_fd=parent)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        scratch.write_bytes(data)
-        scratch.replace(path)
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            scratch.unlink(missing_ok=True)
+        handle = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+    except OSError as error:
+        if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        shown = Path(path).name
+        raise NotPrivate(f"folder {shown}: a symbolic link or not a folder") from None
+    try:
+        found = os.fstat(handle)
+        if found.st_uid != os.geteuid():
+            raise NotPrivate(f"folder {Path(path).name}: owned by user id {found.st_uid}, "
+                             "not by this user")
+        if stat.S_IMODE(found.st_mode) != PRIVATE:
+            os.fchmod(handle, PRIVATE)
+    except BaseException:
+        os.close(handle)
+        raise
+    return handle
+
+
+def _untrusted(found: os.stat_result) -> str | None:
+    """Why a kept file is not trusted, or None."""
+    if not stat.S_ISREG(found.st_mode):
+        return "not a regular file"
+    if found.st_uid != os.geteuid():
+        return f"owned by user id {found.st_uid}, not by this user"
+    if found.st_mode & 0o022:
+        return f"writable by others (mode {stat.S_IMODE(found.st_mode):o})"
+    return None

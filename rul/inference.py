@@ -65,10 +65,13 @@ def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
     """One row per unit, in the file's order, with the model's columns (rul.serving.columns
     says what each means); `strict` refuses the file when a unit lies outside the training
     fleet (flagged, flag_reason). A model logged without an interval has no bounds and no
-    probability, one logged before the envelope no flags (and refuses `strict`), one logged
-    before the horizon takes none."""
+    probability, one logged before the envelope no flags (and refuses `strict`). The model is
+    read as data (rul.serving.served): its folder's code is never run."""
+    import tempfile
+
     import mlflow
 
+    from rul.serving import served
     from rul.tracking.store import configure
     from rul.tracking_uri import absent_store, store_uri
 
@@ -77,29 +80,22 @@ def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
     absent = None if Path(model_uri).exists() else absent_store(uri)  # a folder needs none
     if absent:
         raise ValueError(absent)
-    configure(uri)
-    try:
-        model = mlflow.pyfunc.load_model(model_uri)
-    except mlflow.exceptions.MlflowException as error:
-        if error.error_code != "RESOURCE_DOES_NOT_EXIST":
-            raise
-        raise ValueError(f"{model_uri}: not in the store {uri} ({error.message})") from None
-    params = {"short_history": options.short_history}
+    configure(uri, writes=False)  # predicting reads the store: a read-only one serves
+    with tempfile.TemporaryDirectory(prefix="rul-model-") as scratch:
+        try:
+            folder = served.local_model(model_uri, scratch)
+        except mlflow.exceptions.MlflowException as error:
+            if error.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            raise ValueError(f"{model_uri}: not in the store {uri} ({error.message})") from None
+        model = served.load(folder, model_uri)
+    if options.strict and model.spec.envelope is None:
+        raise ValueError(f"{model_uri}: this model was logged before rul checked inputs "
+                         "against the training fleet; it cannot predict with --strict")
+    params = {"short_history": options.short_history, "strict": options.strict}
     if options.horizon is not None:
         params["horizon"] = float(options.horizon)
-    if options.strict:
-        schema = model.metadata.get_params_schema()
-        if schema is None or "strict" not in {p.name for p in schema.params}:
-            raise ValueError(f"{model_uri}: this model was logged before rul checked inputs "
-                             "against the training fleet; it cannot predict with --strict")
-        params["strict"] = True
-    try:
-        return model.predict(rows, params=params)
-    except mlflow.exceptions.MlflowException as error:  # the model names its source "input"
-        message = str(error.message)
-        if message.startswith("input: "):
-            raise DataError(input_path, message.removeprefix("input: ")) from None
-        raise
+    return model.predict(rows, params, source=input_path)
 
 
 def write_predictions(result: pd.DataFrame, output: str | Path) -> None:

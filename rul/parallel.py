@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from rul.interrupts import exit_code, interrupts_as_exceptions, signal_of
+from rul.orphans import end_with
 
 STOP_GRACE_S = 120  # how long stopped workers get to end their runs
 
@@ -58,8 +59,9 @@ def _in_processes(tasks, jobs, on_done) -> list[tuple[object, float]]:
         todo.put(item)
     for _ in range(jobs):
         todo.put(None)
-    workers = [context.Process(target=_worker, args=(todo, done, threads_per_job(jobs)),
-                               daemon=True) for _ in range(jobs)]
+    workers = [context.Process(target=_worker, args=(todo, done, threads_per_job(jobs),
+                                                     os.getpid()), daemon=True)
+               for _ in range(jobs)]
     results: dict[int, tuple[object, float]] = {}
     try:
         for worker in workers:
@@ -113,9 +115,11 @@ def use_threads(threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
-def _worker(todo, done, threads: int) -> None:
+def _worker(todo, done, threads: int, parent: int) -> None:
     """Take tasks until the sentinel; a signal ends the task's run KILLED, then the worker
-    exits 130 or 143."""
+    exits 130 or 143; so does the end of `parent` (this batch's process), however it ends
+    (rul.orphans)."""
+    end_with(parent)
     use_threads(threads)
     try:
         with interrupts_as_exceptions():

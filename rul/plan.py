@@ -153,10 +153,10 @@ def plan_run(config: TrainConfig, resume: ResumeTarget | None = None,
     device = resolve_device(config.device)
     if device.type == "cpu":
         keep_freed_memory()  # no page faults per step (rul.training.hardware)
-    state = _resume_state(resume, world)
+    state = _resume_state(resume, world, config.epochs)
     precision = resolve_precision(config.precision, device, config.model,
                                   resumed=(state or {}).get("precision"), probe=cpu_measured)
-    seeds = derive_seeds(config.seed)
+    seeds = derive_seeds(config.seed, config.split_seed)
     if data is None:
         data = prepared(config, seeds.split, subset)
         check_calibration(config, [data])
@@ -170,18 +170,18 @@ def plan_run(config: TrainConfig, resume: ResumeTarget | None = None,
 def plan_ensemble(config: TrainConfig, subset: Dataset | None = None, jobs: int = 1
                   ) -> EnsemblePlan:
     """The plans of config.ensemble members: member i trains `config` with seed + i (its
-    weight init, dropout and batch order), on the validation split of `seed` (shared) or on
-    fold i of seed's permutation (folds); never registered or resumed on its own. They train
-    `jobs` at a time, or stacked (rul.training.stacked.member_training decides)."""
-    split_seed = derive_seeds(config.seed).split
+    weight init, dropout, batch order and draws), on the validation split of `split_seed`
+    (shared) or on fold i of its permutation (folds); never registered or resumed on its own.
+    They train `jobs` at a time, or stacked (rul.training.stacked.member_training decides)."""
+    split_seed = derive_seeds(config.split_seed).split
     if config.ensemble_split == "folds":
         data = prepare_folds(data_settings(config), config.ensemble, split_seed, subset)
     else:
         data = [prepared(config, split_seed, subset)] * config.ensemble
     check_calibration(config, data)
-    members = [plan_run(config.replace(seed=config.seed + i, ensemble=1,
-                                       ensemble_split="shared", ensemble_training="auto",
-                                       register=False), data=d)
+    members = [plan_run(config.replace(seed=config.seed + i, split_seed=config.seed + i,
+                                       ensemble=1, ensemble_split="shared",
+                                       ensemble_training="auto", register=False), data=d)
                for i, d in enumerate(data)]
     return EnsemblePlan(config, members,
                         member_training(config.ensemble_training, members, jobs))
@@ -195,12 +195,13 @@ def evaluation_seeds(config: TrainConfig, n: int) -> list[int]:
 
 def plan_seeds(config: TrainConfig, n: int) -> list[RunPlan | EnsemblePlan]:
     """`rul evaluate`: one complete training of `config` per seed (an ensemble for ensemble >
-    1), each with its own validation split; nothing registered. Every seed's data is
-    prepared and checked before the first run; the files are read once."""
+    1), each with its own validation split (split_seed = seed: the spread over splits is what
+    an evaluation measures); nothing registered. Every seed's data is prepared and checked
+    before the first run; the files are read once."""
     subset = load_dataset(config.dataset, config.data_dir, limit=config.data_limit)
     plans = []
     for seed in evaluation_seeds(config, n):
-        seeded = config.replace(seed=seed, register=False)
+        seeded = config.replace(seed=seed, split_seed=seed, register=False)
         if config.ensemble > 1:
             plans.append(plan_ensemble(seeded, subset))
         else:
@@ -226,10 +227,11 @@ def check_calibration(config: TrainConfig, data: list[PreparedData]) -> None:
                           f"{'' if folds else ', or raise val_fraction'})")
 
 
-def _resume_state(resume: ResumeTarget | None, world: World) -> dict | None:
+def _resume_state(resume: ResumeTarget | None, world: World, epochs: int) -> dict | None:
     """The checkpoint to continue from: read by rank 0 onto the CPU (whatever device the run
-    trains on: checkpoint.load), the same on every rank."""
-    state = checkpoint.load(resume.checkpoint) if resume and world.is_main else None
+    trains on: checkpoint.load), its plain data checked against a run of `epochs` epochs, the
+    same on every rank."""
+    state = checkpoint.load(resume.checkpoint, epochs) if resume and world.is_main else None
     return world.broadcast(state)
 
 

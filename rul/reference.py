@@ -2,9 +2,11 @@
 
 Each key's type, default and allowed values come from its pydantic field (the field's
 `description` is what an error says a value must be); its meaning is the attribute docstring
-written under the field. The docs build renders `config_reference()` and `cli_reference()`
-(docs/hooks.py), so the pages can never disagree with the code; tests/test_reference.py fails
-when a key has no meaning.
+written under the field. `config_reference()` is docs/reference/configuration.md, kept in the
+checkout (a reader of the repository finds it without a docs build; tests/test_reference.py
+fails when it is not current, and RUL_WRITE_DOCS=1 rewrites it); the docs build renders
+`cli_reference()` (docs/hooks.py), so the pages can never disagree with the code;
+tests/test_reference.py fails when a key has no meaning.
 """
 
 import ast
@@ -21,6 +23,7 @@ from rul.config import Categorical, FloatRange, IntRange, TrainConfig, TuningCon
 from rul.config.data import DataSection
 
 ROOT = Path(__file__).resolve().parents[1]
+CONFIG_PAGE = ROOT / "docs" / "reference" / "configuration.md"  # config_reference(), committed
 MAKE_TRAIN_CONFIG = ROOT / "experiments" / "fd001.yaml"
 
 
@@ -125,7 +128,7 @@ def config_reference() -> str:
     lines = [
         "# Configuration keys",
         "",
-        "Generated from `rul/config/` when the docs are built: every key `rul train`, "
+        "Generated from `rul/config/` (`rul.reference`): every key `rul train`, "
         "`rul evaluate` and `rul tune` read, with its type, default, allowed values and "
         "meaning. A YAML file in `experiments/` or a `key=value` argument overrides a "
         "default; an unknown key or a value outside the allowed ones is a one-line error "

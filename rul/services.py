@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from rul.urls import masked, missing_driver, remember, scrubbed, with_driver
 
@@ -48,6 +49,7 @@ def wait_for(what: str, attempt: Callable[[], None], why_down: Callable[[Excepti
     `what` is not reachable, why, and `advice`. Other exceptions propagate."""
     seconds = timeout() if seconds is None else seconds
     stream = stream or sys.stderr
+    what = scrubbed(what)  # every line below says it: no secret of a URL in it
     deadline, tries = time.monotonic() + seconds, 0
     countdown = _Countdown(stream)
     while True:
@@ -60,6 +62,7 @@ def wait_for(what: str, attempt: Callable[[], None], why_down: Callable[[Excepti
             if reason is None:
                 countdown.close()
                 raise
+            reason = scrubbed(reason)
         left = deadline - time.monotonic()
         if left <= 0:
             countdown.close()
@@ -150,15 +153,19 @@ def wait_for_http(uri: str, what: str) -> None:
     `wait_for` says."""
     import requests
 
+    remember(uri)
+    parts = urlsplit(uri)  # /health on the path, the query kept after it (a token)
+    health = parts._replace(path=parts.path.rstrip("/") + "/health").geturl()
+
     def attempt() -> None:
-        requests.get(uri.rstrip("/") + "/health", timeout=10)
+        requests.get(health, timeout=10)
 
     def why_down(error: Exception) -> str | None:
         if isinstance(error, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
             return _connection_reason(error)
         return None
 
-    wait_for(f"{what} {uri}", attempt, why_down,
+    wait_for(f"{what} {masked(uri)}", attempt, why_down,
              "start it (make server) or check the URL (host, port)")
 
 

@@ -14,6 +14,7 @@ binaries, a failure on CI, which installs them).
 
 import contextlib
 import importlib.util
+import json
 import os
 import signal
 import socket
@@ -33,21 +34,56 @@ import pytest
 
 from rul.data.schema import COLUMNS, INFORMATIVE_SENSORS, SENSOR_COLUMNS, SETTING_COLUMNS
 
-# The test files that take longest (seconds of both tiers together, from pytest --durations
-# on a 2-core CPU with two workers), run first: the Makefile hands whole files to parallel
-# workers in this order (--no-loadscope-reorder), so the long ones start early and the workers
-# finish together. A long file left off this list starts last and runs alone at the end (the
-# README's commands, 8 minutes of the end-to-end tier, did).
-LONGEST_FIRST = ("test_readme_runs.py", "test_full_disk.py", "test_scale_out.py", "test_tuning.py",
-                 "test_store_first_use.py", "test_interrupts.py", "test_memory.py",
-                 "test_lean_env.py", "test_ensemble.py", "test_distributed.py",
-                 "test_checkpoints.py", "test_reproducibility.py", "test_evaluate.py",
-                 "test_test_units_unseen.py", "test_intervals.py", "test_fleet.py", "test_plan.py",
-                 "test_console.py", "test_stacked.py", "test_tracking.py", "test_ui_browser.py",
-                 "test_training_step.py", "test_registry.py", "test_gpu_check.py",
-                 "test_hostile_clients.py", "test_study_best.py", "test_tuning_baseline.py",
-                 "test_lean_runtime.py", "test_tuning_seeds.py", "test_tuning_objectives.py",
-                 "test_model_kinds.py")
+# The test files, longest first (seconds of both tiers together), as tests/durations.json
+# records them: the Makefile hands whole files to parallel workers in this order
+# (--no-loadscope-reorder), so the long ones start early and the workers finish together. A
+# file the record lacks starts last and may run alone at the end (the README's commands, 8
+# minutes of the end-to-end tier, did). `make test-durations` runs both tiers and records them
+# again (RECORD_ENV names the file to write).
+DURATIONS = Path(__file__).with_name("durations.json")
+RECORD_ENV = "RUL_RECORD_DURATIONS"
+
+
+def longest_first(path: Path = DURATIONS) -> list[str]:
+    """The test files of the record, in its order (longest first)."""
+    return [row["file"] for row in json.loads(path.read_text())["files"]]
+
+
+def write_durations(path: Path, seconds: dict[str, float], recorded: str) -> None:
+    """Record `seconds` by test file, longest first; a file of the old record that did not
+    run keeps its row, after them (a run of some files alone loses nobody's place)."""
+    old = json.loads(path.read_text())["files"] if path.exists() else []
+    rows = [{"file": name, "seconds": round(took, 1)}
+            for name, took in sorted(seconds.items(), key=lambda item: -item[1])]
+    rows += [row for row in old if row["file"] not in seconds]
+    lines = ",\n".join(f"  {json.dumps(row)}" for row in rows)
+    path.write_text(f'{{"command": "make test-durations",\n "recorded": {json.dumps(recorded)},'
+                    f'\n "files": [\n{lines}\n ]}}\n')
+
+
+_took: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """With RECORD_ENV set, the seconds of each test's setup, call and teardown, by file (in
+    the process that runs the session: xdist's workers report to it)."""
+    if os.environ.get(RECORD_ENV) and not os.environ.get("PYTEST_XDIST_WORKER"):
+        name = Path(report.nodeid.split("::")[0]).name
+        _took[name] = _took.get(name, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    path = os.environ.get(RECORD_ENV)
+    if path and _took and not os.environ.get("PYTEST_XDIST_WORKER"):
+        import datetime
+        import platform
+
+        workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT") or getattr(
+            session.config.option, "numprocesses", None) or 1
+        recorded = (f"{datetime.date.today()}, {platform.processor() or platform.machine()}, "
+                    f"{len(os.sched_getaffinity(0))} cores, {workers} worker(s), exit "
+                    f"{int(exitstatus)}")
+        write_durations(Path(path), _took, recorded)
 
 
 def pytest_configure(config):
@@ -101,7 +137,7 @@ def _own_cache(config) -> None:
 
 
 def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    rank = {name: i for i, name in enumerate(longest_first())}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order in a file
 
 

@@ -7,11 +7,14 @@ Synthetic C-MAPSS files and a tiny model: each training takes a second or two.
 
 import hashlib
 import io
+import math
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -40,11 +43,26 @@ TINY = ["epochs=4", "patience=10", "window=20", "filters=4", "num_layers=2", "hi
 # ---------------------------------------------------------------- the file
 
 
+def plain_state(epoch: int = 1, weights=None) -> dict:
+    """The plain data Checkpointer.save writes after `epoch` epochs, its tensors small."""
+    from rul.training.state import TrainState
+
+    weights = {"w": torch.zeros(2) if weights is None else weights}
+    progress = {**TrainState().as_dict(), "epoch": epoch, "step": 2 * epoch,
+                "best_epoch": epoch, "best_val_rmse": 14.5, "best_weights": weights,
+                "history": [{"val_rmse": 14.5, "train_loss_epoch": 200.0}] * epoch,
+                "grad_norms": [1.0] * 2 * epoch}
+    return {"model": weights, "optimizer": {"state": {}, "param_groups": []},
+            "precision": "fp32", "scaler": {}, "scheduler": None, "ema": None,
+            "train_state": progress, "rng": checkpoint.rng_state()}
+
+
 def test_a_checkpoint_reads_back_what_was_saved(tmp_path):
-    state = {"weights": torch.arange(10.0), "epoch": 3}
+    state = plain_state(3, torch.arange(10.0))
     checkpoint.save(tmp_path / "run.pt", state)
     loaded = checkpoint.load(tmp_path / "run.pt")
-    assert torch.equal(loaded["weights"], state["weights"]) and loaded["epoch"] == 3
+    assert torch.equal(loaded["model"]["w"], state["model"]["w"])
+    assert loaded["train_state"]["epoch"] == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.pt"]
 
 
@@ -69,25 +87,25 @@ def test_a_damaged_checkpoint_is_detected_before_it_is_used(tmp_path, damage):
 
 
 def test_a_checkpoint_of_an_older_rul_without_digest_still_loads(tmp_path):
-    torch.save({"epoch": 2}, tmp_path / "old.pt")
-    assert checkpoint.load(tmp_path / "old.pt") == {"epoch": 2}
+    torch.save(plain_state(2), tmp_path / "old.pt")
+    assert checkpoint.load(tmp_path / "old.pt")["train_state"]["epoch"] == 2
 
 
 def test_the_previous_checkpoint_is_kept_and_a_crash_mid_write_leaves_it(tmp_path,
                                                                          monkeypatch):
     path = tmp_path / "run.pt"
-    checkpoint.save(path, {"epoch": 1})
-    checkpoint.save(path, {"epoch": 2})
-    assert checkpoint.load(path)["epoch"] == 2
-    assert checkpoint.load(checkpoint.previous(path))["epoch"] == 1
+    checkpoint.save(path, plain_state(1))
+    checkpoint.save(path, plain_state(2))
+    assert checkpoint.load(path)["train_state"]["epoch"] == 2
+    assert checkpoint.load(checkpoint.previous(path))["train_state"]["epoch"] == 1
 
     def crash(*args, **kwargs):  # the process dies while the new file is written
         raise OSError("No space left on device")
 
     monkeypatch.setattr(os, "fsync", crash)
     with pytest.raises(OSError):
-        checkpoint.save(path, {"epoch": 3})
-    assert checkpoint.load(path)["epoch"] == 2  # the good one is untouched
+        checkpoint.save(path, plain_state(3))
+    assert checkpoint.load(path)["train_state"]["epoch"] == 2  # the good one is untouched
     monkeypatch.undo()
     Checkpointer(path).remove()
     assert list(tmp_path.iterdir()) == []  # the newest, the previous and the partial one
@@ -184,6 +202,49 @@ def test_resume_from_a_crafted_checkpoint_runs_nothing_and_ends_in_one_line(synt
     assert result.stderr.count("\n") == 1
     assert path.exists()  # evidence kept; the run stays as it was
     assert MlflowClient(store.uri).get_run(run_id).info.status == "KILLED"
+
+
+def _forged(state: dict, change: str) -> str:
+    """`state` changed as a hand-edited checkpoint would be; what rul says is wrong."""
+    progress = state["train_state"]
+    if change == "epoch":  # its history made to agree: only the run's epochs refuse it
+        progress["epoch"] = 5
+        progress["history"] = progress["history"] * 3
+        del progress["history"][5:]
+        return "its train_state.epoch 5 is beyond the run's 4 epochs"
+    if change == "million":
+        progress["epoch"] = 10**6
+        return "its train_state.history is not 1000000 epochs of numbers"
+    if change in ("negative", "nan"):
+        progress["best_val_rmse"] = -1.0 if change == "negative" else math.nan
+        return f"its train_state.best_val_rmse is {progress['best_val_rmse']!r}, not a finite " \
+               "RMSE >= 0"
+    if change == "history":
+        del progress["history"]
+        return "its train_state lacks history"
+    del state["optimizer"]
+    return "it lacks optimizer"
+
+
+@pytest.mark.parametrize("change", ["epoch", "million", "negative", "nan", "history",
+                                    "optimizer"])
+def test_resume_from_plain_data_rul_never_writes_ends_in_one_line(synthetic, change):
+    """A checkpoint with a valid digest whose plain data claims an epoch beyond the run, a
+    negative or NaN validation RMSE, or lacks a key: exit 2, one line saying which; the run is
+    neither trained on nor registered."""
+    store, args, config = synthetic
+    run_id = interrupted_run(config)
+    path = RunCheckpoints(config.checkpoint_dir).path(run_id)
+    state = checkpoint.load(path)
+    said = _forged(state, change)
+    checkpoint.save(path, state)
+    checkpoint.previous(path).unlink()  # no earlier checkpoint to fall back on
+    result = resume(args)
+    assert result.exit_code == 2, result.output
+    assert said in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert "Traceback" not in result.output
+    run = MlflowClient(store.uri).get_run(run_id)
+    assert run.info.status == "KILLED" and "registered_model" not in run.data.tags
 
 
 # ---------------------------------------------------------------- --resume
@@ -455,7 +516,7 @@ def test_a_full_disk_is_one_line_leaves_no_part_file_and_the_run_is_closed(synth
     assert client.get_run(run.info.run_id).info.status == "KILLED"
 
 
-def test_the_next_command_closes_a_run_its_killed_process_left_running(synthetic):
+def test_the_next_command_closes_a_run_its_killed_process_left_running(synthetic, monkeypatch):
     """kill -9 leaves the run RUNNING (and a logged model PENDING): the next training in the
     experiment marks it KILLED and the model FAILED, says so in one line before it starts,
     and the killed run can still be resumed."""
@@ -471,11 +532,16 @@ def test_the_next_command_closes_a_run_its_killed_process_left_running(synthetic
     other = [a for a in args if not a.startswith("seed=")] + [f"seed={config.seed + 1}"]
     result = CliRunner().invoke(main, ["train", *other, "--no-progress"])
     assert result.exit_code == 0, result.output
-    assert (f"run {killed} was left RUNNING by a process that is gone: marked KILLED (continue "
-            f"it with: rul train ... --resume {killed})") in result.stderr.splitlines()
+    said = next(line for line in result.stderr.splitlines() if line.startswith(f"run {killed} "))
+    gone = f"run {killed} was left RUNNING by a process that is gone: marked KILLED (continue it "
+    assert said.startswith(gone + "with: rul train experiments/fd001.yaml ") and said.endswith(
+        f" --resume {killed})"), said
     assert client.get_run(killed).info.status == "KILLED"
     assert client.get_logged_model(pending.model_id).status == LoggedModelStatus.FAILED
-    assert resume(args, killed).exit_code == 0
+    command = shlex.split(said.removeprefix(gone + "with: ").removesuffix(")"))
+    monkeypatch.chdir(ROOT)  # where experiments/ is
+    continued = CliRunner().invoke(main, [*command[1:], "--no-progress"])  # as said
+    assert continued.exit_code == 0, (command, continued.output)
     assert client.get_run(killed).info.status == "FINISHED"
 
 
@@ -507,11 +573,15 @@ def test_a_run_killed_after_registering_keeps_one_version_and_takes_the_champion
     versions = [v for v in client.search_model_versions("name='rul-fd001'")
                 if v.tags.get("run_id") == killed]
     assert len(versions) == 1, [(v.version, v.run_id, v.tags) for v in versions]
+    # finished, its version gains the evidence its run logged since, and competes on it
+    finished = client.get_run(killed).data.tags
+    assert versions[0].tags["selection.engines"] == finished["selection.engines"]
     assert client.get_registered_model("rul-fd001").aliases["champion"] == versions[0].version
 
 
 @pytest.mark.parametrize("by_id", [False, True])
-def test_resume_after_a_config_change_names_the_run_and_the_keys(synthetic, by_id):
+def test_resume_after_a_config_change_names_the_run_and_the_keys(synthetic, by_id,
+                                                                 monkeypatch):
     """`--resume lr=0.01`: no unfinished run of that config, but one of the config it
     changed: the line names that run and the key, and how to resume it."""
     store, args, config = synthetic
@@ -521,19 +591,57 @@ def test_resume_after_a_config_change_names_the_run_and_the_keys(synthetic, by_i
     line = result.stderr.strip().splitlines()[-1]
     assert f"run {run_id} has a checkpoint but trained " in line
     assert f"lr={config.lr} (this command: 0.01)" in line and "epochs=4 (this command: 6)" in line
-    assert line.endswith(f"--resume {run_id}")
-    assert resume(args).exit_code == 0  # resumed as it said
+    assert line.endswith(f"--resume {run_id}") and "resume it with: rul train " in line
+    monkeypatch.chdir(ROOT)  # where experiments/ is
+    command = shlex.split(line.partition("resume it with: ")[2])
+    resumed = CliRunner().invoke(main, [*command[1:], "--no-progress"])
+    assert resumed.exit_code == 0, (command, resumed.output)  # resumed as it said
 
 
-def test_ctrl_c_after_an_epoch_keeps_the_checkpoint_and_says_resume(synthetic, monkeypatch):
-    store, args, config = synthetic
+def test_two_trainings_at_once_are_said_and_ctrl_c_names_the_run_to_resume(synthetic,
+                                                                           monkeypatch):
+    """A training started while another of its config trains in the store names that run;
+    Ctrl-C of it prints the exact command, which continues this run, not the other. With both
+    unfinished, a bare `--resume` names them and asks for one."""
     from rul.tracking.mlflow_listener import MLflowListener
+    from rul.tracking.run_owner import reopen
 
-    monkeypatch.setattr(MLflowListener, "on_epoch", InterruptAtEpoch(1).on_epoch)
-    result = CliRunner().invoke(main, ["train", *args, "--no-progress"])
+    store, args, config = synthetic
+    client, checkpoints = MlflowClient(store.uri), RunCheckpoints(config.checkpoint_dir)
+    other = interrupted_run(config, at_epoch=1)
+    reopen(client, other)  # another process trains it now: RUNNING, its owner alive, held
+    with checkpoints.held(other):
+        monkeypatch.setattr(MLflowListener, "on_epoch", InterruptAtEpoch(1).on_epoch)
+        result = CliRunner().invoke(main, ["train", *args, "--no-progress"])
+        monkeypatch.undo()
     assert result.exit_code == 130
-    assert result.stderr.endswith("interrupted: the run is marked KILLED and its checkpoint "
-                                  "kept; continue it with: rul train ... --resume\n")
+    (mine,) = [r.info.run_id for r in client.search_runs(
+        [client.get_run(other).info.experiment_id], filter_string=f"params.seed = '{config.seed}'")
+        if r.info.run_id != other]
+    lines = result.stderr.splitlines()
+    assert [line for line in lines if line.startswith("note: ")] == [
+        f"note: run {other} (started {started(client, other)}, 1 epochs done) of this config is "
+        "training in this store too; both go on, each its own run and checkpoint"]
+    said = "interrupted: the run is marked KILLED and its checkpoint kept; continue it with: "
+    assert lines[-1] == said + shlex.join(["rul", "train", *args, "--resume", mine])
+    client.set_terminated(other, status="KILLED")  # the other stopped too: two to resume
+    bare = resume(args)
+    assert bare.exit_code == 2 and "Traceback" not in bare.output
+    refused = bare.stderr.strip().splitlines()[-1]
+    assert refused.startswith("Error: --resume: 2 unfinished runs of this config can be "
+                              f"continued: {mine} (started {started(client, mine)}, ")
+    assert f"; {other} (started {started(client, other)}, 1 epochs done); name one: --resume " \
+           "RUN_ID" in refused
+    again = CliRunner().invoke(main, [*shlex.split(lines[-1].removeprefix(said))[1:],
+                                      "--no-progress"])
+    assert again.exit_code == 0, again.output
+    assert client.get_run(mine).info.status == "FINISHED"
+    assert client.get_run(other).info.status == "KILLED" and checkpoints.has_checkpoint(other)
+
+
+def started(client, run_id: str) -> str:
+    return datetime.fromtimestamp(client.get_run(run_id).info.start_time / 1000).strftime(
+        "%Y-%m-%d %H:%M")
 
 
 @pytest.mark.slow

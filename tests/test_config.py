@@ -209,7 +209,7 @@ def test_make_tune_searches_around_make_trains_recipe_from_the_recipe_itself():
 
 def test_tuning_keys_are_the_tuning_models_own_fields():
     assert cfg.TUNING_KEYS == ("search_space", "max_effective_batch", "scale_lr_with_batch",
-                               "n_trials", "seeds_per_trial", "baseline_trial", "pruner",
+                               "n_trials", "seeds_per_trial", "baseline_trial", "promote", "pruner",
                                "pruner_warmup_epochs", "study_name",
                                "heartbeat_interval", "heartbeat_grace_period",
                                "retry_dead_trials", "objectives")

@@ -126,12 +126,24 @@ def test_a_figure_taken_on_a_busy_machine_is_taken_again(probe, monkeypatch):
 
 @pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"KEY": "fast"}',
                                   '{"KEY": {"fp32": -1, "bf16": 5, "load": 0, "cores": 2}}',
-                                  '{"KEY": {"fp32": 1, "bf16": 5}}'])
-def test_a_malformed_cache_is_measured_again_without_a_traceback(probe, text):
+                                  '{"KEY": {"fp32": 1, "bf16": 5}}',
+                                  '{"KEY": {"fp32": 1%s, "bf16": 5, "load": 0, "cores": 2}}'
+                                  % ("0" * 400),
+                                  '{"KEY": {"fp32": true, "bf16": 5, "load": 0, "cores": 2}}',
+                                  "[" * 100_000, "\udcff\udcfe{}"])
+def test_a_malformed_cache_is_measured_again_without_a_traceback(probe, text, recwarn):
+    """Not JSON, not an object, an entry of other figures, a number too large for a float, a
+    nesting deeper than Python's recursion, bytes that are not UTF-8: one warning line, measured
+    again, the file rewritten whole."""
     probe.path.parent.mkdir(parents=True)
-    probe.path.write_text(text.replace("KEY", cpu_probe.cache_key(recipe_step())))
+    key = cpu_probe.cache_key(recipe_step())
+    probe.path.write_bytes(text.replace("KEY", key).encode("utf-8", "surrogateescape"))
     assert auto().name == "fp32" and len(probe.steps) == 1
-    assert json.loads(probe.path.read_text())  # rewritten whole
+    why = ("its entry for this machine is not figures of rul's" if "KEY" in text else
+           "not a JSON object of figures")
+    assert [str(w.message) for w in recwarn] == [f"rul's cache: {probe.path}: {why}; "
+                                                 "measured again"]
+    assert json.loads(probe.path.read_text())[key]["fp32"] == XEON["fp32"]  # rewritten whole
 
 
 @pytest.mark.parametrize("asked", ["fp32", "bf16"])

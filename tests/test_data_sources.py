@@ -482,3 +482,46 @@ def test_official_archive_is_pinned():
     for name in FD001_FILES:
         digest = OFFICIAL_ARCHIVE.sha256[name]
         assert len(digest) == 64 and int(digest, 16) >= 0
+
+
+# --- where a file is: rul.data.cmapss_file, `rul cmapss-file` ---------------------------------
+
+
+def test_cmapss_file_is_where_rul_reads_it_the_cache_or_cmapss_dir(tmp_path, monkeypatch):
+    from rul.data import cmapss_file
+
+    cache = write_fd001(tmp_path / "cache", "cache")
+    assert cmapss_file("test_FD001.txt", download=False) == cache / "test_FD001.txt"
+    env = write_fd001(tmp_path / "env", "env")
+    monkeypatch.setenv(ENV_VAR, str(env))
+    assert cmapss_file("test_FD001.txt") == env / "test_FD001.txt"
+    explicit = write_fd001(tmp_path / "explicit", "explicit")
+    assert cmapss_file("RUL_FD001.txt", explicit) == explicit / "RUL_FD001.txt"
+
+
+def test_cmapss_file_is_absolute_from_a_relative_folder(tmp_path, monkeypatch):
+    from rul.data import cmapss_file
+
+    write_fd001(tmp_path / "data" / "cmapss", "cache")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(CACHE_ENV_VAR)
+    found = cmapss_file("train_FD001.txt", download=False)
+    assert found.is_absolute() and found == tmp_path / "data" / "cmapss" / "train_FD001.txt"
+
+
+def test_the_cli_prints_the_file_or_one_line_naming_what_is_wrong(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from rul.cli import main
+
+    env = write_fd001(tmp_path / "env", "env")
+    monkeypatch.setenv(ENV_VAR, str(env))
+    said = CliRunner().invoke(main, ["cmapss-file", "test_FD001.txt"])
+    assert (said.exit_code, said.output) == (0, f"{env / 'test_FD001.txt'}\n")
+    said = CliRunner().invoke(main, ["cmapss-file", "test_FD009.txt"])
+    assert said.exit_code == 2 and len(said.output.splitlines()) == 1
+    assert "'test_FD009.txt' is not a C-MAPSS file" in said.output
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "nowhere"))
+    said = CliRunner().invoke(main, ["cmapss-file", "test_FD001.txt"])
+    assert said.exit_code == 2 and said.output.count("\n") == 1
+    assert f"CMAPSS_DIR points at {tmp_path / 'nowhere'}" in said.output

@@ -8,7 +8,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 # docs/hooks.py generates these at build time
-GENERATED = {"reference/configuration.md", "reference/cli.md", "reference/odd-inputs.md"}
+GENERATED = {"reference/cli.md", "reference/odd-inputs.md"}
 
 
 def test_the_readme_is_short_and_names_the_two_commands():
@@ -36,7 +36,7 @@ def _nav_pages(nav) -> list[str]:
 def test_every_page_of_the_nav_exists_or_is_generated():
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
     pages = _nav_pages(config["nav"])
-    assert {"results.md", "performance.md", *GENERATED} <= set(pages)
+    assert {"results.md", "performance.md", "reference/configuration.md", *GENERATED} <= set(pages)
     assert [p for p in pages if p not in GENERATED and not (ROOT / "docs" / p).is_file()] == []
 
 
@@ -111,3 +111,16 @@ def test_the_readme_links_the_training_times_by_machine_and_quotes_no_one_machin
     assert "about 2 minutes" not in text
     page = (ROOT / "docs" / "performance.md").read_text()
     assert f"{{#{TRAIN_ANCHOR}}}" in page  # the page as rul report wrote it has the table
+
+
+def test_what_the_serve_guides_lean_lines_write_is_ignored_by_git():
+    """The lines the README-runs test leaves to tests/test_lean_env.py (which builds them
+    elsewhere) write serve-env/ and model/ into the project folder."""
+    import subprocess
+
+    guide = (ROOT / "docs/guides/serve.md").read_text()
+    assert "python3 -m venv serve-env" in guide and 'dst_path="model"' in guide
+    written = ["serve-env/bin/python", "model/MLmodel"]
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT,
+                             capture_output=True, text=True).stdout.split()
+    assert ignored == written

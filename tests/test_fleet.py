@@ -9,10 +9,12 @@ line each, exit 2, nothing started.
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import urllib.request
+import warnings
 from pathlib import Path
 
 import mlflow
@@ -27,8 +29,10 @@ from conftest import _free_port, wait_until_answering
 from rul import config as cfg
 from rul.cli import main
 from rul.data import load_dataset
+from rul.data.censoring import MostlyCensoredWarning
 from rul.data.schema import INFORMATIVE_SENSORS, SENSOR_COLUMNS, SETTING_COLUMNS
 from rul.plan import plan_run, prepared
+from rul.tracking.run_params import config_from_params
 from rul.training.run import train
 from rul.training.seeding import derive_seeds
 
@@ -48,7 +52,9 @@ TINY = ["epochs=1", "filters=4", "num_layers=2", "hidden_size=8", "precision=fp3
 def fleet(real_data_dir, tmp_path_factory):
     """FD001 as a fleet's files: fleet.parquet (training, columns shuffled, an extra one),
     fleet_test.csv (the test histories and each row's true RUL at its unit's end), and
-    fleet_all.parquet (one table, no test set, three engines still in service)."""
+    fleet_all.parquet (one table, no test set, three engines still in service);
+    fleet_failed.parquet (one table, `failed` true on the engines that failed, engines
+    91-100 in service); fleet_semicolon.csv (fleet.parquet as a semicolon CSV)."""
     from rul.data import load_subset
 
     folder = tmp_path_factory.mktemp("fleet")
@@ -65,6 +71,11 @@ def fleet(real_data_dir, tmp_path_factory):
     alive = trained[~in_service | (trained["flight_cycle"] <= last - 40)]
     alive.assign(in_service=alive["engine_id"].isin([3, 7, 11])).to_parquet(
         folder / "fleet_all.parquet", index=False)
+    serving = trained["engine_id"] > 90
+    alive = trained[~serving | (trained["flight_cycle"] <= last - 40)]
+    alive.assign(failed=alive["engine_id"] <= 90).to_parquet(folder / "fleet_failed.parquet",
+                                                               index=False)
+    trained[order].to_csv(folder / "fleet_semicolon.csv", sep=";", index=False)
     return folder
 
 
@@ -110,9 +121,78 @@ def test_the_rules_choose_fd001s_fourteen_sensors_and_its_one_condition(fleet, c
     assert sorted(data.preprocessor.feature_columns_) == sorted(INFORMATIVE)  # table's order
     assert data.choices.n_conditions == 1
     assert "the settings hardly vary" in data.choices.conditions_reason
-    said = capsys.readouterr().err
+    said = capsys.readouterr().err.splitlines()[-1]
     assert said.startswith("fleet: 1 operating condition (the settings hardly vary")
-    assert "the model reads T24, T50, T30" in said  # as the shuffled table has them
+    # the patterns' matches in the natural order of their names, not the shuffled table's
+    assert said.endswith("the model reads T24, T30, T50, P30, Ps30, NRc, NRf, Nc, Nf, phi, "
+                            "BPR, htBleed, W31, W32")
+
+
+def test_a_pattern_leaves_out_the_sensors_that_hold_one_value_and_says_which(fleet):
+    config = fleet_config(fleet, sensors=["T*", "P*", "N*"], informative="auto")
+    with pytest.warns(UserWarning) as said:
+        dataset = load_dataset(config.dataset, fleet)
+    lines = [str(w.message) for w in said if "leave out" in str(w.message)]
+    assert lines == ["fleet.parquet: data.sensors: the patterns leave out T2, P2, PCNfR_dmd, "
+                     "Nf_dmd: one value in every row"]
+    assert dataset.layout.sensors == ("T24", "T30", "T50", "P15", "P30", "Ps30", "NRc", "NRf",
+                                      "Nc", "Nf")
+    assert "T2" not in dataset.train and "T2" not in dataset.test
+
+
+def test_a_failed_column_marks_the_engines_in_service(fleet):
+    """`failed` true on the engines that failed: 91-100, with no true row, are in service,
+    and most engines failed: no warning."""
+    config = fleet_config(fleet, train="fleet_failed.parquet", test=None, test_rul_column=None,
+                          failed_column="failed")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MostlyCensoredWarning)
+        dataset = load_dataset(config.dataset, fleet)
+    assert dataset.censored == tuple(range(91, 101))
+    assert not set(range(91, 101)) & set(dataset.held_out)
+
+
+def test_training_says_its_engines_and_their_split_in_one_line(fleet, capsys):
+    """Before the choices: the engines that failed (training, validating), those held out
+    for test and those in service."""
+    config = fleet_config(fleet, train="fleet_failed.parquet", test=None, test_rul_column=None,
+                          failed_column="failed")
+    data = prepared(config, derive_seeds(config.seed).split)
+    said = capsys.readouterr().err.splitlines()
+    assert said[0] == ("fleet: 100 engines: 72 failed (train 58, validate 14), 18 held out "
+                       "for test, 10 in service")
+    assert said[1].startswith("fleet: 1 operating condition")
+    assert len(data.val_units) == 14 and len(data.test_units) == 18
+    assert len(set(data.train_units) - set(data.subset.censored)) == 58
+    data = prepared(fleet_config(fleet), derive_seeds(config.seed).split)  # with a test table
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "fleet: 100 engines: 100 failed (train 80, validate 20), 0 in service; 100 test engines "
+        "in fleet_test.csv")
+
+
+def test_a_marker_read_the_wrong_way_round_is_named_in_one_warning(fleet):
+    """censored_column: failed takes the 90 engines that failed as in service: one warning
+    names the key, the column and what it was taken to mean."""
+    config = fleet_config(fleet, train="fleet_failed.parquet", test=None, test_rul_column=None,
+                          censored_column="failed")
+    with pytest.warns(MostlyCensoredWarning) as said:
+        dataset = load_dataset(config.dataset, fleet)
+    assert dataset.censored == tuple(range(1, 91))
+    assert [str(w.message) for w in said if w.category is MostlyCensoredWarning] == [
+        "fleet_failed.parquet: 90 of 100 engines in service, data.censored_column: 'failed' "
+        "taken as true on the engines in service; if it is true on those that failed, give "
+        "data.failed_column: failed"]
+
+
+def test_a_semicolon_csv_is_read_as_its_parquet_twin(fleet):
+    """The delimiter is found from the file's first lines (data.delimiter: auto)."""
+    parquet = load_dataset(fleet_config(fleet).dataset, fleet)
+    csv = load_dataset(fleet_config(fleet, train="fleet_semicolon.csv").dataset, fleet)
+    assert csv.train.equals(parquet.train) and csv.layout == parquet.layout
+    alone = {"test": None, "test_rul_column": None}  # data.delimiter is every file's
+    given = load_dataset(fleet_config(fleet, train="fleet_semicolon.csv", delimiter=";",
+                                      **alone).dataset, fleet)
+    assert given.train.equals(load_dataset(fleet_config(fleet, **alone).dataset, fleet).train)
 
 
 def test_one_table_without_a_test_set_holds_engines_out_as_nasa_cut_its_own(fleet):
@@ -151,6 +231,48 @@ def test_engines_still_in_service_train_where_their_target_is_known(fleet):
     assert (data.train.targets[others] < config.rul_cap).any()  # theirs run to 0
 
 
+def test_a_table_with_its_columns_reordered_trains_the_same_model(fleet, tmp_path):
+    """Sensors given by patterns, the informative ones chosen by the rule: the table's column
+    order does not move the model (the canonical order: rul.data.tables), so the validation
+    curve of 2 epochs in fp32 is the same bit for bit (on 40 engines, to be quick)."""
+    frame = pd.read_parquet(fleet / "fleet.parquet")
+    frame = frame[frame["engine_id"] <= 40]
+    frame.to_parquet(tmp_path / "forty.parquet", index=False)
+    frame[frame.columns[::-1]].to_parquet(tmp_path / "reversed.parquet", index=False)
+    patterns = ["T*", "P*", "N*", "phi", "BPR", "htBleed", "W*"]
+    curves = []
+    for table in (tmp_path / "forty.parquet", tmp_path / "reversed.parquet"):
+        config = fleet_config(fleet, "epochs=2", train=str(table), sensors=patterns,
+                              informative="auto")
+        outcome = train(plan_run(config), progress=False)
+        curves.append([epoch["val_rmse"] for epoch in outcome.state.history])
+    assert len(curves[0]) == 2 and curves[0] == curves[1]
+
+
+def test_a_split_too_small_to_say_much_is_said_and_its_figures_counted(fleet, tmp_path,
+                                                                        monkeypatch):
+    """Eight engines: 2 held out for test, 1 validates. Training warns once per split, and
+    each figure from it comes with its count of engines."""
+    frame = pd.read_parquet(fleet / "fleet.parquet")
+    frame[frame["engine_id"] <= 8].to_parquet(tmp_path / "small.parquet", index=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    small = section(train=str(tmp_path / "small.parquet"), test=None, test_rul_column=None)
+    result = CliRunner().invoke(main, ["train", *TINY, f"data_dir={fleet}", "--no-progress",
+                                       f"data={json.dumps(small)}"])
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.stderr.splitlines() if "say little" in line]
+    assert warned == [
+        "warning: 2 test engines: the test figures say little (fewer than 10)",
+        "warning: 1 validation engine: the validation figures and the interval say little "
+        "(fewer than 5)"]
+    assert ("fleet: 8 engines: 6 failed (train 5, validate 1), 2 held out for test, 0 in "
+            "service") in result.stderr
+    out = result.stdout
+    assert " from 2 engines (uncapped " in out and " from 1 engine)" in out
+    assert "test interval coverage " in out and "% from 2 engines, mean width" in out
+
+
 @pytest.mark.parametrize("case, change, said", [
     ("a column not there", {"sensors": ["T24", "P3O"]},
      "data.sensors: no column 'P3O' (columns: "),
@@ -161,7 +283,30 @@ def test_engines_still_in_service_train_where_their_target_is_known(fleet):
     ("a time that repeats", {"train": "repeats.parquet"},
      "engine_id 1: duplicate flight_cycle 1 (row 2)"),
     ("a constant sensor", {"sensors": ["T24", "T2"]},
-     "data.sensors: T2 holds one value in every row (518.67): it tells nothing of wear"),
+     "data.sensors: T2 (518.67) holds one value in every row: it tells nothing of wear; leave "
+     "it out"),
+    ("every sensor named", {"sensors": NASA},  # each constant one at once, not one a run
+     "data.sensors: T2 (518.67), P2 (14.62), epr (1.3), farB (0.03), Nf_dmd (2388), PCNfR_dmd "
+     "(100) hold one value in every row: they tell nothing of wear; leave them out"),
+    ("a censored column not there", {"censored_column": "in_service"},
+     "fleet.parquet: data.censored_column: no column 'in_service' (columns: "),
+    ("a failed column not there", {"failed_column": "Failed", "train": "fleet_failed.parquet",
+                                   "test": None, "test_rul_column": None},
+     "data.failed_column: no column 'Failed' (did you mean 'failed'?)"),
+    ("both markers", {"failed_column": "failed", "censored_column": "failed"},
+     "data.censored_column: the engines in service are given once: data.censored_column or "
+     "data.failed_column, not both"),
+    ("a pattern catching true/false", {"sensors": ["T24", "f*"], "train": "fleet_failed.parquet",
+                                       "test": None, "test_rul_column": None},
+     "data.sensors: the pattern 'f*' matches the column 'failed', which holds true/false "
+     "values, not numbers: narrow the pattern or name the columns"),
+    ("a pattern catching text", {"sensors": ["T24", "s*"]},
+     "data.sensors: the pattern 's*' matches the column 'site', which holds text, not numbers"),
+    ("a semicolon CSV read with commas", {"train": "fleet_semicolon.csv", "delimiter": ","},
+     "fleet_semicolon.csv: read with the delimiter ',', its header is one column "),
+    ("a semicolon CSV lacking a column", {"train": "fleet_semicolon.csv",
+                                          "sensors": ["T24", "P3O"]},
+     "data.sensors: no column 'P3O' (columns: "),
     ("no sensor left", {"sensors": ["P15", "epr"], "informative": "auto"},
      "features=informative: no sensor of fleet trends with the engines' age"),
     ("test columns unlike training's", {"test": "fleet_short.csv"},
@@ -210,8 +355,25 @@ def test_a_fleet_is_tracked_registered_and_served_under_its_own_names(fleet, tmp
         rows = pd.read_csv(fleet / "fleet_test.csv")
         answer = model.predict(rows)
         run = mlflow.get_run(model.metadata.run_id)
+        inputs = mlflow.models.get_model_info("models:/rul-fleet@champion").signature.inputs
+        version = mlflow.MlflowClient().get_model_version_by_alias("rul-fleet", "champion")
     finally:
         mlflow.set_tracking_uri(None)
+    # the version says what it is: the columns it reads in order, its engines, its recipe
+    assert inputs.input_names() == ["engine_id", "flight_cycle", *SETTINGS, *INFORMATIVE]
+    said = version.description
+    assert ("Columns read, in order (19): engine_id, flight_cycle, altitude, mach, tra, T24, "
+            "T30, T50, P30") in said and "Operating conditions: 1." in said
+    assert "held out for test 100 (1-100); in service 0 (none)." in said
+    assert "Data: fleet (sensors track), SHA-256 test " in said
+    assert "Interval: target 90%, test coverage 0." in said
+    command = said.split("Reproduce: `")[1].split("`")[0]
+    args = shlex.split(command)
+    assert args[:3] == ["rul", "train", "experiments/fleet.yaml"]
+    again = cfg.load(ROOT / args[2], [*args[3:], f"data_dir={fleet}"])
+    assert again.model_dump() == config_from_params(run.data.params).model_dump()
+    assert version.tags["data.columns"] == run.data.tags["data.columns"]
+    assert version.tags["subset"] == "fleet" and version.tags["data.sha256.train"]
     assert answer.columns[0] == "engine_id" and len(answer) == 100
     assert run.data.params["data.unit"] == "engine_id"
     assert run.data.tags["data.columns"].startswith("engine_id,flight_cycle,altitude")

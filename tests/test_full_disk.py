@@ -50,7 +50,8 @@ def test_a_full_then_read_only_disk(small_disk, write_cmapss, tmp_path):
     free = shutil.disk_usage(small_disk).free
     (small_disk / "filler").write_bytes(b"\0" * (free - 96 * 1024))  # 96 KiB left
     full = rul(args, tmp_path)
-    said = full.stderr.strip().splitlines()
+    said = [line for line in full.stderr.strip().splitlines()  # the tiny data's own warnings
+            if not line.startswith("warning: ") or "engines" not in line]
     assert full.returncode == 1, full.stderr[-2000:]
     assert said[-1].startswith("Error: no space left on the device of "), said[-3:]
     assert "Traceback" not in full.stderr and len(said) <= 4, said
@@ -86,7 +87,8 @@ def test_a_disk_that_fills_while_a_new_store_is_created_leaves_nothing_half_buil
     args = [*TINY, "epochs=1", f"data_dir={data}", f"checkpoint_dir={tmp_path}/ckpt",
             f"tracking_uri=sqlite:///{small_disk}/mlflow.db"]
     full = rul(args, tmp_path)
-    said = full.stderr.strip().splitlines()
+    said = [line for line in full.stderr.strip().splitlines()  # the tiny data's own warnings
+            if not line.startswith("warning: ") or "engines" not in line]
     assert full.returncode == 1, full.stderr[-2000:]
     assert said[-1] == ("Error: no space left on the device of the tracking store: free some, "
                         "then run the command again (a run with a checkpoint continues with "
@@ -112,7 +114,8 @@ def test_a_disk_that_fills_while_the_model_is_logged_is_a_few_lines(small_disk, 
     free = shutil.disk_usage(small_disk).free
     (small_disk / "filler").write_bytes(b"\0" * (free - 400 * 1024))  # 400 KiB left
     full = rul(args, small_disk)
-    said = full.stderr.strip().splitlines()
+    said = [line for line in full.stderr.strip().splitlines()  # the tiny data's own warnings
+            if not line.startswith("warning: ") or "engines" not in line]
     assert full.returncode == 1, full.stderr[-2000:]
     assert said[-1].startswith("Error: no space left on the device of "), said[-3:]
     assert "Traceback" not in full.stderr and "ERROR mlflow" not in full.stderr

@@ -48,6 +48,19 @@ EXPECTED = {  # what: (status, the answer's line starts with)
     "/docs": (404, "path: not found"),
     "/openapi.json": (404, "path: not found"),
     "/invocations/ with a Host of evil.example": (404, "path: not found"),
+    "units 2**60 and 2**60 + 1 beside a 5.0 (once merged)":
+        (400, "input: row 2: unit is 2**53 or more in a column read as decimals"),
+    "a gzip body": (400, "body: gzip-compressed; send the JSON uncompressed"),
+    "Content-Encoding: gzip": (415, "headers: Content-Encoding is not accepted"),
+    "Expect: 100-continue with a Content-Length of 10**15":
+        (413, "body: larger than this server's limit of"),
+    "a chunk size that is not hexadecimal": (400, "request: not valid HTTP/1.1"),
+}
+COSTLY = {  # what: its status, alone
+    "MB of empty JSON objects": 413,  # what its containers take: more than the budget
+    "a Parquet list cell of 50M zeros in a column the model does not read": 200,
+    "30,000 Parquet columns": 200,
+    "20,000 one-row engines in a CSV": 200,
 }
 
 
@@ -114,6 +127,18 @@ def test_every_case_of_the_list_is_its_status_and_one_line(served):
         assert "[Location!]" not in line and "\\x" not in line, what
 
 
+def test_bodies_that_cost_more_than_their_bytes_stay_within_the_budget(served):
+    """Each alone: refused by what it would take, or answered within the memory budget (a
+    list cell of 50M zeros once took 1.65 GB, 100,000 columns 1 GB, empty objects 37x their
+    bytes)."""
+    _, found = served
+    measured = {what: (status, peak) for what, status, peak in found["costly"]}
+    assert len(measured) == len(COSTLY), measured
+    for what, status in COSTLY.items():
+        (got, peak), = [value for name, value in measured.items() if name.endswith(what)]
+        assert got == status and peak <= found["budget_mb"], (what, got, peak)
+
+
 def test_the_server_is_up_afterwards_and_its_stderr_short(served, capsys):
     server, found = served
     assert found["alive"]
@@ -130,4 +155,6 @@ def test_the_server_is_up_afterwards_and_its_stderr_short(served, capsys):
               f"{percentile(found['with_bodies'], 0.99):.0f} ms p99; bodies answered "
               f"{sorted(s for s, _ in found['bodies'])}, peak {found['peak_mb']:.0f} MB of a "
               f"{found['budget_mb']:g} MB budget; slow connections {found['slow']}; "
-              f"stderr {len(lines)} lines")
+              f"costly bodies alone " + ", ".join(f"{what}: {status}, {peak:.0f} MB"
+                                                  for what, status, peak in found["costly"])
+              + f"; stderr {len(lines)} lines")

@@ -28,9 +28,11 @@ from rul.cli import main
 from rul.data.errors import DataError
 from rul.data.schema import COLUMNS
 from rul.data.validation import NO_HEADER, validate_rows
+from rul.evaluation.metrics import rul_metrics
 from rul.inference import read_rows
 from rul.models import NetworkSpec
 from rul.preprocessing import Preprocessor
+from rul.serving.onnx_export import ExportError
 from rul.serving.predictor import InferenceSpec, predict_frame
 from rul.tracking.model_logging import log_pyfunc
 
@@ -43,16 +45,26 @@ ARCH = {"filters": 4, "kernel_size": 10, "num_layers": 2, "hidden_size": 16, "dr
 FORBIDDEN = ("tqdm", "click", "yaml", "matplotlib", "optuna")
 
 
-def tiny_outcome(fd001, window=30, include_cycle=False, interval=None):
-    """What log_pyfunc reads from a training outcome, without the training."""
+def tiny_outcome(fd001, window=30, include_cycle=False, interval=None, scored_seed=0):
+    """What log_pyfunc reads from a training outcome, without the training: the test units
+    scored by torch (`scored_seed`: by the network of that seed, another model than the one
+    logged unless 0)."""
     preprocessor = Preprocessor(window=window, smoothing_alpha=0.1,
                                 include_cycle=include_cycle).fit(fd001.train)
-    torch.manual_seed(0)
     spec = NetworkSpec("cnn", preprocessor.n_features, window, 125, ARCH)
-    network = spec.build().eval()
-    return SimpleNamespace(network_spec=spec, models=[network], model=network,
-                           interval=interval,
-                           data=SimpleNamespace(preprocessor=preprocessor, subset=fd001))
+    networks = []
+    for seed in sorted({0, scored_seed}):
+        torch.manual_seed(seed)
+        networks.append(spec.build().eval())
+    scored = predict_frame(preprocessor, networks[-1], fd001.test)["rul"].to_numpy()
+    predictions = pd.DataFrame({"unit": fd001.test["unit"].unique(), "true_rul": fd001.test_rul,
+                                "predicted_rul": scored})
+    metrics = {"test_rmse": rul_metrics(scored, fd001.test_rul, 125)["rmse"]}
+    data = SimpleNamespace(preprocessor=preprocessor, subset=fd001,
+                           val=preprocessor.window_set(fd001.train))
+    return SimpleNamespace(network_spec=spec, models=networks[:1], model=networks[0],
+                           interval=interval, data=data, predictions=predictions,
+                           metrics=metrics)
 
 
 def log_tiny_model(fd001, workdir: Path, register: bool = True, interval=None) -> str:
@@ -351,6 +363,24 @@ def test_lean_model_predicts_what_the_torch_network_predicts(expected, torch_out
     pd.testing.assert_frame_equal(expected[["unit", "padded"]], by_torch[["unit", "padded"]])
 
 
+def test_the_served_champion_scores_the_test_rmse_the_run_printed(model, fd001, torch_outcome):
+    served = model.predict(fd001.test)["rul"].to_numpy()
+    assert rul_metrics(served, fd001.test_rul, 125)["rmse"] == pytest.approx(
+        torch_outcome.metrics["test_rmse"], abs=0.01)
+
+
+def test_a_model_that_would_not_serve_the_printed_test_rmse_is_not_logged(fd001, mlflow_store,
+                                                                       tmp_path):
+    """The test units scored by another network than the one exported: the served model's
+    test RMSE is not the run's, and logging it stops with both numbers; nothing is logged."""
+    outcome = tiny_outcome(fd001, scored_seed=1)
+    with mlflow.start_run() as run, pytest.raises(ExportError) as refused:
+        log_pyfunc(outcome, tmp_path / "work")
+    printed = outcome.metrics["test_rmse"]
+    assert f"the run's {printed:.3f} (at most 0.01 apart)" in str(refused.value)
+    assert MlflowClient().list_artifacts(run.info.run_id) == []
+
+
 def test_logged_requirements_are_installable_and_lean(store):
     path = mlflow.pyfunc.get_model_dependencies(CHAMPION_URI)
     lines = [x for x in Path(path).read_text().splitlines() if x and not x.startswith("#")]
@@ -612,9 +642,11 @@ def test_models_logged_before_the_lean_runtime_still_load(mlflow_store, tmp_path
     strict = CliRunner().invoke(main, ["predict", "--model", uri, "--input",
                                        str(write_csv(rows, tmp_path / "rows.csv")), "--strict",
                                        "--tracking-uri", mlflow.get_tracking_uri()])
-    assert strict.exit_code == 2
-    assert "this model was logged before rul checked inputs against the training fleet" in (
-        strict.output)
+    assert strict.exit_code == 2  # rul predict reads models as data: a pickle is not read
+    assert strict.output == (f"Error: {uri}: not a rul model with ONNX networks (no inference/"
+                             "inference_spec.json); one logged before rul's lean runtime loads "
+                             "only with mlflow.pyfunc.load_model, which runs the model's code: "
+                             "only from a registry you trust\n")
 
 
 def test_cli_predict_warns_of_units_outside_the_fleet_and_strict_refuses(store, tmp_path,

@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS = [
-    ("errors", "files", "urls"),  # no rul import
+    ("errors", "files", "urls", "orphans"),  # no rul import
     ("console", "interrupts", "tracking_uri"),  # those only
     ("data",),
     ("preprocessing",),

@@ -222,17 +222,83 @@ def test_a_cache_that_cannot_be_written_is_no_error(tmp_path, monkeypatch):
 
 
 def test_a_cache_write_interrupted_leaves_no_scratch_file(tmp_path, monkeypatch):
-    from pathlib import Path
+    from rul.files import CacheFile
 
-    from rul.files import keep_in_cache
-
-    def interrupted(self, target):
+    def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Path, "replace", interrupted)
+    monkeypatch.setattr(os, "rename", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        keep_in_cache(tmp_path / "cache" / "graph.onnx", b"graph")
+        CacheFile(tmp_path / "cache", "graph.onnx").keep(b"graph")
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+def halved_when_smooth(graph: bytes) -> bytes:
+    """`graph` (a traced network) made to halve its answer whenever the window is smooth: the
+    mean step between a window's cycles under 0.5, as in every real window (the preprocessing
+    smooths the sensors) and in no window of uniform noise."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.ModelProto.FromString(graph)
+    nodes = model.graph.node
+    for node in nodes:
+        node.output[:] = ["raw" if name == "rul" else name for name in node.output]
+
+    def constant(name, values, kind=TensorProto.INT64):
+        return helper.make_node("Constant", [], [name], name=name, value=helper.make_tensor(
+            name, kind, [len(values)], values))
+
+    nodes.extend([
+        constant("one", [1]), constant("zero", [0]), constant("last", [-1]),
+        constant("end", [2**62]), constant("cycles", [1, 2]),
+        constant("half", [0.5], TensorProto.FLOAT),
+        helper.make_node("Slice", ["windows", "one", "end", "one"], ["later"], name="later"),
+        helper.make_node("Slice", ["windows", "zero", "last", "one"], ["earlier"],
+                         name="earlier"),
+        helper.make_node("Sub", ["later", "earlier"], ["step"], name="step"),
+        helper.make_node("Abs", ["step"], ["size"], name="size"),
+        helper.make_node("ReduceMean", ["size", "cycles"], ["rough"], keepdims=0, name="rough"),
+        helper.make_node("Less", ["rough", "half"], ["smooth"], name="smooth"),
+        helper.make_node("Mul", ["raw", "half"], ["halved"], name="halved"),
+        helper.make_node("Where", ["smooth", "halved", "raw"], ["rul"], name="forged"),
+    ])
+    return model.SerializeToString()
+
+
+def test_a_kept_graph_that_halves_its_answer_on_smooth_windows_is_caught_and_traced_again(
+        fd001, fd001_preprocessor, tmp_path, monkeypatch, recwarn):
+    """A graph planted in the user cache that keeps the network but halves its answer on
+    smooth windows passes a check on noise alone; the check on the run's real windows catches
+    it: the export is a fresh trace's, the cache file replaced, one warning line."""
+    from rul.serving import onnx_export
+
+    monkeypatch.setenv(USER_CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(onnx_export, "_GRAPHS", onnx_export.OrderedDict())
+    n_features = fd001_preprocessor.n_features
+    network = tiny_network("cnn", n_features).build().eval()
+    kept = onnx_export._cache_file(onnx_export._architecture(network, 30, n_features))
+    kept.keep(halved_when_smooth(onnx_export._trace(network, 30, n_features)))
+    real = fd001_preprocessor.window_set(fd001.train).spread(256)
+    with torch.no_grad():
+        expected = network(torch.from_numpy(real)).numpy()
+
+    onnx_export._write(network, kept.read(), tmp_path / "forged.onnx")
+    assert check_export(network, tmp_path / "forged.onnx", 30, n_features) <= 1e-3  # noise
+    np.testing.assert_allclose(_exported(tmp_path / "forged.onnx", real), expected / 2,
+                               atol=1e-3)  # every real window halved
+    with pytest.raises(ExportError, match="cycles on real windows"):
+        check_export(network, tmp_path / "forged.onnx", 30, n_features, real)
+
+    assert export_onnx(network, tmp_path / "a.onnx", 30, n_features, real) <= 1e-3
+    np.testing.assert_allclose(_exported(tmp_path / "a.onnx", real), expected, atol=1e-3)
+    assert [str(w.message) for w in recwarn] == [
+        f"rul's cache: {kept.path}: does not compute what the network computes; not trusted, "
+        "built anew"]
+    monkeypatch.setattr(onnx_export, "_GRAPHS", onnx_export.OrderedDict())  # a new process
+    assert export_onnx(network, tmp_path / "b.onnx", 30, n_features, real) <= 1e-3
+    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
+    assert len(recwarn) == 1  # the kept graph is now the network's own
 
 
 class _Scaled(torch.nn.Module):

@@ -4,7 +4,7 @@ runs logged before the groups still read back (registry, Pareto table, aggregate
 from types import SimpleNamespace
 
 from rul.tracking import metric_names as names
-from rul.tracking.registry import version_description, version_tags
+from rul.tracking.version_description import version_description, version_tags
 from rul.tuning.report import _split_value
 
 OLD_RUN = {"test_rmse": 12.5, "test_mae": 9.0, "test_score": 300.0, "val_rmse": 14.0,
@@ -64,7 +64,7 @@ def test_the_registry_describes_old_and_new_runs_alike():
     for metrics, rmse in ((OLD_RUN, "12.500"), (NEW_RUN, "11.500")):
         run = SimpleNamespace(data=SimpleNamespace(metrics=metrics, params={}, tags={}),
                               info=SimpleNamespace(run_id="r", run_name="n"))
-        assert f"Test RMSE {rmse}" in version_description(run, 13.0)
+        assert f"reported, never selected on): RMSE {rmse}," in version_description(run, 13.0)
         assert version_tags(run, 13.0)["test_rmse"] == repr(float(rmse))
 
 

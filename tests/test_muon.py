@@ -150,6 +150,7 @@ def test_with_its_floor_a_half_precision_rounding_moves_the_update_little(precis
     rounding = noise * (0.25 * torch.finfo(HALF[precision]).eps * gradient.norm()
                         / noise.norm())
     assert floor_of("fp32") == 0.0  # fp32: the iteration as it was, bit for bit
+    assert floor_of("fp16") == floor_of("bf16") > 0  # one update rule in half precision
 
     def moved(floor: float) -> float:
         one, other = (orthogonalized(g, floor=floor) for g in (gradient, gradient + rounding))
@@ -157,3 +158,76 @@ def test_with_its_floor_a_half_precision_rounding_moves_the_update_little(precis
 
     assert moved(floor_of(precision)) < 0.02
     assert moved(0.0) > 5 * moved(floor_of(precision))
+
+
+
+def _small_dcnn() -> nn.Module:
+    """Filters and a matrix for Muon; biases and a one-output layer for AdamW."""
+    torch.manual_seed(3)
+    return nn.Sequential(nn.Conv2d(1, 4, (5, 1)), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(4 * 26, 6), nn.ReLU(), nn.Linear(6, 1))
+
+
+def _gradients(seed: int, n: int, inf_at: int | None = None) -> list[dict]:
+    generator = torch.Generator().manual_seed(seed)
+    steps = [{name: torch.randn(p.shape, generator=generator)
+              for name, p in _small_dcnn().named_parameters()} for _ in range(n)]
+    if inf_at is not None:
+        steps[inf_at]["3.weight"][0, 0] = float("inf")
+    return steps
+
+
+def _both_paths(gradients: list[dict], found_inf: list[float]):
+    """The host's MuonAdamW and the one that decides on the device (on the CPU here) stepped
+    with the same gradients, weight decay, floor and rates (a warm-up's, set between steps
+    as the schedule sets them); a step with found_inf 1 the host does not take."""
+    host_model = _small_dcnn()
+    device_model = copy.deepcopy(host_model)
+    host = MuonAdamW(host_model, lr=0.02, weight_decay=0.1, floor=0.01)
+    device = MuonAdamW(device_model, lr=0.02, weight_decay=0.1, floor=0.01, on_device=True)
+    for step, (grads, skip) in enumerate(zip(gradients, found_inf, strict=True)):
+        rate = 0.02 * (1 + step) / len(gradients)
+        for group in host.param_groups:
+            group["lr"] = rate
+        for group in device.param_groups:
+            group["lr"].fill_(rate)
+        for model in (host_model, device_model):
+            for name, p in model.named_parameters():
+                p.grad = grads[name].clone()
+        if not skip:
+            host.step()
+        device.found_inf = torch.tensor(skip)
+        device.step()
+        del device.found_inf
+    return host_model, device_model, host, device
+
+
+def test_the_step_decided_on_the_device_is_the_hosts_bit_for_bit():
+    """Muon's matrices and the AdamW of the rest: five steps, the third's gradient inf and
+    not taken; every weight and every state tensor equal to the host's, bit for bit (the
+    skipped step counted nothing)."""
+    host_model, device_model, host, device = _both_paths(_gradients(0, 5, inf_at=2),
+                                                         [0.0, 0.0, 1.0, 0.0, 0.0])
+    assert device.on_device and all(group["capturable"] for group in device.param_groups)
+    assert isinstance(device.param_groups[0]["lr"], torch.Tensor)
+    for (name, a), b in zip(host_model.named_parameters(), device_model.parameters(),
+                            strict=True):
+        assert torch.equal(a, b), name
+        state, theirs = host.state[a], device.state[b]
+        assert list(state) == list(theirs) and int(theirs["step"]) == 4
+        for key in state:
+            assert torch.equal(state[key], theirs[key]), (name, key)
+
+
+def test_a_step_not_taken_on_the_device_moves_nothing():
+    """found_inf 1 on NaN gradients: no weight, momentum, moment or step count moves."""
+    _, model, _, optimizer = _both_paths(_gradients(1, 2), [0.0, 0.0])
+    weights = copy.deepcopy(model.state_dict())
+    state = copy.deepcopy(optimizer.state_dict()["state"])
+    for p in model.parameters():
+        p.grad = torch.full_like(p, float("nan"))
+    optimizer.found_inf = torch.tensor(1.0)
+    optimizer.step()
+    assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
+    for index, tensors in optimizer.state_dict()["state"].items():
+        assert all(torch.equal(state[index][k], v) for k, v in tensors.items())

@@ -61,25 +61,32 @@ def test_a_step_learns(kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_device_path_is_what_the_row_declares(kind):
     """Asked to decide on the device, a builder gives an optimizer that can (its rate a
-    tensor, fused, capturable as declared, a found_inf of 1 moving no weight) exactly when its
+    tensor, the skip taken as GradScaler passes it to a fused optimizer, capturable as
+    declared; after a step, a found_inf of 1 moving no weight and no state) exactly when its
     row says so; make_optimizer then builds it so on CUDA, and the step reads that."""
     row = OPTIMIZER_KINDS[kind]
     model, settings = tiny(kind)
     asked = row.build(model, settings, True)
-    can = all(group.get("fused") and isinstance(group["lr"], torch.Tensor)
-              for group in asked.param_groups)
+    can = getattr(asked, "_step_supports_amp_scaling", False) and all(
+        isinstance(group["lr"], torch.Tensor) for group in asked.param_groups)
     assert can == row.on_device
     assert all(bool(group.get("capturable")) == row.capturable for group in asked.param_groups)
     assert decides_on_device(make_optimizer(model, settings, sync_free=True)) == row.on_device
     assert not decides_on_device(make_optimizer(model, settings))  # a CPU run: the host's
     if not can:
         return
-    before = copy.deepcopy(model.state_dict())
-    for p in model.parameters():
-        p.grad = torch.ones_like(p)
-    asked.grad_scale, asked.found_inf = None, torch.ones(())
-    asked.step()
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    moved = []
+    for found_inf in (0.0, 1.0):
+        before = copy.deepcopy((model.state_dict(), asked.state_dict()["state"]))
+        for p in model.parameters():
+            p.grad = torch.ones_like(p)
+        asked.grad_scale, asked.found_inf = None, torch.tensor(found_inf)
+        asked.step()
+        moved.append(not all(torch.equal(before[0][k], v)
+                             for k, v in model.state_dict().items()))
+    assert moved == [True, False]
+    for index, state in asked.state_dict()["state"].items():
+        assert all(torch.equal(before[1][index][k], v) for k, v in state.items())
 
 
 @pytest.mark.parametrize("kind", KINDS)

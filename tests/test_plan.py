@@ -14,6 +14,7 @@ from mlflow.tracking import MlflowClient
 from rul import config as cfg
 from rul import plan as plan_module
 from rul.plan import EnsemblePlan, plan_ensemble, plan_run, plan_seeds
+from rul.training.seeding import derive_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"filters": 4, "hidden_size": 8, "num_layers": 1, "window": 20, "epochs": 2,
@@ -113,8 +114,8 @@ def test_the_key_lists_are_derived_from_the_roles():
     assert set(cfg.NOT_IN_IDENTITY) == {"data_dir", "tracking_uri", "experiment", "register",
                                         "run_name", "checkpoint_dir", "device",
                                         "interval_coverage", "strict_data", "max_data_mb"}
-    assert set(cfg.NOT_TUNABLE) == set(cfg.NOT_IN_IDENTITY) | {"subset", "data", "ensemble",
-                                                               "ensemble_split",
+    assert set(cfg.NOT_TUNABLE) == set(cfg.NOT_IN_IDENTITY) | {"subset", "data", "split_seed",
+                                                               "ensemble", "ensemble_split",
                                                                "ensemble_training"}
     assert set(cfg.NOT_COMPARED_IN_A_STUDY) == set(cfg.NOT_IN_IDENTITY) | {
         "precision", "deterministic", "memory_budget"}
@@ -203,3 +204,18 @@ def test_resume_target_reads_the_checkpoint_before_any_run_is_reopened(small, tm
 
     with pytest.raises(FileNotFoundError):
         plan_run(small(), ResumeTarget(tmp_path / "missing.pt", "run-id"))
+
+
+def test_a_configs_runs_validate_on_the_same_engines_whatever_their_seed(fd001):
+    """split_seed, not seed, picks the validation engines: seeds 42 and 43 of one config are
+    scored on the same engines (and seed 42's are those every run of seed 42 had); rul
+    evaluate's seeds still split apart, as an evaluation measures the spread over splits."""
+    config = cfg.load(ROOT / "experiments" / "fd001.yaml", {"epochs": 1})
+    first, second = (plan_run(c, subset=fd001) for c in (config, config.replace(seed=43)))
+    assert (first.data.val_units == second.data.val_units).all()
+    assert first.seeds.torch != second.seeds.torch  # its own init, dropout and batches
+    assert derive_seeds(42, 42) == derive_seeds(42)  # make train's split as before
+    assert "split_seed" not in config.replace(seed=43, split_seed=43).to_dict()
+    assert config.replace(seed=43).to_dict()["split_seed"] == 42  # identity: another split
+    evaluated = [tuple(plan.data.val_units) for plan in plan_seeds(config, 2)]
+    assert evaluated[0] == tuple(first.data.val_units) != evaluated[1]

@@ -1,11 +1,13 @@
 """Every command the README, the getting-started page and the serve guide show in a fenced
 block runs as written, from a project folder as a fresh clone has it after its first
-`make train` (the data downloaded into data/cmapss/), on the CPU with tiny epochs; what the
-commands write is ignored by git.
+`make train`, on the CPU with tiny epochs, both ways a user has the data: downloaded into
+data/cmapss/, or elsewhere through CMAPSS_DIR (no data/cmapss/ at all, as the README tells an
+offline user); what the commands write is ignored by git.
 
 The folder holds the Makefile, pyproject.toml and experiments/ of this checkout, this
 virtualenv (a link: make is told its stamp is up to date, so nothing is installed) and the
-real data under data/cmapss/. What the test adds to a line, nothing else:
+real data under data/cmapss/ or named by CMAPSS_DIR. What the test adds to a line, nothing
+else:
 - a `make` target that trains gets TINY (and tune 2 trials) appended to its ARGS;
 - `make ui` and `make serve` run until they answer (the UI's printed address, the server's
   /ping), the serve guide's curl lines meanwhile against the port the README gives it (5001),
@@ -23,6 +25,7 @@ import signal
 import subprocess
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -86,27 +89,34 @@ def as_run(command: str) -> str:
     return re.sub(r"^make ", f"make -o {STAMP} ", command)
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory, real_data_dir) -> Path:
+@dataclass(frozen=True)
+class Project:
+    """A clone's folder and the environment its user's shell has."""
+
+    folder: Path
+    env: dict
+
+
+@pytest.fixture(scope="module", params=["data/cmapss", "CMAPSS_DIR"])
+def project(request, tmp_path_factory, real_data_dir) -> Project:
     folder = tmp_path_factory.mktemp("clone")
     shutil.copy2(ROOT / "Makefile", folder)
     shutil.copy2(ROOT / "pyproject.toml", folder)
     shutil.copytree(ROOT / "experiments", folder / "experiments")
     (folder / ".venv").symlink_to(ROOT / ".venv")
-    (folder / "data").mkdir()
-    (folder / "data" / "cmapss").symlink_to(real_data_dir)
-    return folder
-
-
-def _env() -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("MLFLOW_TRACKING_URI", "CMAPSS_DIR", "ARGS", "MAKEFLAGS", "MFLAGS")}
-    return env
+    if request.param == "CMAPSS_DIR":  # the data elsewhere, as an offline user has it
+        env["CMAPSS_DIR"] = str(real_data_dir)
+    else:
+        (folder / "data").mkdir()
+        (folder / "data" / "cmapss").symlink_to(real_data_dir)
+    return Project(folder, env)
 
 
-def run(command: str, cwd: Path) -> str:
-    done = subprocess.run(command, shell=True, cwd=cwd, env=_env(), capture_output=True,
-                          text=True, timeout=1200)
+def run(command: str, project: Project) -> str:
+    done = subprocess.run(command, shell=True, cwd=project.folder, env=project.env,
+                          capture_output=True, text=True, timeout=1200)
     said = done.stdout + done.stderr
     assert done.returncode == 0, f"{command}\n{said[-3000:]}"
     return said
@@ -115,12 +125,12 @@ def run(command: str, cwd: Path) -> str:
 class Started:
     """A long-running make target in its own process group, its output in a file."""
 
-    def __init__(self, command: str, cwd: Path):
-        self.log = cwd / f".{command.split()[1]}.log"
+    def __init__(self, command: str, project: Project):
+        self.log = project.folder / f".{command.split()[1]}.log"
         with open(self.log, "wb") as out:
-            self.process = subprocess.Popen(as_run(command), shell=True, cwd=cwd, env=_env(),
-                                            stdout=out, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+            self.process = subprocess.Popen(as_run(command), shell=True, cwd=project.folder,
+                                            env=project.env, stdout=out,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
 
     def said(self) -> str:
         return self.log.read_text()
@@ -190,9 +200,12 @@ def test_the_readme_and_guides_run_as_written(project):
     finally:
         started.ctrl_c()
 
-    written = [str(p.relative_to(project)) for p in project.rglob("*")
+    if "CMAPSS_DIR" in project.env:  # every line read the data where it is: none downloaded
+        assert not (project.folder / "data").exists()
+    folder = project.folder
+    written = [str(p.relative_to(folder)) for p in folder.rglob("*")
                if p.is_file() and not p.name.startswith(".")
-               and not str(p.relative_to(project)).startswith((".venv", "data/", "experiments/"))
+               and not str(p.relative_to(folder)).startswith((".venv", "data/", "experiments/"))
                and p.name not in ("Makefile", "pyproject.toml")]
     assert written, "the commands wrote nothing"
     ignored = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=ROOT,

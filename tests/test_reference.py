@@ -1,12 +1,14 @@
 """The configuration reference is generated from rul/config/: every key, with a meaning."""
 
 import html
+import os
 
 import pytest
 
 from rul import config as cfg
 from rul.config import Categorical, FloatRange, IntRange, TrainConfig, TuningConfig
 from rul.reference import (
+    CONFIG_PAGE,
     cli_reference,
     config_reference,
     field_meanings,
@@ -35,6 +37,15 @@ def test_the_generated_page_lists_every_key_with_its_meaning():
             assert row is not None, f"{model.__name__}.{name} missing from the reference"
     window = next(line for line in page.splitlines() if line.startswith("| `window` |"))
     assert window.split(" | ")[1:4] == ["integer", "`30`", "a positive integer"]
+
+
+def test_the_configuration_page_in_the_checkout_is_current():
+    """docs/reference/configuration.md is config_reference(): a key added, renamed or
+    explained anew fails here until RUL_WRITE_DOCS=1 rewrites the page."""
+    if os.environ.get("RUL_WRITE_DOCS") == "1":
+        CONFIG_PAGE.write_text(config_reference() + "\n")
+    assert CONFIG_PAGE.read_text() == config_reference() + "\n", (
+        "docs/reference/configuration.md: RUL_WRITE_DOCS=1 pytest tests/test_reference.py")
 
 
 def test_meanings_leave_the_error_messages_alone():

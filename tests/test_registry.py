@@ -128,12 +128,16 @@ def test_registered_model_and_version_are_described_and_tagged(store, name):
     assert [param.name for param in REQUEST_PARAMS] == list(check_params({}))
 
     lines = version.description.splitlines()
-    assert lines[0] == ("Validation RMSE 11.988 cycles. Test RMSE 12.345, MAE 9.250, "
-                        "PHM08 score 321.500.")
-    assert lines[1] == ("Config: cnn, window 30, effective batch 512 (256 x 2), lr 0.001, "
-                        "80 epochs, auto.")
-    assert lines[2] == f"Data SHA-256: rul {'c' * 64}; test {'b' * 64}; train {'a' * 64}."
-    assert lines[3] == f"Run {run_id} (cnn-b512-k2-s42)."
+    assert lines[0] == "Validation RMSE 11.988 cycles."  # a run without selection evidence
+    assert lines[1] == ("Test (held out, reported, never selected on): RMSE 12.345, MAE 9.250, "
+                        "PHM08 score 321.5.")
+    assert lines[2] == (f"Data: FD001 (n/a track), SHA-256 rul {'c' * 64}; test {'b' * 64}; "
+                        f"train {'a' * 64}.")
+    assert lines[3].startswith(f"Columns read, in order (26): {', '.join(COLUMNS)}.")
+    assert lines[4] == "Engines: not recorded."
+    assert lines[5].startswith("Recipe: cnn, ") and ("lr 0.001, window 30, effective batch 512 "
+                                                     "(256 x 2), 80 epochs, auto; seed") in lines[5]
+    assert lines[-1] == f"Run {run_id} (cnn-b512-k2-s42)."
 
     assert version.run_id == store.model_run_id  # the model's own run ...
     tags = version.tags

@@ -16,9 +16,10 @@ from mlflow.tracking import MlflowClient
 
 from rul import config as cfg
 from rul.cli import main
+from rul.config.recipes import PLACE_KEYS
 from rul.machine import machine_tags
-from rul.reporting.reproduce import PLACE_KEYS, config_from_params
 from rul.tracking.metric_names import logged
+from rul.tracking.run_params import config_from_params
 from rul.workflows.evaluate import evaluate_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -228,7 +229,7 @@ def test_side_by_side_shows_a_recipes_most_complete_row_among_those_of_most_seed
 
 
 def test_a_data_sections_params_rebuild_its_config():
-    from rul.tracking.run_logging import config_params
+    from rul.tracking.run_params import config_params
 
     config = cfg.load(ROOT / "experiments" / "fleet.yaml", {"epochs": 3})
     assert config_from_params(config_params(config)) == config

@@ -129,7 +129,7 @@ def test_make_server_takes_a_postgresql_backend_and_shows_no_password(postgres_u
 def tune_command(study_name: str, storage: str, n_trials: int, root: Path, data_dir: Path,
                  *extra: str) -> list[str]:
     keys = {**TINY, "data_dir": data_dir, "checkpoint_dir": root / "ckpt",
-            "baseline_trial": "false"}
+            "baseline_trial": "false", "promote": "true"}  # its best becomes the champion
     return [sys.executable, "-m", "rul", "tune", str(TUNE_PATH),
             *(f"{k}={v}" for k, v in keys.items()), f"search_space={SPACE}", *extra,
             "--n-trials", str(n_trials), "--storage", storage, "--study-name", study_name]

@@ -19,7 +19,7 @@ from conftest import pg_dump, postgres_cluster
 from rul import config as cfg
 from rul.cli import UserError, browse_hint, main
 from rul.tracking import ui
-from rul.tracking.run_logging import config_params
+from rul.tracking.run_params import config_params
 from rul.urls import masked, remember, scrubbed, secrets_of, with_driver
 
 SECRET = "S3cretPW-7f2c"
@@ -94,13 +94,73 @@ def test_a_traceback_and_a_warning_show_the_secret_masked(tmp_path):
     assert "RuntimeError: could not connect to postgresql://alice:***@db.example" in done.stderr
 
 
+# Every shape of secret a URL carries, each in a URL nothing answers at (port 1).
+SHAPES = {
+    "a password with a slash": f"postgresql://alice:pa/ss-{SECRET}@127.0.0.1:1/mlflow",
+    "http user info": f"http://alice:{SECRET}@127.0.0.1:1/",
+    "an access token": f"http://127.0.0.1:1/?access_token={SECRET}",
+    "a token beside another parameter": f"https://127.0.0.1:1/mlflow?token={SECRET}&x=1",
+}
+
+
+@pytest.mark.parametrize("url", SHAPES.values(), ids=SHAPES.keys())
+def test_each_shape_of_secret_is_masked_on_every_printing_path(url, write_cmapss, tmp_path,
+                                                               capsys):
+    """A training on a store that does not answer (its retry lines and its last line), the
+    `browse:` line, the run params, an error naming the URL, a warning quoting it: none shows
+    the secret, in any spelling (as written, percent-encoded)."""
+    from rul.console import show_warning
+
+    said = [browse_hint(url, "1"), str(config_params(cfg.load(None, [f"tracking_uri={url}"]))),
+            UserError(f"store {url} refused").message, masked(url)]
+    show_warning(UserWarning(f"engine at {url}"), UserWarning, "x.py", 1)
+    said.append(capsys.readouterr().err)
+    trained = run_rul(["train", *TINY, f"data_dir={write_cmapss()}", f"tracking_uri={url}",
+                       "--no-progress"], tmp_path, env={"RUL_CONNECT_TIMEOUT": "1.5"})
+    assert trained.exit_code == 69, trained.output
+    assert "retrying in 1 s" in trained.stderr  # a retry line was printed
+    said.append(trained.output)
+    spellings = {SECRET, f"pa/ss-{SECRET}", f"pa%2Fss-{SECRET}"}
+    assert [line for line in "\n".join(said).splitlines()
+            if any(spelled in line for spelled in spellings)] == []
+    assert "***" in said[0] and "***" in trained.stderr
+
+
+def test_a_tracking_server_s_token_stays_in_the_query_it_came_in(monkeypatch):
+    """The health probe of an http store with a token adds /health to the path, not to the
+    token's value (which the server would then refuse)."""
+    import requests
+
+    from rul.services import wait_for_http
+
+    asked = []
+    monkeypatch.setattr(requests, "get", lambda url, timeout: asked.append(url))
+    wait_for_http(f"https://127.0.0.1:1/mlflow/?access_token={SECRET}&x=1", "the store")
+    assert asked == [f"https://127.0.0.1:1/mlflow/health?access_token={SECRET}&x=1"]
+
+
+def test_a_file_s_secret_quoted_in_an_error_is_masked(tmp_path):
+    """A data table that is a .env file by mistake: the error lists its header (the file's
+    first line) as the columns it found, NAME=value masked where the name says secret."""
+    table = tmp_path / "engines.csv"
+    table.write_text(f"MLFLOW_TRACKING_PASSWORD={SECRET}\n1\n")
+    config = Path(__file__).resolve().parents[1] / "experiments" / "fleet.yaml"
+    (tmp_path / "fleet.yaml").write_text(config.read_text().replace(
+        "fleet/engines.parquet", str(table)))
+    done = run_rul(["train", str(tmp_path / "fleet.yaml")], tmp_path)
+    assert done.exit_code == 2
+    assert done.stderr == (f"Error: {table}: data.unit: no column 'engine_id' (columns: "
+                           "MLFLOW_TRACKING_PASSWORD=***)\n")
+
+
 # ---------------------------------------------------------------- against a real PostgreSQL
 
 
 @pytest.fixture(scope="module")
 def postgres():
     with postgres_cluster("rul_secrets", "rul_study") as url:
-        yield url.replace("postgres@", f"postgres:{SECRET}@")  # trust auth: any password
+        # trust auth: any password, one with a slash (a URL takes it as written)
+        yield url.replace("postgres@", f"postgres:pa/ss-{SECRET}@")
 
 
 def run_rul(args: list[str], cwd: Path, env: dict | None = None):
@@ -171,10 +231,10 @@ def test_no_output_and_no_store_holds_the_secret(postgres, write_cmapss, tmp_pat
     assert "does not exist" in server.err and "postgres:***@127.0.0.1" in server.err
 
     assert [SECRET in said for said in outputs] == [False] * len(outputs)
-    dump = pg_dump(postgres)
+    dump = pg_dump(postgres.replace("pa/ss", "pa%2Fss"))  # libpq's spelling
     assert "rul-fd001" in dump and "tracking_uri" in dump  # the runs are there, masked
     assert SECRET not in dump
-    study = pg_dump(postgres.replace("rul_secrets", "rul_study"))
+    study = pg_dump(postgres.replace("rul_secrets", "rul_study").replace("pa/ss", "pa%2Fss"))
     assert "rul-fd001-tune" in study and SECRET not in study
     assert (work / "mlflow.db").is_file()  # the study's runs
     assert files_holding(work, SECRET) == []  # the SQLite store, mlruns, checkpoints

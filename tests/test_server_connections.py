@@ -192,3 +192,17 @@ def test_the_log_says_each_kind_once_per_interval():
                     "refused: a connection over the cap of 2048 (and 9999 more like it in "
                     "the last 10 s)",
                     "refused: headers late (and 9 more like it in the last 10 s)"]
+
+
+@pytest.mark.parametrize("sent", [
+    b"NOT HTTP AT ALL\r\n\r\n",
+    b"POST /invocations HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+    b"POST /invocations HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+], ids=["request line", "header", "chunk size"])
+def test_a_request_h11_cannot_read_is_400_with_rul_s_json_line(server, sent):
+    with connect(server) as sock:
+        sock.sendall(sent)
+        status, headers, body, _ = answer_of(sock)
+    assert (status, headers["content-type"], headers["connection"]) == (
+        400, "application/json", "close")
+    assert json.loads(body)["message"].startswith("request: not valid HTTP/1.1")

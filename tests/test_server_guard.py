@@ -208,3 +208,89 @@ def test_a_share_of_the_budget_is_kept_for_small_requests():
 
     first, second, small = asyncio.run(together())
     assert (first[0], second[0], small[0]) == (200, 503, 200)
+
+
+async def _endless(app, headers) -> tuple[int, str, int]:
+    """A POST whose body never ends: (status, its line, the reads the guard made)."""
+    reads, sent = 0, []
+
+    async def receive():
+        nonlocal reads
+        reads += 1
+        await asyncio.sleep(0)  # as a socket's read: the guard's timeout can fire
+        return {"type": "http.request", "body": b"x" * 100, "more_body": True}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "path": "/invocations", "method": "POST",
+             "headers": [(k.encode(), v.encode()) for k, v in headers]}
+    await asyncio.wait_for(app(scope, receive, send), 5)
+    return sent[0]["status"], message(sent[1]["body"]), reads
+
+
+def test_a_body_with_no_end_is_read_on_up_to_the_limit_and_cut_with_413():
+    """A limit of 1,000 bytes, 100 bytes a read: a Content-Length of 10**15 is refused at once
+    and read on for the limit at most, a chunked body with no end the same once past it (it
+    was read to its end: forever); a client waiting for 100 Continue is answered before it
+    sends a byte (a read would ask it to send)."""
+    declared = [JSON, ("content-length", str(10**15))]
+    for headers, most in ((declared, 11), ([JSON], 22),
+                          ([*declared, ("expect", "100-continue")], 0),
+                          ([("content-type", "text/html"), ("expect", "100-Continue")], 0)):
+        status, line, reads = asyncio.run(_endless(guard(), headers))
+        assert status in (413, 415) and reads <= most, (headers, reads)
+        assert line.startswith(("body: larger than this server's limit of",
+                                "headers: Content-Type must be")), line
+
+
+def test_a_compressed_body_is_refused_saying_so():
+    status, _, body = call(guard(), [b"{}"], headers=[JSON, ("content-encoding", "gzip")])
+    assert (status, message(body)) == (
+        415, "headers: Content-Encoding is not accepted; send the body uncompressed")
+    assert call(guard(), [b"{}"], headers=[JSON, ("content-encoding", "identity")])[0] == 200
+
+
+def test_a_parquet_body_is_admitted_by_its_footer_before_the_footer_is_read(monkeypatch):
+    """Reading a footer of 100,000 columns took 300 MB: a body whose footer alone would not
+    fit the budget is a 413 before it is read; one that fits is read and admitted by its
+    footer and decoded size together."""
+    import io
+
+    import pandas as pd
+
+    from rul.serving import guard as guard_module
+    from rul.serving.bodies import footer_size
+
+    parquet = ("content-type", "application/vnd.apache.parquet")
+    sink = io.BytesIO()
+    pd.DataFrame({f"c{i}": [0.0] for i in range(3000)}).to_parquet(sink)
+    body = sink.getvalue()
+    footer = footer_size(body)
+    budget = 10 * len(body)  # the bytes sent fit it; the footer read would not
+    assert admission.expected_peak("parquet", len(body)) < budget
+    assert admission.parquet_peak(0, footer) > budget
+    read = []
+    monkeypatch.setattr(guard_module, "decoded_size", lambda b: read.append(b) or 8)
+    lanes = Lanes()
+    status, _, answer = call(guard(lanes, memory_mb=budget / 2**20, max_body_mb=10), [body],
+                             headers=[parquet])
+    assert status == 413 and "would take about" in message(answer)
+    assert not read and not lanes.seen
+    status, _, _ = call(guard(lanes, memory_mb=64, max_body_mb=10), [body], headers=[parquet])
+    assert status == 200 and read and lanes.seen
+
+
+def test_a_json_body_of_containers_is_admitted_by_what_they_cost():
+    """100,000 empty records: 19 x its 300 KB fits a budget of 8 MB, what the records take
+    once parsed (100 bytes each) does not: 413 before it is parsed. Rows of numbers are
+    admitted by their bytes as before."""
+    records = b'{"dataframe_records": [' + b",".join([b"{}"] * 100_000) + b"]}"
+    assert admission.expected_peak("json", len(records)) < 8 * 2**20
+    assert admission.json_peak(records) > 8 * 2**20
+    lanes = Lanes()
+    status, _, body = call(guard(lanes, memory_mb=8, max_body_mb=10), [records])
+    assert status == 413 and "would take about 9.5 MB" in message(body) and not lanes.seen
+    rows = b'{"dataframe_split": {"data": [' + b",".join([b"[1, 2, 3]"] * 30_000) + b"]}}"
+    assert admission.json_peak(rows) == admission.expected_peak("json", len(rows))
+    assert call(guard(lanes, memory_mb=8, max_body_mb=10), [rows])[0] == 200

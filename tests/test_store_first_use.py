@@ -6,6 +6,7 @@ half-built store an earlier rul left."""
 
 import contextlib
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -144,7 +145,6 @@ def test_a_store_killed_while_it_is_created_is_never_left_half_built(write_cmaps
     complete = schema_version(tmp_path / "reference.db")
     seen = set()
     for delay in (0.0, 0.1, 0.3, 0.6, 1.0, 1.6):  # after the tables began (a busy machine
-        env[USER_CACHE_ENV] = str(tmp_path / f"cache-{delay}")  # no kept store: migrations
         process = subprocess.Popen([sys.executable, "-c", KILLED_WHILE_CREATING,  # takes
                                     "sqlite:///mlflow.db"], cwd=work, env=env,  # seconds to
                                    stdout=subprocess.PIPE, text=True)  # import what it needs)
@@ -251,67 +251,26 @@ def migrations(tmp_path, monkeypatch) -> list:
     return done
 
 
-def test_a_new_store_is_the_kept_empty_one_and_equals_what_mlflow_builds(tmp_path, monkeypatch,
-                                                                         migrations):
-    """The first new store of this MLflow version runs the migrations and keeps the empty
-    store; the next is a copy of it that runs none, with the same tables, its Default
-    experiment in its own folder and the next experiment's id the same."""
-    from rul.tracking import store
-
-    tables, first = _new_store(tmp_path / "first", monkeypatch)
-    assert len(migrations) == 1 and store._template().is_file()
-    copied, second = _new_store(tmp_path / "second", monkeypatch)
-    assert len(migrations) == 1
-    assert copied == tables
-    where = tmp_path / "second" / "mlruns"
-    assert second == [(0, "Default", str(where / "0"), "active"), (1, "e", str(where / "1"),
-                                                                    "active")]
-    assert [(i, n) for i, n, *_ in first] == [(i, n) for i, n, *_ in second]
-    assert sorted(p.name for p in (tmp_path / "second").iterdir()) == ["mlflow.db"]
-
-
-def _kept(path: Path) -> tuple:
-    """A kept store's tables, schema version and experiments."""
-    import sqlite3
-
-    with contextlib.closing(sqlite3.connect(path)) as db:
-        return (_tables(db),
-                db.execute("SELECT version_num FROM alembic_version").fetchone()[0],
-                db.execute("SELECT * FROM experiments").fetchall())
-
-
-@pytest.mark.parametrize("damage", ["cut in half", "not a database", "another schema"])
-def test_a_damaged_kept_store_is_built_anew_and_replaced(tmp_path, monkeypatch, migrations,
-                                                         damage):
-    import sqlite3
-
-    from rul.tracking import store
+def test_a_new_store_is_mlflow_s_own_never_a_file_of_the_user_cache(tmp_path, monkeypatch,
+                                                                      migrations):
+    """A store planted where rul once kept an empty store to copy (a trigger added, which would
+    run on the new store's writes) is never read: every new store runs MLflow's migrations and
+    holds only what they create."""
+    import mlflow
 
     tables, _ = _new_store(tmp_path / "first", monkeypatch)
-    kept = store._template()
-    good, kept_good = kept.read_bytes(), _kept(kept)
-    assert kept_good[1:] == (schema_version(tmp_path / "first" / "mlflow.db"), [])
-    if damage == "cut in half":
-        kept.write_bytes(good[: len(good) // 2])
-    elif damage == "not a database":
-        kept.write_bytes(b"x" * 4096)
-    else:
-        with contextlib.closing(sqlite3.connect(kept)) as db:
-            db.execute("UPDATE alembic_version SET version_num = '451aebb31d03'")
-            db.commit()
-    rebuilt, experiments = _new_store(tmp_path / "second", monkeypatch)
-    assert len(migrations) == 2 and rebuilt == tables
+    assert len(migrations) == 1
+    forged = tmp_path / "cache" / "mlflow-stores" / f"mlflow-{mlflow.__version__}.db"
+    forged.parent.mkdir(parents=True, exist_ok=True)  # where an earlier rul kept its own
+    forged.unlink(missing_ok=True)
+    with contextlib.closing(sqlite3.connect(forged)) as db:
+        with contextlib.closing(sqlite3.connect(tmp_path / "first" / "mlflow.db")) as built:
+            built.backup(db)
+        db.execute("DELETE FROM experiments")
+        db.execute("CREATE TRIGGER forged AFTER INSERT ON model_versions BEGIN UPDATE "
+                   "model_versions SET storage_location = '/elsewhere'; END")
+        db.commit()
+    copied, experiments = _new_store(tmp_path / "second", monkeypatch)
+    assert len(migrations) == 2 and copied == tables
+    assert "forged" not in {name for _, name, *_ in copied}
     assert [n for _, n, *_ in experiments] == ["Default", "e"]
-    assert _kept(kept) == kept_good  # replaced by a good one
-    assert sorted(p.name for p in (tmp_path / "second").iterdir()) == ["mlflow.db"]
-    assert sorted(p.name for p in kept.parent.iterdir()) == [kept.name]
-
-
-def test_a_cache_that_cannot_be_written_keeps_no_store_and_is_no_error(tmp_path, monkeypatch,
-                                                                      migrations):
-    from rul.tracking import store
-
-    (tmp_path / "cache").write_text("a file where the cache folder would be")
-    _new_store(tmp_path / "first", monkeypatch)
-    _new_store(tmp_path / "second", monkeypatch)
-    assert len(migrations) == 2 and not store._template().exists()

@@ -7,7 +7,7 @@ the two. The CUDA graph around it is checked where CUDA is (tests/test_gpu.py)."
 import copy
 import functools
 import math
-from dataclasses import replace
+from dataclasses import astuple, replace
 
 import pytest
 import torch
@@ -23,7 +23,7 @@ from rul.training.listener import TrainingListener
 from rul.training.optim import make_optimizer, make_scheduler
 from rul.training.precision import resolve_precision
 from rul.training.seeding import derive_seeds
-from rul.training.step import StepResult, decides_on_device
+from rul.training.step import StepResult, decides_on_device, optimizer_step
 from rul.training.sync_free import DeviceSchedule, StepLog, host_optimizer
 
 CPU = torch.device("cpu")
@@ -83,7 +83,7 @@ def train(config, windows, sync_free: bool, monkeypatch, poison=None, **kwargs):
     return state, steps.results, model
 
 
-def test_only_a_fused_optimizer_with_a_rate_tensor_decides_on_the_device():
+def test_the_optimizer_decides_on_the_device_when_sync_free_and_not_with_onecycle():
     model = network_of(tiny(), 14).build()
     settings = optimizer_settings(tiny())
     assert not decides_on_device(make_optimizer(model, settings))  # a CPU run: as ever
@@ -118,6 +118,68 @@ def test_the_sync_free_step_trains_what_the_host_step_trains(windows, monkeypatc
     for name, value in host_model.state_dict().items():  # the returned model: the average
         torch.testing.assert_close(device_model.state_dict()[name], value, rtol=1e-3,
                                    atol=1e-5)
+
+
+
+def test_muons_sync_free_step_trains_what_the_host_step_trains_bit_for_bit(windows,
+                                                                           monkeypatch):
+    """make train's optimizer (Muon, AdamW for the rest) in fp32 with a warm-up, then the
+    cosine, the weight average, clipping and a skipped second step: on the CPU the step
+    decided on the device is the host's arithmetic with its numbers as tensors, so every
+    step's record, every epoch's validation and the returned weights are the host's, bit for
+    bit (half precision: the next test)."""
+    config = tiny(optimizer="muon", precision="fp32", warmup_epochs=1)
+    assert decides_on_device(make_optimizer(network_of(config, 14).build(),
+                                            optimizer_settings(config), sync_free=True))
+    host, host_steps, host_model = train(config, windows, False, monkeypatch, poison=3)
+    device, device_steps, device_model = train(config, windows, True, monkeypatch, poison=3)
+    assert host.step == device.step == 16 and device_steps[1].skipped
+    assert any(r.clipped for r in host_steps) and not all(r.clipped for r in host_steps)
+    assert len({r.lr for r in host_steps}) > 8  # the schedule moved the rate
+    assert [repr(astuple(r)) for r in device_steps] == [repr(astuple(r)) for r in host_steps]
+    assert [(h["train_loss_epoch"], h["val_rmse"]) for h in device.history] == [
+        (h["train_loss_epoch"], h["val_rmse"]) for h in host.history]
+    for name, value in host_model.state_dict().items():  # the returned model: the average
+        assert torch.equal(device_model.state_dict()[name], value), name
+
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_muons_sync_free_step_is_the_hosts_bit_for_bit_in_every_precision(precision):
+    """Eight steps of Muon (with its floor in bf16 and fp16) by the host and decided on the
+    device, the rates a warm-up's and the cosine's, the fourth step's input inf (skipped:
+    fp16 by the GradScaler's found_inf, the others by the gradient norm's): the same records
+    and weights, bit for bit (bf16's documented tolerance on the CPU: none; both paths
+    autocast alike)."""
+    config = tiny(optimizer="muon", precision=precision, warmup_epochs=1, weight_decay=0.1,
+                  filters=4, hidden_size=8)
+    step = step_settings(config, resolve_precision(precision, CPU))
+    settings = optimizer_settings(config, step.precision)
+    torch.manual_seed(0)
+    host_model = network_of(config, 5).build()
+    device_model = copy.deepcopy(host_model)
+    host = make_optimizer(host_model, settings)
+    device = make_optimizer(device_model, settings, sync_free=True)
+    scheduler = make_scheduler(host, settings, 8)
+    schedule = DeviceSchedule(device, lambda o: make_scheduler(o, settings, 8), 8, config.lr)
+    assert ("floor" in device.param_groups[0]) == (precision != "fp32")
+    host_scaler, device_scaler = step.precision.grad_scaler(), step.precision.grad_scaler()
+    hosts, devices = [], []
+    for i in range(8):
+        generator = torch.Generator().manual_seed(i)
+        x, y = torch.randn(64, 30, 5, generator=generator), torch.rand(64, generator=generator)
+        if i == 3:
+            x[0, 0, 0] = math.inf
+        hosts.append(optimizer_step(host_model, host, host_scaler, [(x, y * 125)], step))
+        devices.append(optimizer_step(device_model, device, device_scaler, [(x, y * 125)],
+                                      step))
+        if hosts[-1].stepped:
+            scheduler.step()
+        schedule.after_step(~devices[-1].stepped)
+    assert decides_on_device(device) and hosts[3].skipped
+    assert [repr(astuple(r.member(0))) for r in devices] == [repr(astuple(r)) for r in hosts]
+    for name, value in host_model.state_dict().items():
+        assert torch.equal(device_model.state_dict()[name], value), name
 
 
 def test_a_skipped_sync_free_step_changes_no_weight_and_no_average(windows, monkeypatch):
@@ -175,12 +237,15 @@ def test_the_device_schedule_holds_the_host_schedulers_rates_and_catches_it_up()
     assert schedule.scheduler.get_last_lr()[0] == rates[3]
 
 
-@pytest.mark.parametrize("first, then", [(False, True), (True, False)])
+@pytest.mark.parametrize("first, then, optimizer", [(False, True, "adamw"),
+                                                     (True, False, "adamw"),
+                                                     (True, False, "muon")])
 def test_a_checkpoint_moves_between_a_host_run_and_a_sync_free_run(windows, monkeypatch,
-                                                                   first, then):
+                                                                   first, then, optimizer):
     """A run checkpointed on a CPU resumes on a GPU and the other way round (here: the two
-    step kinds on the CPU): it ends where the uninterrupted run ends, within rounding."""
-    config = tiny(epochs=3, scheduler="cosine", precision="fp32")
+    step kinds on the CPU): it ends where the uninterrupted run ends, within rounding (Muon's:
+    none)."""
+    config = tiny(epochs=3, scheduler="cosine", precision="fp32", optimizer=optimizer)
     reference, _, reference_model = train(config, windows, first, monkeypatch)
 
     class StopAfterTwo(TrainingListener):
@@ -208,9 +273,10 @@ def test_a_checkpoint_moves_between_a_host_run_and_a_sync_free_run(windows, monk
     assert resumed.step == reference.step == 24
     assert [h["val_rmse"] for h in resumed.history] == pytest.approx(
         [h["val_rmse"] for h in reference.history], rel=1e-4)
+    exact = optimizer == "muon"
     for name, value in reference_model.state_dict().items():
-        torch.testing.assert_close(resumed_model.state_dict()[name], value, rtol=1e-3,
-                                   atol=1e-5)
+        torch.testing.assert_close(resumed_model.state_dict()[name], value,
+                                   rtol=0 if exact else 1e-3, atol=0 if exact else 1e-5)
 
 
 def test_the_step_log_reads_each_steps_record_back_in_order():

@@ -26,7 +26,7 @@ from rul.data import DataError
 from rul.plan import cpu_measured, plan_run
 from rul.tracking.metric_names import logged
 from rul.tracking.registry import CHAMPION, register_and_promote
-from rul.tracking.run_checkpoints import RunCheckpoints
+from rul.tracking.run_checkpoints import CannotResume, RunCheckpoints
 from rul.tracking.store import open_store
 from rul.training.listener import TrainingListener
 from rul.training.precision import auto_precision
@@ -295,8 +295,12 @@ def test_champion_moves_only_on_improvement(fd001_store, fd001_client, trained):
     again = register_and_promote(f"runs:/{worse_id}/model", MODEL_NAME, worse_id, 1e-3)
     assert str(again["registered_version"]) == worse_version
     assert again["champion_promoted"] == "false"
-    try:  # another (finished) run with a (faked) better validation RMSE moves the alias
-        better = fd001_client.create_run(fd001_client.get_run(worse_id).info.experiment_id)
+    evidence = {k: v for k, v in tags.items() if k.startswith("selection.")}
+    assert evidence["selection.engines"] == fd001_client.get_run(
+        trained.run_id).data.tags["selection.engines"]  # one config: the same engines
+    try:  # another (finished) run of the same evidence, (faked) better: moves the alias
+        better = fd001_client.create_run(fd001_client.get_run(worse_id).info.experiment_id,
+                                         tags={**evidence, "selection.rmse": "0.001"})
         fd001_client.set_terminated(better.info.run_id)
         record = register_and_promote(f"runs:/{worse_id}/model", MODEL_NAME,
                                       better.info.run_id, 1e-3)
@@ -391,8 +395,8 @@ def test_ctrl_c_kills_the_run_and_resume_finishes_the_same_run(fd001_store, fd00
 
 
 def test_two_runs_of_one_config_never_share_a_checkpoint(fd001_store, fd001_client):
-    """Each run checkpoints to its own file; --resume takes the newest unfinished one, or
-    the one it is given by id."""
+    """Each run checkpoints to its own file; --resume takes the one it is given by id, or
+    the only unfinished one; with two it names both and guesses neither."""
     config = fd001_store.config(seed=11, register=False)
     checkpoints = RunCheckpoints(config.checkpoint_dir)
     killed = []
@@ -406,10 +410,13 @@ def test_two_runs_of_one_config_never_share_a_checkpoint(fd001_store, fd001_clie
     assert paths[0] != paths[1] and all(p.is_file() for p in paths)
     with pytest.raises(FileNotFoundError, match=f"--resume {killed[0]}: that run trained another"):
         train_tracked(config.replace(scheduler="none"), resume=killed[0], progress=False)
+    with pytest.raises(CannotResume, match=f"2 unfinished runs of this config can be continued: "
+                       f"{killed[1]} .*; {killed[0]} .*; name one: --resume RUN_ID"):
+        train_tracked(config, resume=True, progress=False)
     _, resumed = train_tracked(config, resume=killed[0], progress=False)
     assert resumed == killed[0] and not paths[0].exists() and paths[1].is_file()
-    _, newest = train_tracked(config, resume=True, progress=False)
-    assert newest == killed[1] and not paths[1].exists()
+    _, only = train_tracked(config, resume=True, progress=False)
+    assert only == killed[1] and not paths[1].exists()
     with pytest.raises(FileNotFoundError, match="nothing to resume"):
         train_tracked(config, resume=True, progress=False)
 

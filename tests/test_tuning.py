@@ -47,7 +47,7 @@ def make_config(root: Path, data_dir: Path, **changes) -> cfg.TuningConfig:
         **TINY, "data_dir": str(data_dir), "tracking_uri": f"sqlite:///{root}/mlflow.db",
         "checkpoint_dir": str(root / "ckpt"), "search_space": SPACE,
         "max_effective_batch": None, "baseline_trial": False, "pruner_warmup_epochs": 3,
-        **changes,
+        "promote": True, **changes,
     })
 
 
@@ -171,6 +171,9 @@ def test_one_parent_run_with_a_child_run_per_trial(tuned):
         assert tags["optuna.trial_state"] == trial.state.name == "COMPLETE"
         assert run.info.run_name == f"trial-{trial.number:03d}"
         assert run.info.status == "FINISHED"
+        # the study's parent describes the data its trials trained on, as each trial does
+        data = {k: v for k, v in tags.items() if k.startswith("data.") or k == "subset"}
+        assert data and {k: tuned.parent.data.tags.get(k) for k in data} == data
         # the trial's suggested values are what the child run trained with
         assert params["micro_batch_size"] == str(trial.params["micro_batch_size"])
         assert params["accumulation_steps"] == str(trial.params["accumulation_steps"])
@@ -225,7 +228,9 @@ def test_best_trial_model_is_registered_as_champion(tuned):
     assert tags["registered_model"] == MODEL_NAME
     assert tags["registered_version"] == str(version.version)
     assert tags["champion_promoted"] == "true"
-    assert f"registered {MODEL_NAME} v{version.version} (champion moved: true)" in tuned.summary
+    assert (f"registered {MODEL_NAME} version {version.version}; champion: version "
+            f"{version.version} (this version): the best of the versions scored on the same "
+            "engines, score and data") in tuned.summary
 
 
 def test_resume_adds_trials_to_the_same_study_and_parent_run(tuned, resumed):

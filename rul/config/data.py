@@ -3,7 +3,9 @@ Parquet, one file or train/test), and C-MAPSS FD001-FD004 as presets of the same
 (`subset: FD001` expands to `preset("FD001")`).
 
 Names may be given as glob patterns (`s_*`, `T*`): they are matched against the table's
-columns when it is read (rul.data.dataset), in the table's order.
+columns when it is read (rul.data.tables). The model reads its inputs in one canonical order,
+whatever the table's: settings and sensors in the order the section names them, a pattern's
+matches in the natural order of their names (T2, T24, T30; s_2 before s_10).
 """
 
 from typing import Annotated, Any, Literal
@@ -56,6 +58,10 @@ class DataSection(_Strict):
     """A column of the test table holding each unit's true RUL at its last row."""
     format: _one_of("auto", "csv", "parquet", "cmapss") = "auto"
     """The files' format; auto: by suffix (.csv, .parquet/.pq, .txt: C-MAPSS text)."""
+    delimiter: Annotated[Literal["auto", ",", ";", "|", "tab"], Field(
+        description="auto, ',', ';', '|' or tab")] = "auto"
+    """A CSV file's delimiter; auto: the one of , ; tab | that splits the file's first lines
+    into the same number of fields, two or more (a comma when none does)."""
     unit: Text = "unit"
     """The column naming each engine (a positive whole number)."""
     time: Text = "cycle"
@@ -73,7 +79,12 @@ class DataSection(_Strict):
     """The number of operating conditions; auto: found from the settings on the training
     units (rul.preprocessing.conditions)."""
     censored_column: OptionalText = None
-    """A column, true on the rows of engines that have not failed yet (right-censored)."""
+    """A column, true on the rows of engines that have not failed yet (right-censored): an
+    engine with a true row is in service. Give at most one of censored_column, failed_column
+    and censored_units."""
+    failed_column: OptionalText = None
+    """A column, true on the rows of engines that failed (censored_column's opposite): an
+    engine with no true row is in service."""
     censored_units: Annotated[list[int] | None, Field(
         description="a list of unit numbers, or null")] = None
     """The engines that have not failed yet, by unit number."""
@@ -97,9 +108,11 @@ class DataSection(_Strict):
                                               "not both")
         if not self.sensors:
             raise rule_error("data.sensors", "needs at least one column")
-        if self.censored_column and self.censored_units:
-            raise rule_error("data.censored_column", "give data.censored_column or "
-                                                     "data.censored_units, not both")
+        given = [key for key in ("censored_column", "failed_column", "censored_units")
+                 if getattr(self, key)]
+        if len(given) > 1:
+            raise rule_error(f"data.{given[0]}", "the engines in service are given once: "
+                                                 f"data.{given[0]} or data.{given[1]}, not both")
         return self
 
     @property

@@ -115,6 +115,10 @@ class StudyKeys(_Strict):
     recipe in place), so it is scored on the same splits, and judged by the same pruner, as
     the values drawn. Each base value must be one the space can draw. A resumed study trains
     it again only if it was interrupted or killed."""
+    promote: Flag = False
+    """Offer the best trial's registered version the champion alias (it moves only when that
+    version wins on the same evidence: docs: Predict and serve, Promotion); by default the
+    study registers it and leaves the alias where it is."""
     pruner: _one_of("median", "hyperband", "none") = "median"
     """Pruner that stops unpromising trials on their per-epoch validation RMSE (off for several
     objectives)."""

@@ -157,8 +157,12 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     """Training arithmetic: auto picks the fastest measured to keep fp32's accuracy on this
     device (docs: Concepts, Precision); evaluation always runs in float32."""
     seed: NonNegativeInt = 42
-    """Seed of the validation split, weight init, dropout and batch order; the same seed and
+    """Seed of the weight init, dropout and batch order; the same seed (and split_seed) and
     machine give the same run."""
+    split_seed: NonNegativeInt = 42
+    """Seed of the validation split: which engines validate. The same whatever `seed` is, so
+    that a config's runs, and the registered versions they make, are scored on the same
+    engines; `rul evaluate` and a study's seeds_per_trial vary it with the seed on purpose."""
     # an ensemble's members (docs: Train, Ensembles)
     ensemble: PositiveInt = 1
     """Members of an ensemble model (seeds seed .. seed+N-1), whose predictions are averaged into
@@ -321,8 +325,11 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
         """The keys a YAML file would hold: B only when it is not micro x K, the keys of
         LEGACY_VALUES only when they differ from the value runs had before the key existed
         (so configs written before keep their form, params and identity), and `subset` only
-        when no `data` section describes the data set."""
+        when no `data` section describes the data set; `split_seed` only when it differs from
+        `seed` (runs before it split by their seed)."""
         values = self.model_dump()
+        if self.split_seed == self.seed:
+            del values["split_seed"]
         if self.data is not None:
             del values["subset"]
         if self.micro_batch_size != "auto" and (
@@ -357,8 +364,8 @@ KEY_ROLES = {
     "interval_coverage": "calibration",  # after training: the network is the same
     **dict.fromkeys(("ensemble", "ensemble_split", "ensemble_training"),
                     "members"),  # how many networks, and how they train
-    **dict.fromkeys(("subset", "data"), "dataset"),  # which engines: every trial of a study
-    # trains on the same
+    **dict.fromkeys(("subset", "data", "split_seed"), "dataset"),  # which engines: every trial
+    # of a study trains and validates on the same
     # refuses odd inputs or warns, refuses a larger file: what trains is the same
     **dict.fromkeys(("strict_data", "max_data_mb"), "checks"),
 }
@@ -374,8 +381,9 @@ LEGACY_VALUES = {"memory_budget": None, "ensemble": 1, "ensemble_split": "shared
 
 def with_legacy_values(written: dict) -> dict:
     """Keys as `to_dict` wrote them (a config's, a run's params), each key it left out back at
-    its LEGACY_VALUES value, not at today's default."""
-    return {**{k: v for k, v in LEGACY_VALUES.items() if k not in written}, **written}
+    its LEGACY_VALUES value, not at today's default (the split: by the seed)."""
+    legacy = {**LEGACY_VALUES, "split_seed": written.get("seed", TrainConfig().seed)}
+    return {**{k: v for k, v in legacy.items() if k not in written}, **written}
 
 
 def keys_with(*roles: str) -> tuple[str, ...]:

@@ -61,15 +61,19 @@ def load_dataset(section, data_dir: str | Path | None = None, *, download: bool 
     working folder)."""
     if section.preset:
         return load_subset(section.name, data_dir, download=download, limit=limit)
+    from rul.data.censoring import censored_units
+    from rul.data.sensors import varying_sensors
     from rul.data.tables import read_rows
 
     folder = Path(data_dir) if data_dir else Path()
     train_path = folder / section.train
-    keep = tuple(c for c in (section.censored_column,) if c)
+    keep = {key: getattr(section, key) for key in ("censored_column", "failed_column")
+            if getattr(section, key)}
     train, layout, kept = read_rows(train_path, section, limit=limit, keep=keep)
+    check_histories(train, section, train_path)
     files = {"train": train_path}
-    censored = _censored(section, train, kept, train_path)
-    check_named_sensors_vary(section, train, train_path)
+    censored = censored_units(section, train, kept, train_path)
+    layout, train = varying_sensors(section, layout, train, train_path)
     if section.test is None:
         try:
             train, test, test_rul = hold_out(train, section.test_fraction, section.test_seed,
@@ -79,7 +83,7 @@ def load_dataset(section, data_dir: str | Path | None = None, *, download: bool 
         held = tuple(int(u) for u in pd.unique(test["unit"]))
         return Dataset(section.name, train, test, test_rul, files, layout, censored, held)
     test_path = folder / section.test
-    keep = (section.test_rul_column,) if section.test_rul_column else ()
+    keep = {"test_rul_column": section.test_rul_column} if section.test_rul_column else {}
     test, _, kept = read_rows(test_path, section, layout, limit=limit, keep=keep)
     files["test"] = test_path
     n_units = len(pd.unique(test["unit"]))
@@ -91,35 +95,15 @@ def load_dataset(section, data_dir: str | Path | None = None, *, download: bool 
     return Dataset(section.name, train, test, test_rul, files, layout, censored)
 
 
-def check_named_sensors_vary(section, train: pd.DataFrame, path: Path) -> None:
-    """A sensor the description names (not by a pattern) that holds one value in every row
-    tells nothing of wear: DataError naming it (a pattern's constant matches are kept: the
-    informative sensors leave them out)."""
-    named = [s for s in section.sensors if not any(c in s for c in "*?[")]
-    for sensor in named:
-        values = train[sensor].to_numpy()
-        if values.min() == values.max():
-            raise DataError(path, f"data.sensors: {sensor} holds one value in every row "
-                                  f"({values[0]:g}): it tells nothing of wear; leave it out")
-
-
-def _censored(section, train: pd.DataFrame, kept: pd.DataFrame, path: Path) -> tuple:
-    """The training units that have not failed: those `censored_units` lists, or those with
-    a true `censored_column` on any row."""
-    units = pd.unique(train["unit"])
-    if section.censored_units:
-        unknown = sorted(set(section.censored_units) - set(int(u) for u in units))
-        if unknown:
-            raise DataError(path, f"data.censored_units: no unit {unknown[0]} in the table")
-        return tuple(sorted(int(u) for u in section.censored_units))
-    if not section.censored_column:
-        return ()
-    flags = kept[section.censored_column]
-    if flags.dtype.kind not in "biu" or not flags.isin([0, 1, True, False]).all():
-        raise DataError(path, f"data.censored_column: column {section.censored_column!r} "
-                              "must hold true/false (or 1/0)")
-    censored = train["unit"][flags.astype(bool).to_numpy()]
-    return tuple(sorted(int(u) for u in pd.unique(censored)))
+def check_histories(train: pd.DataFrame, section, path: Path) -> None:
+    """Training units are engines' histories, a row per cycle: when no unit has two rows,
+    nothing ages and there is nothing to learn (DataError saying so, before any choice is
+    made on the rows)."""
+    units = train["unit"].to_numpy()
+    if len(units) and not (units[1:] == units[:-1]).any():
+        raise DataError(path, f"every unit has one row ({len(units):,} units): a unit is one "
+                              f"engine's history, a row per cycle; is data.unit "
+                              f"({section.unit}) the column naming the engine?")
 
 
 def _rul_column(test: pd.DataFrame, kept: pd.DataFrame, column: str, path: Path

@@ -92,6 +92,20 @@ def locate(subset: str, data_dir: str | Path | None = None, *, download: bool = 
     return cache
 
 
+def cmapss_file(name: str, data_dir: str | Path | None = None, *,
+                download: bool = True) -> Path:
+    """Where rul reads C-MAPSS file `name` (e.g. "test_FD001.txt"): the absolute path in the
+    folder `locate` finds for its subset (`data_dir`, `CMAPSS_DIR`, the cache, or a download
+    into the cache), the one `rul train` reads. Documented snippets ask it rather than
+    restating a path; `rul cmapss-file NAME` prints it."""
+    subset = next((s for s in SUBSETS if name in file_names(s).values()), None)
+    if subset is None:
+        raise DataUnavailableError(
+            f"{name!r} is not a C-MAPSS file: expected train_FDxxx.txt, test_FDxxx.txt or "
+            f"RUL_FDxxx.txt for FDxxx one of {', '.join(SUBSETS)}")
+    return (locate(subset, data_dir, download=download) / name).absolute()
+
+
 def download_archive(destination: str | Path, archive: Archive = OFFICIAL_ARCHIVE) -> list[Path]:
     """Download, verify and extract the C-MAPSS data files into `destination`, in a temporary
     directory beside it: on any failure nothing new is left there."""

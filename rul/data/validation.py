@@ -16,6 +16,7 @@ from rul.data.errors import DataError
 from rul.data.layout import CMAPSS, ID_COLUMNS, Layout
 from rul.data.schema import COLUMNS
 
+FLOAT_EXACT = 2.0**53  # from here on a float is not every whole number: ids would merge
 ID_MAX = np.iinfo(np.int64).max  # the largest id: 2**63 - 1 (a larger one would wrap around)
 VALUE_COLUMNS = COLUMNS[2:]  # C-MAPSS's settings and sensors: floats in the result
 EXPECTED = "unit, cycle, setting_1..setting_3, s_1..s_21"  # COLUMNS, said briefly
@@ -140,6 +141,13 @@ def _positive_whole(source, name: str, values: np.ndarray) -> np.ndarray:
         bad = values < 1
     else:  # finite floats; 2.0**63 is the first float past ID_MAX
         bad = (values != np.round(values)) | (values < 1) | (values >= 2.0**63)
+        inexact = ~bad & (values >= FLOAT_EXACT)
+        if inexact.any() and not bad[:int(np.argmax(inexact))].any():
+            row = int(np.argmax(inexact))
+            raise DataError(source, f"row {row + 1}: {name} is 2**53 or more in a column read "
+                                    f"as decimals (a {name} written like 5.0 or 1e3): a float "
+                                    f"cannot hold it exactly; write every {name} as a whole "
+                                    "number")
     if bad.any():
         row = int(np.argmax(bad))
         raise DataError(source, f"row {row + 1}: {name} is not a positive whole number below "

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rul.data import Dataset, load_dataset
+from rul.data.engines import check_sizes, summary
 from rul.data.errors import DataError
 from rul.data.records import late_starts, start_late
 from rul.data.split import fold_units, rows_of, split_units
@@ -82,10 +83,11 @@ def preprocessor_for(settings: DataSettings, subset: Dataset, choices: DataChoic
     )
 
 
-def fitted_preprocessor(settings: DataSettings, subset: Dataset, rows
+def fitted_preprocessor(settings: DataSettings, subset: Dataset, rows, engines: str = ""
                         ) -> tuple[Preprocessor, DataChoices]:
     """The preprocessing fitted on training `rows`, and the choices it was made with;
-    ConfigError for features the data set does not have."""
+    ConfigError for features the data set does not have. A data set of one's own: its
+    `engines` line (rul.data.engines) and the choices are printed, once they are made."""
     choices = choose(settings, subset, rows)
     try:
         preprocessor = preprocessor_for(settings, subset, choices).fit(rows)
@@ -93,6 +95,8 @@ def fitted_preprocessor(settings: DataSettings, subset: Dataset, rows
         raise ConfigError(f"features={settings.features!r}: {error}") from None
     if settings.own:  # a preset's choices are the preset's: nothing to say
         reads = ", ".join(preprocessor.feature_columns_)
+        if engines:
+            print(engines, file=sys.stderr)
         print(f"{subset.name}: {choices.n_conditions} operating condition"
               f"{'s' if choices.n_conditions > 1 else ''} ({choices.conditions_reason}); the "
               f"model reads {reads}", file=sys.stderr)
@@ -105,11 +109,18 @@ def prepare_data(settings: DataSettings, split_seed: int, subset: Dataset | None
     training units only, cut windows; ConfigError when a split is left without a window."""
     subset = subset or load(settings)
     train_units, val_units = split(settings, subset, split_seed)
+    check_sizes(len(val_units), n_test(subset))
     train_rows = training_rows(settings, subset, train_units, split_seed)
-    preprocessor, choices = fitted_preprocessor(settings, subset, train_rows)
+    preprocessor, choices = fitted_preprocessor(settings, subset, train_rows,
+                                                summary(subset, train_units, val_units))
     odd = check_odd_inputs(settings, subset, preprocessor)
     return _windows(settings, Fitted(subset, preprocessor, odd, choices), train_rows,
                     val_units)
+
+
+def n_test(subset: Dataset) -> int:
+    """How many engines the test set has."""
+    return len(np.unique(subset.test["unit"]))
 
 
 def load(settings: DataSettings) -> Dataset:
@@ -155,7 +166,9 @@ def prepare_folds(settings: DataSettings, n: int, split_seed: int,
     except ValueError as error:
         raise ConfigError(f"ensemble={n}: {error} (the training units of "
                           f"{subset.name})") from None
-    preprocessor, choices = fitted_preprocessor(settings, subset, rows_of(subset.train, units))
+    check_sizes(min(len(fold) for fold in folds), n_test(subset))
+    preprocessor, choices = fitted_preprocessor(settings, subset, rows_of(subset.train, units),
+                                                summary(subset, units, folds[0], folds=n))
     odd = check_odd_inputs(settings, subset, preprocessor)
     test = _test_windows(settings, subset, preprocessor)
     fitted = Fitted(subset, preprocessor, odd, choices)

@@ -43,6 +43,12 @@ class WindowSet:
         """All windows of the rows as a view; index it with `starts` to get this split's."""
         return all_windows(self.values, self.window)
 
+    def spread(self, count: int) -> np.ndarray:
+        """`count` of this split's windows (all of them when fewer), evenly spread over it:
+        (count, window, features)."""
+        index = np.linspace(0, len(self) - 1, min(count, len(self))).round().astype(int)
+        return self.windows[self.starts[index]]
+
 
 class ShortUnitWarning(UserWarning):
     """Training rows of a unit shorter than the window were dropped (it has no full window)."""

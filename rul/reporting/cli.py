@@ -139,7 +139,7 @@ def report(tracking_uri, bench_dir, model_uri, data_dir, out):
         raise ReportError(f"--bench-dir {bench_dir}: folder does not exist")
     uri = store_uri(tracking_uri)
     client = _client(uri)  # before configure: reading a store never creates one
-    configure(uri)
+    configure(uri, writes=False)
     command = "rul report" + "".join(
         f" {flag} {shlex.quote(shown(str(value)))}" for flag, value in
         (("--tracking-uri", tracking_uri), ("--bench-dir", bench_dir), ("--model", model_uri),

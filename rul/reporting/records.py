@@ -16,15 +16,11 @@ from pathlib import Path
 import yaml
 
 from rul import config as cfg
-from rul.reporting.reproduce import (
-    closest_recipe,
-    config_from_params,
-    differences,
-    evaluate_command,
-    recipe_label,
-)
+from rul.config.recipes import closest_recipe, differences
+from rul.reporting.reproduce import evaluate_command, recipe_label
 from rul.tracking.metric_names import read
 from rul.tracking.parent_run import KIND_TAG, SEEDS_TAG
+from rul.tracking.run_params import config_from_params
 
 NA = "n/a"
 PARENT_TAG = "mlflow.parentRunId"

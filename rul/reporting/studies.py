@@ -19,9 +19,9 @@ from pathlib import Path
 
 from rul import config as cfg
 from rul.reporting.records import COMMIT_TAG, NA, PARENT_TAG, machine_text, read_yaml
-from rul.reporting.reproduce import config_from_params
 from rul.tracking import study_runs
 from rul.tracking.metric_names import read
+from rul.tracking.run_params import config_from_params
 
 STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")  # the table's order
 STATE_WORDS = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed",

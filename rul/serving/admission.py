@@ -5,7 +5,15 @@ format (PEAK_PER_BYTE). `python -m bench serving` measures the ratios on the wor
 client can send (every value one digit: the most rows per byte), as the growth of the server's
 processes at the request's peak over their idle size, divided by the body's size. A Parquet
 body is compressed, so its ratio applies to the size it decodes to (rows x columns x 8 bytes,
-from its footer), never to the bytes sent: 200 kB of zeros decode to gigabytes.
+from its footer), never to the bytes sent: 200 kB of zeros decode to gigabytes. Reading that
+footer costs memory of its own, FOOTER_PEAK_PER_BYTE times its size (a body of 100,000 columns
+is mostly footer): a Parquet body is admitted by its footer before the footer is read, and by
+both once it is (`parquet_peak`).
+
+A JSON body's peak is also bounded below by its containers (each `{` or `[`: a dict or list
+in Python, then a row or cell in pandas): a body of empty objects or nested lists is few bytes
+per container (`json_peak`), where the byte ratio measured on rows of numbers fell short (44 MiB
+of nested empty objects took 1.7 GB, 37x its bytes).
 
 Large requests may take the budget but its SMALL_SHARE: that share is kept for the requests
 small enough to be answered in the server's own process (rul.serving.lanes), so that maximal
@@ -17,6 +25,13 @@ event loop alone (no locks): reserve, grow, release.
 # Peak bytes per body byte (per decoded byte for Parquet), measured by `python -m bench
 # serving` (docs/data/performance.yaml, "serving memory") and rounded up.
 PEAK_PER_BYTE = {"json": 19.0, "csv": 16.0, "parquet": 7.0}
+# What parsing a Parquet footer takes per byte of it (its metadata and schema): 17 measured on
+# a body of 100,000 one-row columns (19 MB of footer, +304 MB), rounded up.
+FOOTER_PEAK_PER_BYTE = 20.0
+# What a JSON container takes once parsed and made a frame, per `{` or `[`: 76 (a list of
+# empty records), 95 (lists nested six deep), 111 (two-number rows, which the byte ratio
+# covers) measured by rul.serving.bodies.read_body; rounded up for the first two.
+PEAK_PER_CONTAINER = 100
 RETRY_AFTER_S = 2  # a refused request's Retry-After: most requests finish well within it
 SMALL_SHARE = 1 / 8  # of the budget, kept for small requests
 
@@ -24,6 +39,19 @@ SMALL_SHARE = 1 / 8  # of the budget, kept for small requests
 def expected_peak(media: str, size: int) -> int:
     """The memory a request of `size` bytes of `media` is expected to take at its peak."""
     return int(PEAK_PER_BYTE[media] * size)
+
+
+def json_peak(body: bytes) -> int:
+    """A JSON body's expected peak: by its bytes, or by its containers where they cost more
+    (a `{` or `[` inside a string counts too: more, never less)."""
+    containers = body.count(b"{") + body.count(b"[")
+    return max(expected_peak("json", len(body)), PEAK_PER_CONTAINER * containers)
+
+
+def parquet_peak(decoded: int, footer: int) -> int:
+    """A Parquet body's expected peak: its footer read (`footer` bytes), then the `decoded`
+    bytes of the columns read."""
+    return expected_peak("parquet", decoded) + int(FOOTER_PEAK_PER_BYTE * footer)
 
 
 def largest_body(memory: int) -> int:

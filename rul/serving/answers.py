@@ -18,6 +18,7 @@ import re
 
 from rul.serving.request_errors import MAX_LINE, RequestError, one_line
 
+RECORDS_AT_ONCE = 4096  # records of an answer made into JSON at once
 _ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"}
 _MARKUP = re.compile("[<>&]")
 
@@ -40,10 +41,17 @@ def _finite(value):
 
 def predictions_json(frame) -> bytes:
     """`{"predictions": [...]}`, one record per row of `frame` (a pandas DataFrame), with
-    null for NaN and infinities."""
-    records = [{name: _finite(value) for name, value in record.items()}
-               for record in frame.to_dict(orient="records")]
-    return _dumps({"predictions": records})
+    null for NaN and infinities; written RECORDS_AT_ONCE records at a time (a record is a
+    dict of Python objects, about 1 KB: 100,000 engines took 127 MB at once), the same
+    bytes as json.dumps of the whole."""
+    parts = []
+    for start in range(0, len(frame), RECORDS_AT_ONCE):
+        records = [{name: _finite(value) for name, value in record.items()}
+                   for record in frame.iloc[start:start + RECORDS_AT_ONCE]
+                   .to_dict(orient="records")]
+        parts.append(_dumps(records)[1:-1])  # the records, without the list's brackets
+        del records
+    return b'{"predictions": [' + b", ".join(parts) + b"]}"
 
 
 def error_json(line: str, code: str = "BAD_REQUEST") -> bytes:

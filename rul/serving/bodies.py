@@ -20,6 +20,7 @@ MEDIA = {"application/json": JSON, "text/csv": CSV, "application/vnd.apache.parq
 ACCEPTED = "application/json, text/csv or application/vnd.apache.parquet"
 DATA_KEYS = "dataframe_split or dataframe_records"
 ROWS_PER_PART = 50_000  # JSON rows made into a frame at once
+GZIP_MAGIC = b"\x1f\x8b"  # how a gzip stream starts (RFC 1952)
 DECODED_BYTES = 8  # what a Parquet value takes decoded (a float64 or int64 column)
 
 
@@ -50,8 +51,29 @@ def media_of(content_type: bytes | str | None) -> str:
     return kind
 
 
+def plain(content_encoding: bytes | str | None) -> None:
+    """BodyError (415) for a Content-Encoding other than identity: the server reads bodies as
+    they are sent, never decompressed (a gzip body would be read as JSON and not be JSON)."""
+    if isinstance(content_encoding, bytes):
+        content_encoding = content_encoding.decode("latin-1")
+    if (content_encoding or "").strip().lower() not in ("", "identity"):
+        raise BodyError("headers: Content-Encoding is not accepted; send the body "
+                        "uncompressed", 415)
+
+
 def parquet_readable() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
+
+
+def footer_size(body: bytes) -> int:
+    """The bytes of a Parquet body's footer (its metadata), from its last 8 bytes alone;
+    BodyError if it has none."""
+    if len(body) < 12 or body[-4:] != b"PAR1" or body[:4] != b"PAR1":
+        raise BodyError(_NOT_PARQUET)
+    size = int.from_bytes(body[-8:-4], "little")
+    if size > len(body) - 12:
+        raise BodyError(_NOT_PARQUET)
+    return size
 
 
 def decoded_size(body: bytes) -> int:
@@ -74,13 +96,18 @@ def decoded_size(body: bytes) -> int:
     return size
 
 
-def read_body(body: bytes, media: str) -> tuple[pd.DataFrame, dict | None]:
-    """The rows of a body and its request parameters (JSON only; None for the defaults)."""
+def read_body(body: bytes, media: str, columns: list[str] | None = None
+              ) -> tuple[pd.DataFrame, dict | None]:
+    """The rows of a body and its request parameters (JSON only; None for the defaults).
+    `columns`: those the model reads; a Parquet body's others are not read."""
+    if media != PARQUET and body[:2] == GZIP_MAGIC:
+        raise BodyError(f"body: gzip-compressed; send the {media.upper()} uncompressed (this "
+                        "server decompresses nothing)")
     if media == JSON:
         return _json(body)
     if media == CSV:
         return _csv(body), None
-    return _parquet(body), None
+    return _parquet(body, columns), None
 
 
 def _json(body: bytes) -> tuple[pd.DataFrame, dict | None]:
@@ -159,11 +186,31 @@ def _need_pyarrow() -> None:
                         "send JSON or CSV", 415)
 
 
-def _parquet(body: bytes) -> pd.DataFrame:
+def _parquet(body: bytes, columns: list[str] | None) -> pd.DataFrame:
+    """The `columns` of a Parquet body (None: every one), and no other; a column of lists or
+    nested values is refused before it is decoded. Where one of `columns` is missing, a frame
+    without rows under the file's names, for validation to say which."""
     _need_pyarrow()
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     try:
-        return pd.read_parquet(io.BytesIO(body))
-    except (pa.ArrowException, OSError, ValueError):
+        file = pq.ParquetFile(pa.BufferReader(body))
+        schema = file.schema_arrow
+        if columns is not None and not set(columns) <= set(schema.names):
+            return pd.DataFrame(columns=schema.names)
+        wanted = schema.names if columns is None else list(columns)
+        for name in wanted:
+            if pa.types.is_nested(schema.field(name).type):
+                raise BodyError(f"body: column {_quoted(name)} holds lists or nested values; "
+                                "a cell is one number")
+        return file.read(columns=wanted).to_pandas()
+    except BodyError:
+        raise
+    except (pa.ArrowException, OSError, ValueError, KeyError):
         raise BodyError(_NOT_PARQUET) from None
+
+
+def _quoted(name: str, limit: int = 40) -> str:
+    """A name from a request, quoted escaped and cut (never the whole of what it sent)."""
+    return repr(name) if len(name) <= limit else repr(name[:limit - 3]) + "..."

@@ -9,6 +9,8 @@ connection opened or the request's first byte, else 408 and close), a minimum bo
 reading nothing of its answer for the grace is dropped) and a cap (a connection above
 `max_connections` is answered 503 with Retry-After at once, its sending side shut, and closed
 LINGER_S later: a close with unread data would reset it before the client reads the answer).
+A request h11 cannot read (a bad request line, header or chunk) is answered 400 with rul's JSON
+line, not uvicorn's text/plain one.
 Each refusal is a log line, one per kind per interval (rul.serving.refusal_log).
 """
 
@@ -144,6 +146,12 @@ class GuardedH11(H11Protocol):
         logger.warning("dropped: a client read nothing of its answer for %g s",
                        self.limits.header_timeout)
         self.transport.abort()  # close() would wait for the client to read the rest
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request h11 cannot read (its `msg` is its own words)."""
+        logger.warning("refused: a request that is not valid HTTP/1.1 (400)")
+        self._close_with(400, "request: not valid HTTP/1.1 (its request line, a header or the "
+                              "body's chunked framing)", "BAD_REQUEST")
 
     def _close_with(self, status: int, line: str, code: str) -> None:
         if self.cycle is None or not self.cycle.response_started:

@@ -8,6 +8,8 @@ one request at a time, at the server's CPU priority (a lower one starved it); th
 budget (rul.serving.admission) bounds how many wait for it (docs: Performance). A request's
 deadline (the machine's monotonic clock) travels with it: its work stops at the deadline's next
 check (rul.serving.deadline). A worker that dies is replaced; the requests it held get a 503.
+The worker watches the server's process (rul.orphans): a server killed outright (SIGKILL) leaves
+no worker, nor the scratch folders it names, nor the fork server's (which ends on its own).
 """
 
 import asyncio
@@ -21,7 +23,8 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from rul.serving import deadline
+from rul.orphans import end_with
+from rul.serving import deadline, served
 from rul.serving.admission import RETRY_AFTER_S
 from rul.serving.scoring import Answer, answer
 
@@ -35,15 +38,15 @@ def trim_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _load(path: str) -> None:
-    """The worker's start: its model loaded. Ctrl-C reaches the terminal's whole process
-    group; the server ends this worker itself when it stops (no traceback of its own)."""
+def _load(path: str, server: int, folders: tuple[str, ...]) -> None:
+    """The worker's start: its model loaded (read as data: rul.serving.served). Ctrl-C
+    reaches the terminal's whole process group; the server ends this worker itself when it
+    stops (no traceback of its own), and were it killed, the worker ends with it, removing
+    `folders`."""
     global _model
-    import mlflow.pyfunc
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    _model = mlflow.pyfunc.load_model(path)
+    end_with(server, folders)
+    _model = served.Served(served.load(path))
 
 
 def _ready() -> int:
@@ -86,21 +89,23 @@ def _work(body: bytes, media: str, deadline_at: float) -> Answer:
 class Lanes:
     """A worker process that loads the model from `path` (a local model folder), started at
     once; this process's `model` (the same one) is set by the caller. The worker is forked
-    from a fork server that imported rul first: loading a model puts its code/ first on
-    sys.path, and a fresh process would import the model's copy of rul."""
+    from a fork server that imported rul first (its start is then a fork, not an import).
+    `scratch`: the server's folders a worker removes if the server is killed."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, scratch: tuple[str, ...] = ()):
         self.path, self.model = str(path), None
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["rul"])  # the package, found where this one is
         _socket_folder_that_fits()
         self.context = context
+        # the fork server's folder (its socket) too: made here, where it listens
+        self.leftovers = (*scratch, multiprocessing.util.get_temp_dir())
         self.pool = self._start()
         self.started = self.pool.submit(_ready)
 
     def _start(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(1, mp_context=self.context, initializer=_load,
-                                   initargs=(self.path,))
+                                   initargs=(self.path, os.getpid(), self.leftovers))
 
     def wait_ready(self, seconds: float = 300) -> int:
         """Wait until the worker's model is loaded; its process id."""

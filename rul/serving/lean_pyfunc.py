@@ -13,8 +13,9 @@ import mlflow
 import pandas as pd
 from mlflow.pyfunc import PythonModel
 
-from rul.serving.request_errors import RequestError, unknown_params, watch_unknown_params
+from rul.serving.request_errors import unknown_params, watch_unknown_params
 from rul.serving.runtime import RUNTIME_FOLDER, LeanModel
+from rul.serving.served import Served
 
 
 class LeanRULModel(PythonModel):
@@ -23,11 +24,8 @@ class LeanRULModel(PythonModel):
         watch_unknown_params()
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
-        params = {**(params or {}), **dict.fromkeys(unknown_params())}
-        try:
-            return self.model.predict(model_input, params)
-        except ValueError as error:  # DataError included: row, column or unit named
-            raise RequestError(str(error)) from None
+        return Served(self.model).predict(model_input, {**(params or {}),
+                                                        **dict.fromkeys(unknown_params())})
 
 
 mlflow.models.set_model(LeanRULModel())

@@ -2,7 +2,9 @@
 
 torch.onnx.export with a dynamic batch axis (export_onnx): input `windows` (batch, window,
 features) float32, output `rul` (batch,) in cycles, clamped to [0, rul_cap] like the network in
-eval mode. Every export is checked through onnxruntime against the network (MAX_DIFFERENCE).
+eval mode. Every export is checked through onnxruntime against the network (MAX_DIFFERENCE) on
+noise and on real windows of the run's own validation data, and the served model against the
+test RMSE the run printed (check_served).
 """
 
 import contextlib
@@ -16,13 +18,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rul.data.layout import CMAPSS, Layout
-from rul.files import cache_folder, keep_in_cache
-from rul.serving.runtime import INPUT_NAME, OUTPUT_NAME, onnxruntime
+from rul.data.layout import CMAPSS
+from rul.evaluation.metrics import rul_metrics
+from rul.files import CacheFile, cache_file
+from rul.serving.runtime import INPUT_NAME, OUTPUT_NAME, LeanModel, onnxruntime
 from rul.serving.spec import SPEC_FILE, InferenceSpec
 
 MAX_DIFFERENCE = 1e-3  # cycles: the most an exported network may differ from torch
+MAX_SERVED_DIFFERENCE = 0.01  # cycles of test RMSE: the served model against the printed one
 PROBE_BATCH = 64
+REAL_PROBES = 256  # validation windows each exported network is checked on
 
 
 class ExportError(RuntimeError):
@@ -56,25 +61,28 @@ GRAPH_CACHE = "onnx-graphs"
 
 
 def export_onnx(network: torch.nn.Module, path: str | Path, window: int,
-                n_features: int) -> float:
+                n_features: int, real: np.ndarray | None = None) -> float:
     """Write `network` (any device; a CPU float32 copy is exported) as ONNX to `path`; return
-    the largest difference in cycles from torch on a probe batch (ExportError above
-    MAX_DIFFERENCE). The graph traced once per architecture is kept unoptimized and takes each
-    network's weights before torch's optimization, so its file is byte for byte a fresh
-    trace's; a kept graph that fails in any way is passed over and replaced by a new trace."""
+    the largest difference in cycles from torch on noise and the `real` windows (ExportError
+    above MAX_DIFFERENCE). The graph traced once per architecture is kept unoptimized and
+    takes each network's weights before torch's optimization, so its file is byte for byte a
+    fresh trace's; a kept graph that fails in any way is passed over (one warning line for the
+    user cache's) and replaced by a new trace."""
     network = copy.deepcopy(network).cpu().float().eval()
     key = _comparable(_architecture(network, window, n_features))
-    for graph in _kept(key):
+    for graph, kept in _kept(key):
         try:
             _write(network, graph, path)
-            difference = check_export(network, path, window, n_features)
+            difference = check_export(network, path, window, n_features, real)
         except Exception:  # noqa: BLE001 (not the network's graph after all: the next, or a trace)
+            if kept is not None:
+                kept.doubt("does not compute what the network computes")
             continue
         _remember(key, graph, on_disk=False)
         return difference
     graph = _trace(network, window, n_features)
     _write(network, graph, path)
-    difference = check_export(network, path, window, n_features)  # raises: nothing kept
+    difference = check_export(network, path, window, n_features, real)  # raises: nothing kept
     _remember(key, graph, on_disk=True)
     return difference
 
@@ -88,13 +96,16 @@ def _comparable(key: tuple) -> tuple | None:
 
 
 def _kept(key: tuple | None):
-    """The graphs kept for `key`: this process's, then the user cache's."""
+    """The graphs kept for `key`: this process's, then the user cache's, each with the cache
+    file it came from (None: this process's)."""
     if key is None:
         return
     if key in _GRAPHS:
-        yield _GRAPHS[key]
-    with contextlib.suppress(OSError):
-        yield _cache_file(key).read_bytes()
+        yield _GRAPHS[key], None
+    kept = _cache_file(key)
+    graph = kept.read()
+    if graph is not None:
+        yield graph, kept
 
 
 def _remember(key: tuple | None, graph: bytes, on_disk: bool) -> None:
@@ -105,16 +116,16 @@ def _remember(key: tuple | None, graph: bytes, on_disk: bool) -> None:
     while len(_GRAPHS) > KEPT_GRAPHS:
         _GRAPHS.popitem(last=False)
     if on_disk:
-        keep_in_cache(_cache_file(key), graph)
+        _cache_file(key).keep(graph)
 
 
-def _cache_file(key: tuple) -> Path:
+def _cache_file(key: tuple) -> CacheFile:
     """The cache file of an architecture's graph, for the exporter's versions: a new torch or
     onnxscript traces again."""
     import onnxscript
 
     named = repr((key, torch.__version__, onnxscript.__version__)).encode()
-    return cache_folder() / GRAPH_CACHE / f"{hashlib.sha256(named).hexdigest()[:32]}.onnx"
+    return cache_file(f"{GRAPH_CACHE}/{hashlib.sha256(named).hexdigest()[:32]}.onnx")
 
 
 def _trace(network: torch.nn.Module, window: int, n_features: int) -> bytes:
@@ -159,33 +170,60 @@ def _architecture(network: torch.nn.Module, window: int, n_features: int) -> tup
 
 
 def check_export(network: torch.nn.Module, path: str | Path, window: int,
-                 n_features: int) -> float:
-    """The largest difference between the ONNX file and the network on a seeded probe batch
-    of windows in the range the preprocessing produces (and somewhat beyond)."""
-    probe = np.random.default_rng(0).uniform(-1.5, 1.5, (PROBE_BATCH, window, n_features))
-    probe = probe.astype(np.float32)
+                 n_features: int, real: np.ndarray | None = None) -> float:
+    """The largest difference between the ONNX file and the network on a seeded batch of
+    noise in the range the preprocessing produces (and somewhat beyond) and on `real` windows
+    (the run's validation windows: smooth, as noise never is)."""
+    noise = np.random.default_rng(0).uniform(-1.5, 1.5, (PROBE_BATCH, window, n_features))
+    probes = {"noise": noise.astype(np.float32)}
+    if real is not None and len(real):
+        probes["real windows"] = np.ascontiguousarray(real, dtype=np.float32)
     session = onnxruntime().InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    exported = session.run([OUTPUT_NAME], {INPUT_NAME: probe})[0]
-    with torch.inference_mode():
-        expected = network(torch.from_numpy(probe)).numpy()
-    difference = float(np.abs(exported.astype(np.float64) - expected).max())
-    if not difference <= MAX_DIFFERENCE:
-        raise ExportError(f"{path}: the ONNX network differs from torch by {difference:.3g} "
-                          f"cycles (at most {MAX_DIFFERENCE} allowed)")
+    largest = 0.0
+    for what, probe in probes.items():
+        exported = session.run([OUTPUT_NAME], {INPUT_NAME: probe})[0]
+        with torch.inference_mode():
+            expected = network(torch.from_numpy(probe)).numpy()
+        difference = float(np.abs(exported.astype(np.float64) - expected).max())
+        if not difference <= MAX_DIFFERENCE:
+            raise ExportError(f"{path}: the ONNX network differs from torch by "
+                              f"{difference:.3g} cycles on {what} (at most {MAX_DIFFERENCE} "
+                              "allowed)")
+        largest = max(largest, difference)
+    return largest
+
+
+def check_served(folder: str | Path, rows, scored, rul_cap: float, printed: float) -> float:
+    """The served model in `folder` predicts the test `rows` (under the data set's names) and
+    its test RMSE against `scored`'s true_rul is compared with the one the run `printed`;
+    ExportError when they differ by more than MAX_SERVED_DIFFERENCE. Returns the difference."""
+    served = LeanModel.load(folder).predict(rows)
+    if not np.array_equal(served.iloc[:, 0].to_numpy(), scored["unit"].to_numpy()):
+        raise ExportError(f"{folder}: the served model answers for other test units than "
+                          "were scored")
+    rmse = rul_metrics(served["rul"].to_numpy(), scored["true_rul"].to_numpy(), rul_cap)["rmse"]
+    difference = abs(rmse - printed)
+    if not difference <= MAX_SERVED_DIFFERENCE:
+        raise ExportError(f"{folder}: the served model's test RMSE is {rmse:.3f}, the run's "
+                          f"{printed:.3f} (at most {MAX_SERVED_DIFFERENCE} apart)")
     return difference
 
 
 def save_runtime(folder: str | Path, network_spec, networks: list, preprocessor,
-                 interval=None, layout: Layout = CMAPSS) -> InferenceSpec:
+                 interval=None, data=None) -> InferenceSpec:
     """Write what the lean runtime loads into `folder` and return its spec: each network as ONNX
-    (network.onnx, or member_<i>.onnx) and the inference spec (the fitted preprocessing's
-    numbers, the envelope, the interval, the data set's `layout`)."""
+    (network.onnx, or member_<i>.onnx), checked on noise and, given the prepared `data` the
+    networks trained on, on REAL_PROBES of its validation windows, and the inference spec (the
+    fitted preprocessing's numbers, the envelope, the interval, the data set's layout: C-MAPSS
+    without `data`)."""
+    layout = data.subset.layout if data is not None else CMAPSS
+    real = data.val.spread(REAL_PROBES) if data is not None else None
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     members = len(networks)
     names = ["network.onnx"] if members == 1 else [f"member_{i}.onnx" for i in range(members)]
     for network, name in zip(networks, names):
-        export_onnx(network, folder / name, network_spec.window, network_spec.n_features)
+        export_onnx(network, folder / name, network_spec.window, network_spec.n_features, real)
     spec = InferenceSpec.from_network(
         network_spec, interval=interval, members=members, preprocessing=preprocessor.fitted(),
         envelope=preprocessor.envelope_, onnx=tuple(names), layout=layout)

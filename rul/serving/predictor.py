@@ -57,6 +57,7 @@ MAX_UNITS_NAMED = 5  # a refusal names this many units, then counts the rest
 # (rul.serving.request_errors.MAX_LINE, 180, with the input's name before it) keeps its count
 REFUSAL_CHARS = 150
 ROWS_AT_ONCE = 65_536  # rows made into features at once (whole units: more for a longer one)
+UNITS_AT_ONCE = 4096  # units made into windows and predicted at once
 NAME_CHARS = 40  # a name a request gave (a parameter's) is quoted escaped, cut to this many
 
 
@@ -126,25 +127,31 @@ def refusal(units, reasons, flagged, unit: str = "unit") -> str:
     return head + listed[0][:room] + "...)" + more
 
 
-def last_windows(preprocessing, rows: pd.DataFrame, ids, lengths):
-    """preprocessing.last_windows(rows), whole units of about ROWS_AT_ONCE rows at a time (the
-    same numbers, bounded memory), the deadline checked between them."""
-    ends = np.cumsum(lengths)
-    bounds = [0]
-    for end in ends:
-        if end - bounds[-1] >= ROWS_AT_ONCE:
+def member_rul_of(model: "ServedModel", rows: pd.DataFrame, lengths) -> tuple:
+    """(units, each member's RUL per unit: (members, units)) of `rows`: the windows made and
+    predicted a block of whole units at a time, at most about ROWS_AT_ONCE rows or
+    UNITS_AT_ONCE units (a unit's window holds `window` cycles, padded: 100,000 one-row units
+    once made 336 MB of windows at once), the same numbers, the deadline checked between."""
+    bounds, rows_in, units_in = [0], 0, 0
+    for end, length in zip(np.cumsum(lengths), lengths):
+        rows_in, units_in = rows_in + int(length), units_in + 1
+        if rows_in >= ROWS_AT_ONCE or units_in >= UNITS_AT_ONCE:
             bounds.append(int(end))
+            rows_in, units_in = 0, 0
     if bounds[-1] != len(rows):
         bounds.append(len(rows))
-    if len(bounds) == 2:
-        return preprocessing.last_windows(rows)
-    units, windows = [], []
+    units, members = [], []
     for start, stop in zip(bounds[:-1], bounds[1:]):
         deadline.check()
-        block_units, block_windows = preprocessing.last_windows(rows.iloc[start:stop])
+        block = rows if len(bounds) == 2 else rows.iloc[start:stop]
+        block_units, windows = model.preprocessing.last_windows(block)
+        deadline.check()
+        members.append(np.asarray(model.predict_members(windows), dtype=np.float64))
         units.append(block_units)
-        windows.append(block_windows)
-    return np.concatenate(units), np.concatenate(windows)
+        del windows
+    if len(units) == 1:
+        return units[0], members[0]
+    return np.concatenate(units), np.concatenate(members, axis=1)
 
 
 @dataclass(frozen=True)
@@ -192,9 +199,7 @@ def predict_rows(model: ServedModel, rows: pd.DataFrame, source="input",
         raise DataError(source, _too_short(model, ids[padded], lengths[padded]))
     flags = _flags(model, rows, ids, params["strict"], source)
     deadline.check()
-    units, windows = last_windows(model.preprocessing, rows, ids, lengths)
-    deadline.check()
-    member_rul = np.asarray(model.predict_members(windows), dtype=np.float64)
+    units, member_rul = member_rul_of(model, rows, lengths)
     rul, spread = average_members(member_rul)
     values = {"unit": units.astype(np.int64), "rul": rul, "padded": padded, "rul_std": spread}
     given = served(model.interval.method if model.interval is not None else None,

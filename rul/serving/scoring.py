@@ -1,8 +1,8 @@
 """A request's answer, from its body to the bytes sent: read the rows, predict, write strict JSON.
 
 `answer` is the one path, whether it runs in the server's own process or in its worker
-(rul.serving.lanes): the model is the served pyfunc (mlflow.pyfunc.load_model's), called as
-MLflow's scoring server calls it, so that its parameters are checked as MLflow checks them.
+(rul.serving.lanes): the model is rul's lean model read as data (rul.serving.served.Served:
+never the model folder's code), rows and parameters in, a frame out.
 Every refusal is one line: a body that is none of the formats (rul.serving.bodies), rows or
 parameters the model refuses (400), a request past its deadline (504, its work stopped), a
 request the memory could not hold after all (503 with Retry-After); anything else is a 500
@@ -42,7 +42,7 @@ def answer(model, body: bytes, media: str) -> Answer:
     """The answer to `body` (of `media`: rul.serving.bodies' JSON, CSV or PARQUET) from the
     served pyfunc `model`."""
     try:
-        rows, params = read_body(body, media)
+        rows, params = read_body(body, media, getattr(model, "columns", None))
         del body
         rows = typed(rows)
         predictions = model.predict(rows, params=params)

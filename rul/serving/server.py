@@ -20,40 +20,36 @@ import resource
 import sys
 import tempfile
 from dataclasses import replace
-from pathlib import Path
+from types import SimpleNamespace
 
 from rul.interrupts import interrupts_as_exceptions
-from rul.serving import refusal_log
+from rul.serving import refusal_log, served
 from rul.serving.connections import protocol
 from rul.serving.guard import Guard
 from rul.serving.lanes import Lanes
 from rul.serving.limits import Limits, add_flags, from_args
+from rul.serving.listening import CannotListen, bound_sockets
+from rul.urls import masked
 
 TIMEOUT_ENV = "MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT"
 SPARE_FILES = 256  # file descriptors kept besides the connections (the store, the worker)
 
 
-def local_model(model_uri: str, folder: str) -> str:
-    """A local folder holding the model (downloaded into `folder` unless it is one)."""
-    if Path(model_uri).is_dir():
-        return model_uri
-    import mlflow.artifacts
-
-    return mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=folder)
-
-
 def build(model_uri: str, limits: Limits, folder: str, docs: bool = False) -> Guard:
-    """The guarded ASGI app serving `model_uri` (downloaded into `folder`), its worker
-    process started and its model loaded."""
+    """The guarded ASGI app serving `model_uri` (downloaded into `folder`) read as data
+    (rul.serving.served: never its code), its worker process started and its model loaded;
+    ValueError in one line when it is not a rul model rul can read."""
     os.environ[TIMEOUT_ENV] = str(int(limits.timeout))  # read by MLflow's init
-    import mlflow.pyfunc
+    from mlflow.models import Model
     from mlflow.pyfunc import scoring_server
 
-    path = local_model(model_uri, folder)
-    lanes = Lanes(path)  # first: its process loads the model while this one does
-    lanes.model = model = mlflow.pyfunc.load_model(path)
+    path = served.local_model(model_uri, folder)
+    model = served.Served(served.load(path, model_uri))  # refused before a worker starts
+    lanes = Lanes(path, scratch=(folder,))
+    lanes.model = model
     lanes.wait_ready()
-    return Guard(scoring_server.init(model), lanes, limits, docs)
+    # MLflow's app answers /ping, /health, /version (and /docs): none of them reads the model
+    return Guard(scoring_server.init(SimpleNamespace(metadata=Model())), lanes, limits, docs)
 
 
 def open_files(limits: Limits) -> Limits:
@@ -99,26 +95,44 @@ def main(argv=None) -> None:
             _run(args, limits, folder)
     except KeyboardInterrupt:  # Terminated (SIGTERM) included
         print("stopped", file=sys.stderr)
+    except ValueError as error:  # a folder that is not a rul model: one line
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _run(args, limits: Limits, folder: str) -> None:
     import uvicorn
 
-    guard = build(args.model, limits, folder, args.docs)
-    served = uvicorn.Config(guard, host=args.host, port=args.port, http=protocol(limits),
-                            timeout_keep_alive=limits.keep_alive, log_config=None,
-                            log_level="warning")
-    print(f"serving {args.model} on http://{args.host}:{args.port}/invocations "
-          f"({describe(limits)})", file=sys.stderr, flush=True)
+    try:  # before the model loads: a taken port is said at once
+        sockets = bound_sockets(args.host, args.port)
+    except CannotListen as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
     try:
-        asyncio.run(_serve(uvicorn.Server(served)))
+        guard = build(args.model, limits, folder, args.docs)
+        served = uvicorn.Config(guard, host=args.host, port=args.port, http=protocol(limits),
+                                timeout_keep_alive=limits.keep_alive, log_config=None,
+                                log_level="warning")
+        said = (f"serving {masked(args.model)} on http://{args.host}:{args.port}/invocations "
+                f"({describe(limits)})")
+        try:
+            asyncio.run(_serve(uvicorn.Server(served), sockets, said))
+        finally:
+            guard.lanes.close()
     finally:
-        guard.lanes.close()
+        for sock in sockets:
+            sock.close()
 
 
-async def _serve(server) -> None:
+async def _serve(server, sockets, said: str) -> None:
+    """Serve on the bound `sockets`; `said` is printed once the server listens on them."""
     asyncio.get_running_loop().set_exception_handler(refusal_log.loop_exception_handler)
-    await server.serve()
+    serving = asyncio.ensure_future(server.serve(sockets=sockets))
+    while not server.started and not serving.done():
+        await asyncio.wait({serving}, timeout=0.05)
+    if server.started:
+        print(said, file=sys.stderr, flush=True)
+    await serving
 
 
 if __name__ == "__main__":

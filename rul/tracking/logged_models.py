@@ -46,9 +46,13 @@ class LoggedModel:
         """(WindowSet of every full window of the validation engines, member predictions of
         each window: shape (members, windows), float64)."""
         windows = self.preprocessor.window_set(rows_of(subset.train, self.val_units(subset)))
+        return windows, self.validation_of(windows)
+
+    def validation_of(self, windows) -> np.ndarray:
+        """Each member's prediction of each window of `windows`: (members, windows)."""
         batches = WindowBatches(windows, "cpu")
-        return windows, np.stack([predict_windows(n, batches).astype(np.float64)
-                                  for n in self.networks])
+        return np.stack([predict_windows(n, batches).astype(np.float64)
+                         for n in self.networks])
 
     def last_cycle(self, rows) -> tuple[np.ndarray, np.ndarray]:
         """(unit ids, member predictions at each unit's last row: (members, units))."""

@@ -3,7 +3,8 @@
 The model (`<run>/model`, what gets registered): rul.serving.lean_pyfunc logged as code
 (nothing pickled), the artifact `inference/` (the inference spec JSON with the fitted
 preprocessing and the envelope as plain numbers, and each member's network as ONNX, exported
-from the same weights and checked against them), the rul package as code, and the lean
+from the same weights and checked against them on noise and the run's validation windows; the
+served model's test RMSE checked against the run's), the rul package as code, and the lean
 requirements: mlflow-skinny, onnxruntime, numpy and pandas at versions a public index serves.
 
 The run also keeps the torch weights for resuming and fine-tuning: `weights/model.pt` (an
@@ -20,7 +21,7 @@ import torch
 
 from rul.console import quiet
 from rul.serving import lean_pyfunc
-from rul.serving.onnx_export import save_runtime
+from rul.serving.onnx_export import check_served, save_runtime
 from rul.serving.runtime import RUNTIME_FOLDER
 from rul.serving.signature import signature
 from rul.serving.spec import SPEC_FILE, InferenceSpec
@@ -38,23 +39,16 @@ WEIGHTS_FOLDER = "weights"
 
 def log_pyfunc(outcome, workdir: Path) -> str:
     """Log the model of a training or an ensemble (rul.evaluation.ensemble: every member's
-    network, one preprocessing) and its torch weights to the active run; return its URI."""
-    return _log_model(outcome.network_spec, outcome.data, outcome.models, outcome.interval,
-                      workdir)
-
-
-def _state(network) -> dict:
-    return {k: v.cpu() for k, v in network.state_dict().items()}
-
-
-def _log_model(network_spec, data, networks: list, interval, workdir: Path) -> str:
-    """`interval`: the calibrated rul.evaluation.conformal.Interval, or None (no bounds)."""
+    network, one preprocessing) and its torch weights to the active run; return its URI.
+    `outcome.interval`: the calibrated rul.evaluation.conformal.Interval, or None (no bounds)."""
     runtime = workdir / RUNTIME_FOLDER
-    layout = data.subset.layout
-    spec = save_runtime(runtime, network_spec, networks, data.preprocessor, interval, layout)
-    members = len(networks)
-    test = data.subset.test  # its first two units, under the data set's own names
-    example = layout.external(test[test["unit"].isin(test["unit"].unique()[:2])])
+    data, networks, interval = outcome.data, outcome.models, outcome.interval
+    layout, test = data.subset.layout, data.subset.test
+    spec = save_runtime(runtime, outcome.network_spec, networks, data.preprocessor, interval,
+                        data)
+    check_served(runtime, layout.external(test), outcome.predictions,
+                 outcome.network_spec.rul_cap, outcome.metrics["test_rmse"])
+    example = layout.external(test[test["unit"].isin(test["unit"].unique()[:2])])  # 2 units
     with warnings.catch_warnings(), quiet("mlflow.pyfunc", "mlflow.models.model"):
         # unit and cycle are integers that are never missing: MLflow's hint about NaN in
         # integer columns does not apply.
@@ -62,14 +56,18 @@ def _log_model(network_spec, data, networks: list, interval, workdir: Path) -> s
         info = mlflow.pyfunc.log_model(
             name="model", python_model=lean_pyfunc.__file__,
             artifacts={RUNTIME_FOLDER: str(runtime)},
-            signature=signature(interval.method if interval is not None else None, members,
-                                unit=layout.unit),
+            signature=signature(interval.method if interval is not None else None,
+                                len(networks), layout=layout),
             input_example=example.reset_index(drop=True),
             code_paths=[str(Path(__file__).resolve().parents[1])],  # the rul package
             pip_requirements=requirements(),
         )
     _log_weights(spec, networks, workdir / WEIGHTS_FOLDER)
     return info.model_uri
+
+
+def _state(network) -> dict:
+    return {k: v.cpu() for k, v in network.state_dict().items()}
 
 
 def _log_weights(spec: InferenceSpec, networks: list, folder: Path) -> None:

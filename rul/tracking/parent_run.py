@@ -3,8 +3,9 @@ its params and data tags (the run machinery itself: rul.workflows.parent)."""
 
 import mlflow
 
-from rul.tracking.run_logging import config_params, data_tags
+from rul.tracking.run_logging import data_tags
 from rul.tracking.run_notes import log_run_notes
+from rul.tracking.run_params import config_params
 
 KIND_TAG = "rul.kind"  # evaluate | ensemble (single runs have none)
 INDEX_TAG = "rul.seed_index"  # a child's place among the parent's children

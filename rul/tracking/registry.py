@@ -1,8 +1,13 @@
 """Model registry: every tracked model becomes a described version of `rul-<subset>`, and the
-`champion` alias follows the version with the best validation RMSE, also under concurrent runs.
+`champion` alias follows the version with the best selection score among versions of equal
+evidence (rul.tracking.selection: the same engines, score and data), also under concurrent
+runs; a version on other evidence moves it only when the champion, scored on that version's
+engines, does worse. `rul promote` moves it by hand, who and why kept on the version. What a
+version says of itself: rul.tracking.version_description.
 """
 
 import math
+from collections.abc import Callable
 
 import mlflow
 from mlflow.tracking import MlflowClient
@@ -11,12 +16,12 @@ from rul.console import said_in_one_line
 from rul.data.schema import COLUMNS
 from rul.serving.columns import meaning
 from rul.serving.predictor import REQUEST_PARAMS
-from rul.tracking.metric_names import read
+from rul.tracking.selection import key_of, recorded_engines
+from rul.tracking.version_description import VAL_RMSE_TAG, version_description, version_tags
 
 COLUMNS_TAG = "data.columns"  # a run's input columns, when its data set is one's own
 
 CHAMPION = "champion"
-VAL_RMSE_TAG = "val_rmse"
 MAX_GUARD_ROUNDS = 50  # each round is a few SQL reads; concurrent writers settle in a couple
 
 
@@ -61,54 +66,10 @@ def model_description(name: str, outputs=None, inputs: list[str] | None = None,
         f"Load: `mlflow.pyfunc.load_model(\"models:/{name}@{CHAMPION}\").predict(rows)`, or "
         f"`rul predict --model models:/{name}@{CHAMPION} --input "
         f"{'data/cmapss/test_FD001.txt' if inputs == COLUMNS else 'rows.csv'}`.\n\n"
-        f"The `{CHAMPION}` alias points at the version with the lowest validation RMSE "
-        "(tag `val_rmse`)."
+        f"The `{CHAMPION}` alias points at the version with the lowest selection RMSE (tag "
+        "`selection.rmse`) among versions scored on the same engines, by the same score, on the "
+        "same data (tags `selection.engines`, `selection.score`, `selection.data`)."
     )
-
-
-def _number(values: dict, key: str) -> str:
-    value = read(values, key)
-    return "n/a" if value is None else f"{float(value):.3f}"
-
-
-def config_summary(params: dict) -> str:
-    """One line from a run's params: model, window, batch (micro x K), lr, epochs, precision."""
-    p = {k: params.get(k, "?") for k in ("model", "window", "effective_batch_size",
-                                         "micro_batch_size", "accumulation_steps", "lr",
-                                         "epochs", "precision")}
-    return (f"{p['model']}, window {p['window']}, effective batch {p['effective_batch_size']} "
-            f"({p['micro_batch_size']} x {p['accumulation_steps']}), lr {p['lr']}, "
-            f"{p['epochs']} epochs, {p['precision']}")
-
-
-def data_digests(tags: dict) -> dict:
-    """The run's data SHA-256 tags (`data.sha256.<role>`)."""
-    return {k: v for k, v in sorted(tags.items()) if k.startswith("data.sha256.")}
-
-
-def version_description(run, val_rmse: float) -> str:
-    metrics, tags = run.data.metrics, run.data.tags
-    digests = "; ".join(f"{k.removeprefix('data.sha256.')} {v}"
-                        for k, v in data_digests(tags).items()) or "n/a"
-    return (
-        f"Validation RMSE {float(val_rmse):.3f} cycles. Test RMSE {_number(metrics, 'test_rmse')}, "
-        f"MAE {_number(metrics, 'test_mae')}, PHM08 score {_number(metrics, 'test_score')}.\n"
-        f"Config: {config_summary(run.data.params)}.\n"
-        f"Data SHA-256: {digests}.\n"
-        f"Run {run.info.run_id} ({run.info.run_name})."
-    )
-
-
-def version_tags(run, val_rmse: float) -> dict:
-    tags = {VAL_RMSE_TAG: repr(float(val_rmse)), "run_id": run.info.run_id}
-    test_rmse = read(run.data.metrics, "test_rmse")
-    if test_rmse is not None:
-        tags["test_rmse"] = repr(float(test_rmse))
-    for key in ("subset", "rul.track"):  # the track: sensors, or sensors and the age
-        if key in run.data.tags:
-            tags[key] = run.data.tags[key]
-    tags.update(data_digests(run.data.tags))
-    return tags
 
 
 def _describe_model(client: MlflowClient, name: str, model_uri: str, run) -> None:
@@ -139,12 +100,15 @@ def _run_of(version) -> str | None:
     return version.tags.get("run_id") or version.run_id
 
 
-def _val_rmse_by_version(client: MlflowClient, name: str, own_run: str | None = None
-                         ) -> dict[str, float]:
-    """Every version of `name` and its validation RMSE: inf where it has none or its run did
-    not finish (`own_run`, registering now, counts as finished)."""
+def _val_rmse_by_version(client: MlflowClient, name: str, own_run: str | None = None,
+                         key: dict | None = None) -> dict[str, float]:
+    """Every version of `name` (with `key`: of that evidence only) and its validation RMSE:
+    inf where it has none or its run did not finish (`own_run`, registering now, counts as
+    finished)."""
     found, finished = {}, {}
     for v in _versions(client, name):
+        if key is not None and key_of(v.tags) != key:
+            continue
         run = _run_of(v)
         if run and run != own_run and run not in finished:
             finished[run] = client.get_run(run).info.status == "FINISHED"
@@ -170,20 +134,21 @@ def best_version(val_rmse: dict[str, float], champion: str | None) -> str | None
     return min(finite, key=lambda v: (finite[v], v != champion, int(v)))
 
 
-def move_champion(client: MlflowClient, name: str, own_run: str | None = None
-                  ) -> tuple[str | None, int]:
-    """Point `champion` at the best version of a finished run (or `own_run`'s), convergently
-    under concurrent registrations: set it, re-read, and repeat until neither the versions nor
-    the alias changed meanwhile. Returns (champion version, rounds)."""
+def move_champion(client: MlflowClient, name: str, own_run: str | None = None,
+                  key: dict | None = None) -> tuple[str | None, int]:
+    """Point `champion` at the best version of a finished run (or `own_run`'s) of evidence
+    `key` (None: of any), convergently under concurrent registrations: set it, re-read, and
+    repeat until neither the versions nor the alias changed meanwhile. Returns (champion
+    version, rounds)."""
     for rounds in range(1, MAX_GUARD_ROUNDS + 1):
-        versions = _val_rmse_by_version(client, name, own_run)
+        versions = _val_rmse_by_version(client, name, own_run, key)
         champion = _champion(client, name)
-        best = best_version(versions, champion)
+        best = best_version(versions, champion if champion in versions else None)
         if best is not None and best != champion:
             client.set_registered_model_alias(name, CHAMPION, best)
-        if (_val_rmse_by_version(client, name, own_run) == versions
-                and _champion(client, name) == best):
-            return best, rounds
+        if (_val_rmse_by_version(client, name, own_run, key) == versions
+                and _champion(client, name) == (best or champion)):
+            return best or champion, rounds
     raise RuntimeError(f"the {CHAMPION} alias of {name} did not settle in {MAX_GUARD_ROUNDS} "
                        "rounds: too many concurrent registrations")
 
@@ -203,20 +168,26 @@ REGISTRATION_CHATTER = ("Successfully registered model", "Created version",
                         "already exists. Creating a new version")
 
 
-def register_and_promote(model_uri: str, name: str, run_id: str, val_rmse: float) -> dict:
+def register_and_promote(model_uri: str, name: str, run_id: str, val_rmse: float,
+                         rescore: Callable[[str], tuple[float | None, str]] | None = None,
+                         promote: bool = True) -> dict:
     """Register `model_uri` as a new, described version of `name` (unless run `run_id` has
-    one already), then move `champion` to the best version of a finished run (a tie keeps the
-    champion); what happened is recorded as tags on the run and on the version."""
+    one already), then, when `promote`, offer it the champion alias (`decide`); what happened
+    is recorded as tags on the run and on the version. `rescore(champion_run_id)` scores the
+    champion on this run's engines where their evidence differs."""
     client = MlflowClient()
     run = client.get_run(run_id)
     registered = [v for v in _versions(client, name) if _run_of(v) == run_id]
-    if registered:  # a run is registered once: a resumed run that was, keeps its version
-        version = min(registered, key=lambda v: int(v.version))
+    if registered:  # a run is registered once: a resumed run that was keeps its version and
+        version = min(registered, key=lambda v: int(v.version))  # figure, and gains the tags
+        for key, value in version_tags(run, val_rmse).items():  # its run logged since
+            if key not in version.tags:
+                client.set_model_version_tag(name, version.version, key, value)
     else:
         with said_in_one_line(REGISTRATION_CHATTER):  # the command says it in its own words
             version = mlflow.register_model(model_uri, name, tags=version_tags(run, val_rmse))
-    client.update_model_version(name, version.version,
-                                description=version_description(run, val_rmse))
+    client.update_model_version(name, version.version, description=version_description(
+        run, val_rmse, recorded_engines(run_id)))
     _describe_model(client, name, model_uri, run)
 
     previous_version = _champion(client, name)  # what this version competes with
@@ -225,15 +196,64 @@ def register_and_promote(model_uri: str, name: str, run_id: str, val_rmse: float
     previous = None
     if previous_version is not None:
         previous = _val_rmse_by_version(client, name, run_id).get(previous_version, math.inf)
-    champion, rounds = move_champion(client, name, run_id)
+    champion, rounds, reason = (decide(client, name, str(version.version), run_id, rescore)
+                                if promote else (previous_version, 0, NOT_OFFERED))
     promoted = champion == str(version.version)
     record = {"registered_model": name, "registered_version": version.version,
               "champion_promoted": str(promoted).lower(),
               "champion_previous_version": previous_version or "none",
               "champion_previous_val_rmse": "none" if previous is None else repr(previous),
-              "champion_version": champion or "none", "champion_guard_rounds": str(rounds)}
+              "champion_version": champion or "none", "champion_guard_rounds": str(rounds),
+              "champion_reason": reason}
     for key, value in record.items():
         client.set_tag(run_id, key, value)
-    client.set_model_version_tag(name, version.version, "champion_promoted", str(promoted).lower())
+    for key in ("champion_promoted", "champion_reason"):
+        client.set_model_version_tag(name, version.version, key, record[key])
     return record
+
+
+NOT_OFFERED = "not offered the alias (a study's promote: true offers its best)"
+
+
+def registry_line(record: dict) -> str:
+    """What a registration did (register_and_promote's record, or the run's tags that keep
+    it), in one line: the version, where the champion alias is, and why."""
+    champion = record.get("champion_version", "none")
+    where = "no champion" if champion == "none" else f"champion: version {champion}" + (
+        " (this version)" if record.get("champion_promoted") == "true" else "")
+    return (f"registered {record['registered_model']} version {record['registered_version']}; "
+            f"{where}: {record.get('champion_reason', 'n/a')}")
+
+
+def decide(client: MlflowClient, name: str, version: str, run_id: str,
+           rescore: Callable[[str], tuple[float | None, str]] | None
+           ) -> tuple[str | None, int, str]:
+    """(champion, guard rounds, why) once `version` (run `run_id`'s) was offered the alias:
+    against versions of its own evidence by their selection scores (move_champion); against a
+    champion of other evidence only by `rescore`, the champion's score on its engines."""
+    own = key_of(client.get_model_version(name, version).tags)
+    champion = _champion(client, name)
+    champion_tags = client.get_model_version(name, champion).tags if champion else {}
+    if champion is None or champion == version or key_of(champion_tags) == own:
+        best, rounds = move_champion(client, name, run_id, own)
+        return best, rounds, ("the best of the versions scored on the same engines, score and "
+                              "data" if best == version else
+                              f"version {best} scores better on the same engines")
+    if own is None:
+        return champion, 0, "this version has no selection evidence (rul promote moves it)"
+    if key_of(champion_tags) is None:
+        return champion, 0, (f"champion version {champion} has no selection evidence (an earlier "
+                             "rul's): compare them with rul promote")
+    value, why = None, "its evidence differs and the champion cannot be scored on it here"
+    if rescore is not None:
+        value, why = rescore(_run_of(client.get_model_version(name, champion)))
+    if value is None:
+        return champion, 0, f"not comparable with champion version {champion}: {why}"
+    mine = float(client.get_model_version(name, version).tags["selection.rmse"])
+    if mine < value:
+        client.set_registered_model_alias(name, CHAMPION, version)
+        return version, 1, (f"champion version {champion}, {why}, scored {value:.3f} against "
+                            f"this version's {mine:.3f}")
+    return champion, 0, (f"champion version {champion}, {why}, scored {value:.3f}, not worse "
+                         f"than this version's {mine:.3f}")
 

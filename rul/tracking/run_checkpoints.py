@@ -1,8 +1,10 @@
 """Checkpoints belong to a run: `<checkpoint_dir>/<run_id>.pt`, locked while a process trains it.
 
-Two runs of one config never share a file. `--resume` continues the run it is given, or the
-newest unfinished run of the config whose checkpoint exists and that no live process holds (an
-flock, freed even by SIGKILL), its checkpoint verified first: a damaged newest file gives way to
+Two runs of one config never share a file, and may train at once (a new one names the others
+in one line). `--resume` continues the run it is given, or the one unfinished run of the config
+whose checkpoint exists and that no live process holds (an flock, freed even by SIGKILL); with
+more than one it names them all and asks for one (CannotResume). Its checkpoint is verified
+first: a damaged newest file gives way to
 the one before it, said in one line; with none intact its files are removed and CannotResume
 says so. A run left RUNNING by a process that is gone (rul.tracking.run_owner) is marked KILLED
 by the next command that tracks to the experiment (`close_abandoned`) (docs: When things go
@@ -13,16 +15,37 @@ import fcntl
 import os
 import sys
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from rul.errors import InputError
+from rul.config.recipes import train_command
+from rul.errors import ConfigError, InputError
 from rul.tracking.run_owner import owner_alive
+from rul.tracking.run_params import config_from_params
 from rul.training import checkpoint
 from rul.training.checkpoint import CheckpointDamaged, Checkpointer
 
 CHECKPOINT_TAG = "rul.checkpoint"  # why a run's checkpoint was given up
+
+
+def run_text(run) -> str:
+    """e.g. `3f2a… (started 2026-12-02 04:10, 3 epochs done)`: a run told apart from others
+    of its config."""
+    started = datetime.fromtimestamp(run.info.start_time / 1000).strftime("%Y-%m-%d %H:%M")
+    return (f"{run.info.run_id} (started {started}, "
+            f"{int(run.data.metrics.get('epoch', 0))} epochs done)")
+
+
+def resume_command(run) -> str:
+    """The command that continues `run`: its config's (rul.config.recipes.train_command, with
+    where its data, store and checkpoints are) and `--resume RUN_ID`."""
+    try:
+        command = train_command(config_from_params(run.data.params), places=True)
+    except ConfigError:  # an earlier rul's keys
+        command = "rul train CONFIG"
+    return f"{command} --resume {run.info.run_id}"
 
 
 class CannotResume(InputError):
@@ -91,8 +114,8 @@ class RunCheckpoints:
                     client.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
             kept = self.has_checkpoint(rid)
             print(f"run {rid} was left RUNNING by a process that is gone: marked KILLED"
-                  + (f" (continue it with: rul train ... --resume {rid})" if kept else ""),
-                  file=sys.stderr)
+                  + (f" (continue it with: {resume_command(run)})"
+                     if kept else ""), file=sys.stderr)
             if not kept:
                 self._lock_path(rid).unlink(missing_ok=True)
             closed.append(rid)
@@ -132,11 +155,24 @@ class RunCheckpoints:
             [experiment_id], order_by=["attributes.start_time DESC"],
             filter_string=f"tags.`rul.config_digest` = '{digest}' "
                           "and attributes.status != 'FINISHED'")
-        for run in runs:
-            rid = run.info.run_id
-            if self.has_checkpoint(rid) and not self.is_held(rid):
-                return self._verified(client, run)
+        found = [run for run in runs
+                 if self.has_checkpoint(run.info.run_id) and not self.is_held(run.info.run_id)]
+        if len(found) > 1:
+            raise CannotResume(f"--resume: {len(found)} unfinished runs of this config can be "
+                               f"continued: {'; '.join(map(run_text, found))}; name one: "
+                               "--resume RUN_ID")
+        if found:
+            return self._verified(client, found[0])
         raise FileNotFoundError(self._nothing_to_resume())
+
+    @staticmethod
+    def training_now(client: MlflowClient, experiment_id: str, digest: str) -> list:
+        """The runs of the config (its digest) still RUNNING once the abandoned ones are
+        closed: a live process trains them (or another machine's may), newest first."""
+        return client.search_runs(
+            [experiment_id], order_by=["attributes.start_time DESC"],
+            filter_string=f"tags.`rul.config_digest` = '{digest}' "
+                          "and attributes.status = 'RUNNING'")
 
     def _verified(self, client: MlflowClient, run) -> str:
         """`run`'s id once its newest intact checkpoint is in place (module docstring)."""

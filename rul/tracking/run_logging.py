@@ -22,31 +22,15 @@ from rul.data.schema import COLUMNS
 from rul.data.split import rows_of
 from rul.evaluation import figures
 from rul.machine import machine_tags
-from rul.models.spec import unused_architecture_keys
 from rul.preprocessing.features import track
 from rul.tracking.metric_names import logged_metrics
 from rul.tracking.model_logging import log_pyfunc
 from rul.tracking.run_notes import log_run_notes
 from rul.tracking.run_owner import owner_tags
+from rul.tracking.run_params import config_params
+from rul.tracking.selection import ENGINES_FILE, engines_record, evidence_of
 from rul.training.distributed import rank_seed
 from rul.training.micro_batch import table_rows
-from rul.urls import masked
-
-MAX_PARAM = 6000  # MLflow's limit on a param's length
-
-
-def config_params(config, **extra) -> dict[str, str]:
-    """A config as run params: its written keys, less empty values and the architecture keys
-    its model does not take; `extra` adds or overrides (e.g. the global effective batch). A
-    URL's secrets are masked: everyone who can read the store reads params."""
-    unused = unused_architecture_keys(config.model)
-    values = {k: v for k, v in config.to_dict().items() if v is not None and k not in unused}
-    flat = {}
-    for key, value in {**values, **extra}.items():  # a section (data:) one param per key
-        parts = value.items() if isinstance(value, dict) else [(None, value)]
-        flat.update({f"{key}.{sub}" if sub else key: v for sub, v in parts if v is not None})
-    return {k: masked(str(v))[:MAX_PARAM] for k, v in flat.items()}
-
 
 TRACK_TAG = "rul.track"  # sensors | sensors+age: which published figures a run compares with
 
@@ -93,6 +77,7 @@ def log_plan(plan, tags: dict) -> None:
     if dropped:
         mlflow.set_tag("short_units", ", ".join(f"{u} ({n} rows)" for u, n in dropped.items()))
     log_run_notes(config, plan.data.test)  # padded test units, a short last micro-batch
+    mlflow.log_dict(engines_record([plan.data]), ENGINES_FILE)
     mlflow.set_tags({
         **{f"seed.{k}": v for k, v in seeds.as_dict().items()},
         **({f"seed.rank_{r}": rank_seed(seeds.torch, r) for r in range(world.size)}
@@ -127,7 +112,8 @@ def _log_split(split) -> None:
 
 def log_outcome(outcome) -> None:
     """A finished training's results; sets outcome.model_uri."""
-    mlflow.set_tag("device", str(outcome.plan.precision.device))
+    mlflow.set_tags({"device": str(outcome.plan.precision.device),
+                     **evidence_of(outcome).tags()})
     mlflow.log_metrics(logged_metrics(outcome.metrics), step=outcome.state.step)
     _log_inputs(outcome.data)
     log_figures({

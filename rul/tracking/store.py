@@ -4,19 +4,18 @@ A command opens its store once (`open_store`) and hands it down. `configure` mak
 ready once per process: a tracking server must answer (rul.services waits, bounded), and a new
 SQLite store is created under an flock on its folder (two processes migrating one database at
 once fail), built aside (`.<name>.building-*`) and renamed into place once complete; one left
-half-built by an earlier rul (no runs, no registered model) is built anew. The empty store the
-migrations leave is kept per MLflow version in the user cache (rul.files.cache_folder()) and
-copied for the next new store (docs: When things go wrong).
+half-built by an earlier rul (no runs, no registered model) is built anew (docs: When things
+go wrong). Every new store runs MLflow's own migrations: a copy of a kept empty store saved a
+few seconds once per store, but no check could prove a kept file holds only MLflow's schema.
 """
 
 import contextlib
 import fcntl
 import itertools
 import os
-import shutil
 import sqlite3
 import sys
-from contextlib import closing, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from mlflow.tracking import MlflowClient
 from rul import services
 from rul.config import ConfigError
 from rul.console import quiet
-from rul.files import cache_folder, keep_in_cache, sync_folder
+from rul.files import sync_folder
 from rul.tracking_uri import (  # noqa: F401 (their home)
     DEFAULT_URI,
     for_mlflow,
@@ -41,34 +40,38 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 DATABASES = ("postgresql", "mysql", "mssql", "oracle")
 
-STORE_TEMPLATES = "mlflow-stores"  # the user cache's empty stores, one per MLflow version
-_ready: set[str] = set()  # stores made ready in this process
+_ready: set[tuple[str, bool]] = set()  # (store, for writes) made ready in this process
 DAMAGED = ("database disk image is malformed", "file is not a database")  # SQLite's words
 
 
-def configure(tracking_uri: str | None = None) -> str:
-    """Use the store `store_uri` names; it is made ready on first use (module docstring)."""
+def configure(tracking_uri: str | None = None, writes: bool = True) -> str:
+    """Use the store `store_uri` names; it is made ready on first use (module docstring).
+    `writes=False`: the command only reads (`rul predict`), so a store this user cannot
+    write is used as it is."""
     uri = store_uri(tracking_uri)
     # MLflow draws a progress bar for every tiny artifact it reads back; ours is the epoch bar.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     remember(uri)  # its secrets are masked in whatever the command prints
     mlflow.set_tracking_uri(for_mlflow(uri))
     os.environ["MLFLOW_TRACKING_URI"] = uri  # what subprocesses inherit: the URI as given
-    _make_ready(uri)
+    _make_ready(uri, writes)
     return uri
 
 
-def _make_ready(uri: str) -> None:
+def _make_ready(uri: str, writes: bool = True) -> None:
     database = sqlite_path(uri)
-    key = str(database.resolve()) if database else uri
-    if key in _ready:
+    key = (str(database.resolve()) if database else uri, writes)
+    if key in _ready or (key[0], True) in _ready:
         return
     if uri.startswith(("http://", "https://")):
         services.wait_for_http(uri, "MLflow tracking server")
     elif uri.split(":")[0].split("+")[0] in DATABASES:
         services.wait_for_database(uri, "MLflow tracking store")
     if database is not None:
-        _check_writable(database)
+        if not writes and not database.exists():
+            return  # nothing to read there (a model folder needs no store): none is made
+        if writes:
+            _check_writable(database)
         with _first_use_lock(database), quiet("mlflow.store.db.utils", "alembic"):
             if not database.exists() or database.stat().st_size == 0:  # 0: killed at once
                 print(f"a new MLflow store: {uri}", file=sys.stderr)
@@ -185,13 +188,10 @@ _attempts = itertools.count()
 
 
 def _build_aside(database: Path) -> None:
-    """A complete new store at `database` (the kept empty store copied, or MLflow's), built in
-    `building(database)`, synced and renamed into place; a failure leaves what was there."""
-    aside = _from_template(database)
-    if aside is None:
-        aside = building(database)
-        _opened_or_removed(aside)  # MLflow creates every table
-        _keep_template(aside)
+    """A complete new store at `database`, built by MLflow in `building(database)`, synced and
+    renamed into place; a failure leaves what was there."""
+    aside = building(database)
+    _opened_or_removed(aside)  # MLflow creates every table
     try:
         with open(aside, "rb+") as handle:
             os.fsync(handle.fileno())
@@ -200,26 +200,6 @@ def _build_aside(database: Path) -> None:
     except BaseException:
         _remove(aside)
         raise
-
-
-def _template() -> Path:
-    return cache_folder() / STORE_TEMPLATES / f"mlflow-{mlflow.__version__}.db"
-
-
-def _from_template(database: Path) -> Path | None:
-    """The kept empty store copied to `building(database)` and opened by MLflow there, or None
-    (none kept, or one MLflow cannot open: its copy removed)."""
-    template = _template()
-    if not template.is_file():
-        return None
-    aside = building(database)
-    try:
-        shutil.copyfile(template, aside)
-        _opened_or_removed(aside)
-    except Exception:  # noqa: BLE001 (a damaged or foreign file: built the slow way instead)
-        _remove(aside)
-        return None
-    return aside  # (a kill while copying leaves a file the next command's building() removes)
 
 
 def _opened_or_removed(aside: Path) -> None:
@@ -232,20 +212,6 @@ def _opened_or_removed(aside: Path) -> None:
     except BaseException:
         _remove(aside)
         raise
-
-
-def _keep_template(built: Path) -> None:
-    """The empty store MLflow just built, less its Default experiment, kept for the next."""
-    try:
-        with closing(sqlite3.connect(built)) as source, \
-                closing(sqlite3.connect(":memory:")) as copy:
-            source.backup(copy)
-            copy.execute("DELETE FROM experiments WHERE experiment_id = 0")
-            copy.commit()
-            data = copy.serialize()
-    except (sqlite3.Error, AttributeError):  # serialize: Python 3.11 on (3.10 keeps none)
-        return
-    keep_in_cache(_template(), data)
 
 
 def _remove(aside: Path) -> None:
@@ -284,8 +250,6 @@ def _first_sentence(error: Exception) -> str:
 def _half_built(database: Path) -> bool:
     """Whether a store that answered a schema error holds nothing: no run and no registered
     model (its creation was interrupted; an older MLflow's store with runs is kept)."""
-    import sqlite3
-
     try:
         read_only = f"{database.absolute().as_uri()}?mode=ro"
         with contextlib.closing(sqlite3.connect(read_only, uri=True)) as db:

@@ -131,11 +131,18 @@ def save(path: str | Path, state: dict) -> None:
     sync_folder(path.parent)
 
 
-def load(path: str | Path) -> dict:
+# What `Checkpointer.save` writes: the training parts (rul.training.optim), the run's progress
+# and the random streams; a checkpoint without any of them cannot continue a run.
+KEYS = ("model", "optimizer", "precision", "scaler", "scheduler", "ema", "train_state", "rng")
+RNG_KEYS = ("python", "numpy", "torch")
+
+
+def load(path: str | Path, epochs: int | None = None) -> dict:
     """The checkpoint at `path`, verified, every tensor on the CPU (the training parts'
     load_state_dict move each to its device; the random states must stay CPU ByteTensors);
     CheckpointRefused if it holds anything but tensors and plain data, CheckpointDamaged if it
-    cannot be trusted, FileNotFoundError if there is none."""
+    cannot be trusted (its plain data not what rul writes for a run of `epochs` epochs
+    included: `problem`), FileNotFoundError if there is none."""
     path = Path(path)
     data = path.read_bytes()
     payload, legacy = _verified_payload(path, data)
@@ -150,7 +157,25 @@ def load(path: str | Path) -> dict:
         said = str(error).strip().split("\n")[0].split(". ")[0][:160]  # its first sentence
         raise CheckpointDamaged(path, f"torch.load cannot read it ({type(error).__name__}"
                                       f"{': ' + said if said else ''})") from None
-    return _from_legacy(state) if legacy else state
+    state = _from_legacy(state) if legacy else state
+    why = problem(state, epochs)
+    if why is not None:
+        raise CheckpointDamaged(path, why)
+    return state
+
+
+def problem(state, epochs: int | None = None) -> str | None:
+    """Why a checkpoint's plain data cannot continue a run: a key rul writes missing, random
+    states it cannot restore, a train state rul does not write (TrainState.problem)."""
+    if not isinstance(state, dict):
+        return "it is not a mapping of the training's parts"
+    missing = [key for key in KEYS if key not in state]
+    if missing:
+        return f"it lacks {', '.join(missing)}"
+    rng = state["rng"]
+    if not isinstance(rng, dict) or any(key not in rng for key in RNG_KEYS):
+        return f"its rng lacks one of {', '.join(RNG_KEYS)}"
+    return TrainState.problem(state["train_state"], epochs)
 
 
 def _unsafe_globals(payload, allowed: list) -> list[str]:

@@ -4,10 +4,11 @@ of about half a second, on first use per machine and recipe. The flag alone does
 is faster (docs: Performance, precision by machine).
 
 The figures are kept in a user cache file (RUL_PRECISION_CACHE, else precision.json in
-rul.files.cache_folder()) under what decides them: the CPU's model, its bf16 and AMX flags,
-the cores this process may use, torch's build and the recipe's step. The machine's load when
-they were taken is kept with them: a figure taken busier than the machine has cores is taken
-again next time. The probe leaves torch's random state as it found it.
+rul.files.cache_folder(), private to the user) under what decides them: the CPU's model, its
+bf16 and AMX flags, the cores this process may use, torch's build and the recipe's step. The
+machine's load when they were taken is kept with them: a figure taken busier than the machine
+has cores is taken again next time; a file or an entry that is not figures of rul's is
+measured again, with one warning line. The probe leaves torch's random state as it found it.
 """
 
 import json
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from rul.files import cache_folder, keep_in_cache
+from rul.files import CacheFile, cache_file
 from rul.training import hardware
 from rul.training.optim import make_optimizer
 from rul.training.precision import Precision
@@ -53,10 +54,11 @@ class Measured:
                          for i, name in enumerate(ordered))
 
 
-def cache_path() -> Path:
+def cache_entry() -> CacheFile:
     if os.environ.get("RUL_PRECISION_CACHE"):
-        return Path(os.environ["RUL_PRECISION_CACHE"])
-    return cache_folder() / "precision.json"
+        path = Path(os.environ["RUL_PRECISION_CACHE"])
+        return CacheFile(path.parent, path.name)
+    return cache_file("precision.json")
 
 
 def machine_key() -> str:
@@ -76,30 +78,36 @@ def measured(step: StepRecipe, measure=None) -> Measured:
     """This machine's figures for `step`: from the cache when they were taken on a machine no
     busier than its cores, else measured now (`measure(step)`: measure_step unless a test
     gives another) and kept with the load they were taken at."""
-    path, key = cache_path(), cache_key(step)
-    kept = _read(path)
-    entry = kept.get(key)
-    if _trusted(entry):
-        return Measured({n: float(entry[n]) for n in PRECISIONS}, machine_key(), path,
+    cache, key = cache_entry(), cache_key(step)
+    kept = _read(cache)
+    entry = _figures(kept.get(key)) if key in kept else None
+    if key in kept and entry is None:
+        cache.doubt("its entry for this machine is not figures of rul's",
+                    "measured again")
+    if entry is not None and entry["load"] <= entry["cores"]:
+        return Measured({n: entry[n] for n in PRECISIONS}, machine_key(), cache.path,
                         fresh=False)
     load = _load()
     rates = (measure or measure_step)(step)
     kept[key] = {**rates, "load": load, "cores": hardware.usable_cpus(),
                  "measured": time.strftime("%Y-%m-%d")}
-    keep_in_cache(path, json.dumps(kept, indent=1).encode())  # not kept: measured again next time
-    return Measured(rates, machine_key(), path, fresh=True)
+    cache.keep(json.dumps(kept, indent=1).encode())  # not kept: measured again next time
+    return Measured(rates, machine_key(), cache.path, fresh=True)
 
 
-def _trusted(entry) -> bool:
-    """A kept entry whose figures are positive numbers, taken on a machine no busier than its
-    cores (an entry without its load predates the rule: taken again)."""
+def _figures(entry) -> dict | None:
+    """A kept entry's figures and load as floats: positive finite rates, a finite load and
+    cores; None when it is anything else."""
     if not isinstance(entry, dict):
-        return False
-    numbers = [entry.get(name) for name in (*PRECISIONS, "load", "cores")]
-    if not all(isinstance(v, int | float) and math.isfinite(v) for v in numbers):
-        return False
-    *rates, load, cores = numbers
-    return all(rate > 0 for rate in rates) and load <= cores
+        return None
+    try:
+        numbers = {name: float(entry[name]) for name in (*PRECISIONS, "load", "cores")
+                   if isinstance(entry[name], int | float) and not isinstance(entry[name], bool)}
+    except (KeyError, OverflowError):
+        return None
+    if len(numbers) != len(PRECISIONS) + 2 or not all(map(math.isfinite, numbers.values())):
+        return None
+    return numbers if all(numbers[name] > 0 for name in PRECISIONS) else None
 
 
 def _load() -> float:
@@ -109,12 +117,19 @@ def _load() -> float:
         return 0.0
 
 
-def _read(path: Path) -> dict:
-    try:
-        kept = json.loads(path.read_text())
-    except (OSError, ValueError):
+def _read(cache: CacheFile) -> dict:
+    """The kept figures by key; {} when none are kept, or the file is not rul's (said)."""
+    data = cache.read()
+    if data is None:
         return {}
-    return kept if isinstance(kept, dict) else {}
+    try:
+        kept = json.loads(data)
+    except (ValueError, RecursionError):  # not JSON (or nested past Python's recursion limit)
+        kept = None
+    if not isinstance(kept, dict):
+        cache.doubt("not a JSON object of figures", "measured again")
+        return {}
+    return kept
 
 
 def measure_step(step: StepRecipe, rounds: int = ROUNDS, seconds: float = ROUND_S,

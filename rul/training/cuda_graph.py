@@ -2,14 +2,15 @@
 
 An optimizer step of the DCNN launches a few hundred small kernels, and on a GPU launching
 them costs more than their arithmetic. Captured, the whole step (the micro-batches' gathers,
-forwards and backwards, unscale, the overflow check, clipping, the fused AdamW update, the
-scaler's update, the schedule, the weight average and the step's record) is one launch. Only
-a step that decides on the device can be captured (rul.training.sync_free): nothing in it
-reads a value back. A replay runs the same kernels in the same order on the same addresses as
-the eager step, so it computes the same numbers. An epoch has two batch sizes, the effective
-batch and its last, shorter one (the same every epoch): each gets its graph, captured after
-it ran eagerly `WARMUP` times (which creates the optimizer's and the scaler's state and
-settles the libraries' lazy initialisation), each with its own memory pool.
+forwards and backwards, unscale, the overflow check, clipping, the optimizer's update: fused
+AdamW's or Muon's, the scaler's update, the schedule, the weight average and the step's
+record) is one launch. Only a step that decides on the device can be captured
+(rul.training.sync_free): nothing in it reads a value back. A replay runs the same kernels
+in the same order on the same addresses as the eager step, so it computes the same numbers.
+An epoch has two batch sizes, the effective batch and its last, shorter one (the same every
+epoch): each gets its graph, captured after it ran eagerly `WARMUP` times (which creates the
+optimizer's and the scaler's state and settles the libraries' lazy initialisation), each
+with its own memory pool.
 """
 
 import os

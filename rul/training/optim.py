@@ -24,7 +24,8 @@ def make_optimizer(model, settings: OptimizerSettings, sync_free: bool | None = 
     an optimizer that can decides on the device: its rate a tensor there, the step's skip
     decided there (step.decides_on_device reads `optimizer.on_device`), the schedule set there
     (sync_free.DeviceSchedule). Never with `scheduler: onecycle`, which cycles Adam's beta1, a
-    number a fused kernel takes from the host: such a run keeps the host's decisions."""
+    number the optimizer takes from the host (a captured step would keep its first value):
+    such a run keeps the host's decisions."""
     row = OPTIMIZER_KINDS[settings.kind]
     if sync_free is None:
         sync_free = next(model.parameters()).device.type == "cuda"

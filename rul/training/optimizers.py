@@ -33,6 +33,6 @@ class OptimizerKind:
 OPTIMIZER_KINDS = {
     "adamw": OptimizerKind("rul.training.optim.adamw", elementwise=True, on_device=True,
                            capturable=True),
-    "muon": OptimizerKind("rul.training.muon.muon_adamw", elementwise=False, on_device=False,
-                          capturable=False),
+    "muon": OptimizerKind("rul.training.muon.muon_adamw", elementwise=False, on_device=True,
+                          capturable=True),
 }

@@ -1,5 +1,6 @@
 """One seed drives everything; the derived seeds are returned so tracking can record them."""
 
+import dataclasses
 import os
 import random
 from dataclasses import asdict, dataclass
@@ -21,9 +22,14 @@ class Seeds:
         return asdict(self)
 
 
-def derive_seeds(seed: int) -> Seeds:
+def derive_seeds(seed: int, split_seed: int | None = None) -> Seeds:
+    """Every stream's seed from `seed`, the validation split's from `split_seed` (default:
+    `seed`, as every run split before the key existed)."""
     children = np.random.SeedSequence(seed).generate_state(5, dtype=np.uint32)
-    return Seeds(seed, *(int(c) for c in children))
+    seeds = Seeds(seed, *(int(c) for c in children))
+    if split_seed is None or split_seed == seed:
+        return seeds
+    return dataclasses.replace(seeds, split=derive_seeds(split_seed).split)
 
 
 def seed_everything(seeds: Seeds | int, deterministic: bool = False) -> Seeds:

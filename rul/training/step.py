@@ -110,8 +110,8 @@ def optimizer_step(model: nn.Module, optimizer, scaler, micro_batches, settings:
 
     Unscale once, then clip, step and update. Whether the step is skipped is decided on the
     host (a CPU, where reading a value costs nothing) or, with an optimizer that takes the
-    decision as a tensor (decides_on_device: fused AdamW on CUDA), on the device: then
-    nothing here waits for the GPU and the result's values are tensors.
+    decision as a tensor (decides_on_device: fused AdamW or Muon on CUDA), on the device:
+    then nothing here waits for the GPU and the result's values are tensors.
     """
     if weights is None:  # the samples of each micro-batch (of each member: the last axis)
         total = sum(y.shape[-1] for _, y in micro_batches)
@@ -194,8 +194,9 @@ def _step_stacked(optimizer, scaler, grad_norms: torch.Tensor, scale) -> torch.T
 
 def _step_on_device(optimizer, scaler, grad_norm: torch.Tensor,
                     scale: torch.Tensor | float) -> torch.Tensor:
-    """The fused optimizer skips its update on the device when found_inf is set (as
-    GradScaler.step passes it); without a scaler, found_inf is a non-finite gradient norm."""
+    """The optimizer skips its update on the device when found_inf is set (as GradScaler.step
+    passes it to one that takes it: fused AdamW, MuonAdamW); without a scaler, found_inf is a
+    non-finite gradient norm."""
     if scaler.is_enabled():
         scaler.step(optimizer)
         scaler.update()

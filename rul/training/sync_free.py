@@ -26,10 +26,11 @@ class DeviceSchedule:
 
     def __init__(self, optimizer, make_scheduler, total_steps: int, lr: float):
         """`make_scheduler(host_optimizer)` makes the run's scheduler on a host-only optimizer
-        of the starting rate `lr` (the config's number: the tensor holds it in float32): one
+        of the starting rate `lr` (the config's number: the tensor holds it in its dtype): one
         is stepped through the table, the other's state is what a checkpoint keeps.
-        `optimizer` is the fused one whose lr tensor is set."""
-        device = optimizer.param_groups[0]["lr"].device
+        `optimizer` is the one whose lr tensor is set; the table is in that tensor's dtype
+        (MuonAdamW's float64 holds the host's rates bit for bit)."""
+        rate = optimizer.param_groups[0]["lr"]
         self.optimizer, self.scheduler = optimizer, make_scheduler(host_optimizer(lr))
         table, rates = make_scheduler(host_optimizer(lr)), []
         with warnings.catch_warnings():  # its optimizer never steps: torch warns about that
@@ -37,8 +38,8 @@ class DeviceSchedule:
             for _ in range(total_steps + 1):
                 rates.append(table.get_last_lr()[0])
                 table.step()
-        self.rates = torch.tensor(rates, dtype=torch.float32, device=device)
-        self.taken = torch.zeros((), dtype=torch.long, device=device)  # real steps so far
+        self.rates = torch.tensor(rates, dtype=rate.dtype, device=rate.device)
+        self.taken = torch.zeros((), dtype=torch.long, device=rate.device)  # real steps so far
         for group in optimizer.param_groups:  # the first step's rate (a warm-up's is < lr)
             group["lr"].copy_(self.rates[0])
 

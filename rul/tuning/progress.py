@@ -1,15 +1,20 @@
 """What `rul tune` says while it works: a line when a trial starts (its number, its place
-towards the target, the values drawn), a line when it ends (its state, the epochs it trained,
-its best validation RMSE, its time, why it was pruned) and, once a trial has ended, an
-estimate of the study's time in all and left.
+towards the target, the values drawn), a line per epoch (its validation RMSE, the trial's time
+in all and left and, until a trial has ended, the study's), a line when it ends (its state,
+the epochs it trained, its best validation RMSE, its time, why it was pruned) and, once a
+trial has ended, an estimate of the study's time in all and left.
 
-The estimate is the mean time of the study's ended trials (complete, pruned or failed, this
-invocation's and an earlier one's) times the trials left, shared by the workers. Lines go to
-stderr: stdout keeps the study's summary.
+An epoch's estimate is the trial's epochs so far at their mean time (its data prepared
+included) over its most epochs (every seed's; early stopping or the pruner may end it sooner);
+the study's, before a trial has ended, that times the trials to reach, shared by the workers.
+After that, the estimate is the mean time of the study's ended trials (complete, pruned or
+failed, this invocation's and an earlier one's) times the trials left, shared by the workers.
+Lines go to stderr: stdout keeps the study's summary.
 """
 
 import sys
 import time
+from dataclasses import dataclass
 
 import optuna
 
@@ -28,6 +33,14 @@ class TrialWatch(TrainingListener):
     def __init__(self):
         self.started = time.monotonic()
         self.seeds: list[dict] = []  # per seed: {"epochs": n, "best": rmse or None}
+        self.said: Plan | None = None  # with a plan, a line per epoch
+
+    def say_epochs(self, number: int, epochs: int, seeds: int = 1,
+                   study_trials: float | None = None) -> None:
+        """From here on a line per epoch of trial `number` (`epochs` per seed, `seeds` of
+        them); `study_trials`: the trials to reach per worker, given while none has ended,
+        adds the study's estimate."""
+        self.said = Plan(number, epochs, seeds, study_trials)
 
     def start_seed(self) -> None:
         self.seeds.append({"epochs": 0, "best": None})
@@ -38,6 +51,8 @@ class TrialWatch(TrainingListener):
         seed, rmse = self.seeds[-1], metrics["val_rmse"]
         seed["epochs"] = epoch
         seed["best"] = rmse if seed["best"] is None else min(seed["best"], rmse)
+        if self.said is not None:
+            say(epoch_line(self, rmse))
 
     @property
     def epochs(self) -> int:
@@ -54,6 +69,33 @@ class TrialWatch(TrainingListener):
     @property
     def seconds(self) -> float:
         return time.monotonic() - self.started
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a trial's epoch lines say it is up to."""
+
+    number: int
+    epochs: int  # per seed
+    seeds: int
+    study_trials: float | None  # trials per worker to reach, while no trial has ended
+
+
+def epoch_line(watch: TrialWatch, rmse: float) -> str:
+    """`trial 0, epoch 3 of 30: val RMSE 21.46 (best 20.10); about 6.0 min for the trial
+    (5.4 min left), the study about 48 min`: a seed's place first when there are several
+    (`trial 0, seed 2 of 3, epoch 3 of 30: ...`); the study's estimate until a trial ended."""
+    plan, seed = watch.said, watch.seeds[-1]
+    place = f", seed {len(watch.seeds)} of {plan.seeds}" if plan.seeds > 1 else ""
+    done = sum(s["epochs"] for s in watch.seeds)
+    total = done - seed["epochs"] + plan.epochs * (plan.seeds - len(watch.seeds) + 1)
+    each = watch.seconds / max(done, 1)
+    line = (f"trial {plan.number}{place}, epoch {seed['epochs']} of {plan.epochs}: val RMSE "
+            f"{rmse:.2f} (best {seed['best']:.2f}); about {duration(each * total)} for the "
+            f"trial ({duration(each * max(total - done, 0))} left)")
+    if plan.study_trials:
+        line += f", the study about {duration(each * total * plan.study_trials)}"
+    return line
 
 
 def _values(params: dict) -> str:

@@ -13,9 +13,10 @@ server, an flock beside a local file.
 """
 
 import fcntl
+import os
 import warnings
 import zlib
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 
 import optuna
@@ -127,10 +128,25 @@ def study_lock(url: str | None, workers: int, study_name: str):
 
 @contextmanager
 def _file_lock(path: Path):
+    """An flock on `path`, the file removed by its holder on the way out (a study stopped by
+    Ctrl-C too), so that no lock file stays beside the study. A process that waited on the
+    file its holder removed locks the new one instead (the inode checked after each lock)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
+    while True:
+        handle = open(path, "a")  # noqa: SIM115 (held across the yield, closed below)
         fcntl.flock(handle, fcntl.LOCK_EX)  # released on close, also when killed
+        try:
+            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        handle.close()  # the file was removed while this process waited: lock the new one
+    try:
         yield
+    finally:
+        with suppress(FileNotFoundError):
+            path.unlink()  # still held: no other process holds a lock on this file
+        handle.close()
 
 
 @contextmanager

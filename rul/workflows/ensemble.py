@@ -14,6 +14,7 @@ from dataclasses import replace
 from functools import partial
 
 import mlflow
+from mlflow.tracking import MlflowClient
 
 from rul.evaluation import figures
 from rul.evaluation.ensemble import EnsembleOutcome, combine
@@ -23,6 +24,13 @@ from rul.tracking.parent_run import INDEX_TAG, KIND_TAG, SEEDS_TAG, log_parent_c
 from rul.tracking.registry import register_and_promote, registered_model_name
 from rul.tracking.run_logging import log_figures, log_model_and_predictions
 from rul.tracking.run_names import default_run_name
+from rul.tracking.selection import (
+    ENGINES_FILE,
+    Challenger,
+    engines_record,
+    evidence_of,
+    rescored,
+)
 from rul.tracking.store import Store, open_store
 from rul.workflows.parent import Children, train_under_parent
 from rul.workflows.stacked import track_stacked
@@ -72,7 +80,9 @@ def track_ensemble(ensemble, role: RunRole, store: Store, jobs: int = 1, progres
         _log_ensemble(outcome, children.seconds, split)
         if role.register:
             register_and_promote(outcome.model_uri, registered_model_name(config.dataset_name),
-                                 children.parent_run_id, outcome.metrics["val_rmse"])
+                                 children.parent_run_id, outcome.metrics["val_rmse"],
+                                 partial(rescored, challenger=Challenger.of(outcome),
+                                         client=MlflowClient()))
         return outcome
 
     children, outcome = train_under_parent(parent, store, tasks, summarize, jobs)
@@ -100,7 +110,9 @@ def _log_ensemble(outcome: EnsembleOutcome, seconds: float, split: str) -> None:
     config = outcome.plan.config
     log_parent_config(config, outcome.data, members=config.ensemble)
     mlflow.set_tags({"ensemble.member_runs": ",".join(outcome.member_run_ids),
-                     "ensemble.split": config.ensemble_split, "seed.split": split})
+                     "ensemble.split": config.ensemble_split, "seed.split": split,
+                     **evidence_of(outcome).tags()})
+    mlflow.log_dict(engines_record([m.data for m in outcome.members]), ENGINES_FILE)
     mlflow.log_metrics(logged_metrics({**outcome.metrics, "wall_time_s": seconds}))
     log_figures({
         "member_val_curves.png": figures.member_val_curves(outcome.members,

@@ -10,6 +10,7 @@ the outcome and, when the run's role says so, registers the model.
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import mlflow
 from mlflow.tracking import MlflowClient
@@ -19,10 +20,11 @@ from rul.interrupts import deferred
 from rul.tracking.lifecycle import active_run, created_run
 from rul.tracking.mlflow_listener import MLflowListener
 from rul.tracking.registry import register_and_promote, registered_model_name
-from rul.tracking.run_checkpoints import RunCheckpoints
+from rul.tracking.run_checkpoints import RunCheckpoints, run_text
 from rul.tracking.run_logging import log_outcome, log_plan, source_tags
 from rul.tracking.run_names import CONFIG_DIGEST_TAG, config_digest, default_run_name
 from rul.tracking.run_owner import reopen
+from rul.tracking.selection import Challenger, rescored
 from rul.tracking.store import Store
 from rul.training.listener import Listeners, TrainingListener
 from rul.training.run import train
@@ -59,6 +61,8 @@ def track(plan, role: RunRole, store: Store, listener: TrainingListener | None =
     config = plan.config
     checkpoints = RunCheckpoints(config.checkpoint_dir)
     checkpoints.close_abandoned(MlflowClient(), store.experiment_id, plan.resume_run_id)
+    if role.resumable and plan.resume_run_id is None:
+        _say_runs_training_now(checkpoints, store.experiment_id, config_digest(plan.written))
     created = []
 
     def create() -> str:  # the run and its identity are written whole, or not at all
@@ -77,12 +81,23 @@ def track(plan, role: RunRole, store: Store, listener: TrainingListener | None =
                 if role.register:
                     register_and_promote(outcome.model_uri,
                                          registered_model_name(config.dataset_name), run_id,
-                                         outcome.state.best_val_rmse)
+                                         outcome.state.best_val_rmse,
+                                         partial(rescored, challenger=Challenger.of(outcome),
+                                                 client=MlflowClient()))
         checkpoints.remove(run_id)  # finished: the model lives in MLflow
         return outcome, run_id
     finally:
         if created and not role.resumable:
             checkpoints.remove(created[0])
+
+
+def _say_runs_training_now(checkpoints: RunCheckpoints, experiment_id: str,
+                           digest: str) -> None:
+    """One line per run of this config another process trains in this store: both go on,
+    each its own run and checkpoint, each registered."""
+    for run in checkpoints.training_now(MlflowClient(), experiment_id, digest):
+        print(f"note: run {run_text(run)} of this config is training in this store too; both "
+              "go on, each its own run and checkpoint", file=sys.stderr)
 
 
 def open_run(plan, role: RunRole, experiment_id: str) -> str:

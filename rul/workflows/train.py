@@ -11,9 +11,9 @@ from mlflow.tracking import MlflowClient
 
 from rul.errors import ConfigError
 from rul.plan import ResumeTarget, plan_run
-from rul.tracking.run_checkpoints import RunCheckpoints
-from rul.tracking.run_logging import config_params
+from rul.tracking.run_checkpoints import RunCheckpoints, resume_command
 from rul.tracking.run_names import config_digest
+from rul.tracking.run_params import config_params
 from rul.tracking.store import Store, open_store
 from rul.tracking_uri import absent_store, store_uri
 from rul.training.distributed import World, process_group
@@ -24,7 +24,7 @@ from rul.workflows.tracked import RunRole, track
 
 @dataclass(frozen=True)
 class Resume:
-    """What `--resume` asks for: the run (None: the newest unfinished run of the config), and
+    """What `--resume` asks for: the run (None: the one unfinished run of the config), and
     whether it may go on with data files other than those it started with."""
 
     run_id: str | None = None
@@ -44,7 +44,7 @@ def train_tracked(config, resume: bool | str | Resume = False, jobs: int = 1,
     """`rul train` as `config` says: an ensemble (ensemble > 1, `jobs` members at a time),
     else one run, split over the processes torchrun started (tracked by rank 0; the other
     ranks train their share and track nothing: (None, None)); return (outcome, run_id).
-    `resume` (Resume.of): continue the newest unfinished run of the config (True) or the run
+    `resume` (Resume.of): continue the one unfinished run of the config (True) or the run
     it names, on the files it started with unless it says new_data (then the run records
     both); `subset`: its files when already read; `on_run_created(run_id)` once the run
     exists."""
@@ -95,8 +95,9 @@ def nothing_to_resume(config, run_id: str | None) -> None:
 
 
 def resume_target(config, store: Store, run_id: str | None = None) -> ResumeTarget:
-    """What `--resume` continues: run `run_id`, or the newest unfinished run of `config`
-    whose checkpoint exists and no live process holds (FileNotFoundError saying why not)."""
+    """What `--resume` continues: run `run_id`, or the one unfinished run of `config` whose
+    checkpoint exists and no live process holds (FileNotFoundError saying why not;
+    CannotResume naming them all when there are several)."""
     checkpoints = RunCheckpoints(config.checkpoint_dir)
     client = MlflowClient()
     experiment_id = store.experiment_id
@@ -125,10 +126,9 @@ def _changed_keys(client, checkpoints: RunCheckpoints, experiment_id: str, confi
             and now[k] != "auto"]  # `auto` was resolved into the run's params
     if not keys:
         return None
-    was = " ".join(f"{k}={then[k]}" for k in keys)
     return (f"run {run.info.run_id} has a checkpoint but trained "
             f"{', '.join(f'{k}={then[k]} (this command: {now[k]})' for k in keys)}: resume it "
-            f"with rul train ... {was} --resume {run.info.run_id}")
+            f"with: {resume_command(run)}")
 
 
 def check_resumed_data(plan, new_data: bool) -> None:

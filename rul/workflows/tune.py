@@ -7,6 +7,7 @@ registers the best trial's model (docs: Tune).
 """
 
 import multiprocessing
+import os
 import sys
 import tempfile
 import time
@@ -26,8 +27,9 @@ from rul.interrupts import (
     immediate,
     interrupts_as_exceptions,
 )
+from rul.orphans import end_with
 from rul.parallel import stop_workers, threads_per_job, use_threads
-from rul.plan import plan_seeds
+from rul.plan import plan_seeds, prepared
 from rul.tracking import study_runs
 from rul.tracking.lifecycle import run_ends_cleanly
 from rul.tracking.metric_names import logged
@@ -35,7 +37,9 @@ from rul.tracking.registry import (
     logged_model_uri,
     register_and_promote,
     registered_model_name,
+    registry_line,
 )
+from rul.tracking.run_logging import data_tags
 from rul.tracking.run_owner import owner_tags, reopen
 from rul.tracking.store import Store, open_store
 from rul.training.listener import Listeners
@@ -123,15 +127,17 @@ def _enqueue_baseline(study: optuna.Study, config: TuningConfig) -> None:
 
 def _parent_run(study: optuna.Study, config: TuningConfig, store: Store) -> str:
     """The study's MLflow parent run: the one it keeps (RUNNING again, this process's), or a
-    new one holding the search space (and the objectives)."""
+    new one holding the search space (and the objectives) and its data's tags (a training
+    run's `data.*`, of the base config's data)."""
     client = MlflowClient()
     parent_run_id = study.user_attrs.get("mlflow_parent_run_id")
     if parent_run_id is not None:
         reopen(client, parent_run_id)
         return parent_run_id
+    data = data_tags(prepared(config.train, config.train.split_seed))
     parent_run_id = client.create_run(store.experiment_id, run_name=study.study_name,
                                       tags={study_runs.STUDY: study.study_name,
-                                            **owner_tags()}).info.run_id
+                                            **owner_tags(), **data}).info.run_id
     study.set_user_attr("mlflow_parent_run_id", parent_run_id)
     space = config.to_dict()["search_space"]
     client.log_param(parent_run_id, study_runs.SEARCH_SPACE, str(space)[:6000])
@@ -195,18 +201,19 @@ def _register_best(best, value: float, parent_run_id: str, config: TuningConfig)
     if client.search_model_versions(f"name='{name}' and run_id='{best_run}'"):
         return [f"best trial's model is already registered as {name}"]
     own = best.user_attrs.get(SEED_VALUES_ATTR, [value])[0]  # the first seed's: its model
-    record = register_and_promote(logged_model_uri(client, best_run), name, best_run, own)
+    record = register_and_promote(logged_model_uri(client, best_run), name, best_run, own,
+                                  promote=config.promote)
     for key, said in record.items():
         client.set_tag(parent_run_id, key, said)
-    return [f"registered {record['registered_model']} v{record['registered_version']}"
-            f" (champion moved: {record['champion_promoted']})"]
+    return [registry_line(record)]
 
 
 def objective_for(base: TuningConfig, parent_run_id: str, store: Store,
-                  target: int | None = None):
+                  target: int | None = None, workers: int = 1):
     """The study's objective: a trial trains as a tracked run per seed (`seeds_per_trial`,
-    each its own validation split), its start and end said in a line each (`target`: the
-    counted trials to reach); its value is the mean over its seeds, pruned on the first's."""
+    each its own validation split), its start, each epoch and its end said in a line each
+    (`target`: the counted trials to reach, by `workers`); its value is the mean over its
+    seeds, pruned on the first's."""
     multi = objs.is_multi(base.objectives)
 
     def objective(trial: optuna.Trial) -> float | list[float]:
@@ -218,6 +225,9 @@ def objective_for(base: TuningConfig, parent_run_id: str, store: Store,
             _pruned_before_training(trial, reason)
         config = base.train.replace(**changes, register=False,
                                     checkpoint_dir=str(Path(base.train.checkpoint_dir) / "tune"))
+        ended = trial.study.get_trials(deepcopy=False, states=progress.ENDED)
+        watch.say_epochs(trial.number, config.epochs, base.seeds_per_trial,
+                         None if ended or not target else target / workers)
         try:
             with immediate():  # training may stop at once; its own writes defer the signal
                 states = _train_seeds(trial, base, config, parent_run_id, store, watch)
@@ -365,7 +375,8 @@ def _worker(work: StudyWork, worker: int):
         if left is not None and left <= 0:
             break
         with deferred():  # Optuna's own storage writes are never cut; trials are `immediate`
-            study.optimize(objective_for(config, work.parent_run_id, work.store, target),
+            study.optimize(objective_for(config, work.parent_run_id, work.store, target,
+                                         work.workers),
                            timeout=left, catch=(Exception,),
                            callbacks=[stop_at(target), _estimate(target, work.workers)])
         if not has_heartbeat(storage):
@@ -384,9 +395,11 @@ def _estimate(target: int | None, workers: int):
     return callback
 
 
-def _worker_process(work: StudyWork, worker: int, threads: int) -> None:
+def _worker_process(work: StudyWork, worker: int, threads: int, parent: int) -> None:
     """A spawned worker computing with `threads` torch threads (its share of the command's): a
-    signal ends its trial's run KILLED, then it exits 130 or 143."""
+    signal ends its trial's run KILLED, then it exits 130 or 143; so does the end of `parent`
+    (the command's process), however it ends (rul.orphans)."""
+    end_with(parent)
     use_threads(threads)
     try:
         with interrupts_as_exceptions(on_first_signal=quiet_optuna):
@@ -398,7 +411,7 @@ def _worker_process(work: StudyWork, worker: int, threads: int) -> None:
 def _run_workers(work: StudyWork) -> None:
     context = multiprocessing.get_context("spawn")
     threads = threads_per_job(work.workers)
-    processes = [context.Process(target=_worker_process, args=(work, i, threads))
+    processes = [context.Process(target=_worker_process, args=(work, i, threads, os.getpid()))
                  for i in range(work.workers)]
     try:
         for p in processes:
