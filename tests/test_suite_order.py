@@ -40,7 +40,8 @@ def test_a_record_is_longest_first_and_keeps_the_files_that_did_not_run(tmp_path
 def test_a_parallel_run_records_each_files_seconds(tmp_path):
     record = tmp_path / "durations.json"
     shutil.copy2(conftest.DURATIONS, record)
-    env = {**os.environ, conftest.RECORD_ENV: str(record)}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")},
+           conftest.RECORD_ENV: str(record)}  # run from a worker: the inner run's own session
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "-n", "2", "--dist", "loadfile", "tests/test_study_lock.py",
                            "tests/test_docs.py", "-k", "lock or short"],
