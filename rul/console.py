@@ -36,7 +36,9 @@ def show_warning(message, category, filename, lineno, file=None, line=None) -> N
 
 
 def one_line_warnings() -> None:
-    """Show warnings as `show_warning` does, for the rest of the process."""
+    """Show warnings as `show_warning` does, for the rest of the process; called as a command
+    starts, so each command says each warning once (a second command in one process too)."""
+    _shown.clear()
     warnings.showwarning = show_warning
 
 

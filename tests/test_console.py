@@ -8,7 +8,7 @@ import torch
 from click.testing import CliRunner
 
 from rul.cli import main
-from rul.console import show_warning
+from rul.console import one_line_warnings, show_warning
 from rul.training import hardware
 from rul.training.precision import Precision
 
@@ -61,6 +61,18 @@ def test_a_warning_shows_its_first_line_once(capsys):
         show_warning(UserWarning("first line\nsecond line"), UserWarning, "x.py", 3)
     show_warning(UserWarning(""), DeprecationWarning, "x.py", 3)
     assert capsys.readouterr().err == "warning: first line\nwarning: DeprecationWarning\n"
+
+
+def test_each_command_says_its_warnings_though_one_process_ran_another(capsys,
+                                                                      restore_showwarning):
+    for _ in range(2):  # two commands in one process, each in its own filters (as two tests)
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            one_line_warnings()
+            for _ in range(2):
+                warnings.warn("2 test engines: the test figures say little", UserWarning,
+                              stacklevel=1)
+    assert capsys.readouterr().err == "warning: 2 test engines: the test figures say little\n" * 2
 
 
 # What `rul tune` says while it works (rul.tuning.progress): a trial's start, its epochs (the
