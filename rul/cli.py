@@ -277,17 +277,24 @@ def _registry_line(tags: dict) -> str:
     return registry_line(tags) + "\n" if "registered_version" in tags else ""
 
 
-def _track_line(config, outcome) -> str:
-    """Which track the model is on (compare it with published figures only on the sensors
-    track), and its interval on the test units when it has one."""
-    from rul.preprocessing.features import track
+TRACK_WORDS = {  # rul.preprocessing.features.track's names, as a person reads them
+    False: "reads the sensors only: comparable with published figures",
+    True: "reads the sensors and the engine's age: not comparable with published figures "
+          "(they read the sensors only)",
+}
 
+
+def _track_line(config, outcome) -> str:
+    """What the model reads (compare it with published figures only when it reads sensors
+    alone), and how many test engines its interval held, against its target, when it has one."""
     metrics = outcome.metrics
-    line = f"track {track(config.include_cycle)}"
+    line = TRACK_WORDS[bool(config.include_cycle)]
     if "test_interval_coverage" in metrics:
-        line += (f"; test interval coverage {metrics['test_interval_coverage']:.0%}"
-                 f"{_engines(outcome)[0]}, mean width "
-                 f"{metrics['test_interval_width']:.1f} cycles")
+        engines = len(outcome.data.test_units)
+        line += (f"\ntest interval: the true RUL inside it for "
+                 f"{metrics['test_interval_coverage']:.0%} of {engines} engine"
+                 f"{'s' if engines != 1 else ''} (target {config.interval_coverage:.0%}), "
+                 f"mean width {metrics['test_interval_width']:.1f} cycles")
     return line
 
 

@@ -75,6 +75,25 @@ def test_each_command_says_its_warnings_though_one_process_ran_another(capsys,
     assert capsys.readouterr().err == "warning: 2 test engines: the test figures say little\n" * 2
 
 
+def test_the_last_lines_say_what_the_model_reads_and_its_interval_in_words():
+    from types import SimpleNamespace
+
+    from rul.cli import _track_line
+
+    outcome = SimpleNamespace(metrics={"test_interval_coverage": 0.85,
+                                       "test_interval_width": 31.24},
+                              data=SimpleNamespace(test_units=list(range(100))))
+    config = SimpleNamespace(include_cycle=True, interval_coverage=0.9)
+    assert _track_line(config, outcome).splitlines() == [
+        "reads the sensors and the engine's age: not comparable with published figures (they "
+        "read the sensors only)",
+        "test interval: the true RUL inside it for 85% of 100 engines (target 90%), mean width "
+        "31.2 cycles"]
+    outcome.metrics = {}
+    assert _track_line(SimpleNamespace(include_cycle=False), outcome) == (
+        "reads the sensors only: comparable with published figures")
+
+
 # What `rul tune` says while it works (rul.tuning.progress): a trial's start, its epochs (the
 # study's estimate with the first trial's) and end, then the study's time estimate.
 TUNE_PROGRESS = [r"trial (\d+) \((\d+) of 2\): lr=0\.00\d+",
@@ -94,8 +113,9 @@ ALLOWED = [r"a new MLflow store: sqlite:///(mlflow|\S+/a)\.db",
            r"warning: \d+ (test|validation) engines?: the .* say little \(fewer than \d+\)",
            r"test RMSE [\d.]+( from \d+ engines)? \(uncapped [\d.]+\)  MAE [\d.]+  score "
            r"[\d.]+  best epoch \d+ \(val RMSE [\d.]+( from \d+ engines)?\)",
-           r"track sensors(; test interval coverage \d+%( from \d+ engines)?, mean width "
-           r"[\d.]+ cycles)?",
+           r"reads the sensors only: comparable with published figures",
+           r"test interval: the true RUL inside it for \d+% of \d+ engines? \(target \d+%\), "
+           r"mean width [\d.]+ cycles",
            r"registered rul-fd001 version \d+; (no champion|champion: version \d+"
            r"( \(this version\))?): "
            r"(the best of the versions scored on the same engines, score and data|version \d+ "

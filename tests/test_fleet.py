@@ -270,7 +270,8 @@ def test_a_split_too_small_to_say_much_is_said_and_its_figures_counted(fleet, tm
             "service") in result.stderr
     out = result.stdout
     assert " from 2 engines (uncapped " in out and " from 1 engine)" in out
-    assert "test interval coverage " in out and "% from 2 engines, mean width" in out
+    assert "test interval: the true RUL inside it for " in out
+    assert "% of 2 engines (target 90%), mean width" in out
 
 
 @pytest.mark.parametrize("case, change, said", [
