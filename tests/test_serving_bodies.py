@@ -355,3 +355,37 @@ def test_many_rows_validated_before_the_model_answer_the_same(model, monkeypatch
     monkeypatch.setattr(scoring, "TYPED_FIRST", 0)
     assert [answer(model, body, m) for body, m in zip(bodies, media)] == default
     assert strict(default[3].payload)["message"] == "short_history must be one of pad, reject"
+
+
+class NamesItsUnit(StandIn):
+    """A model that names its unit column, as rul's served model does."""
+
+    unit = "unit"
+
+
+@pytest.mark.parametrize("media", [JSON, CSV, PARQUET])
+def test_a_body_of_more_engines_than_its_size_pays_for_is_refused_before_predicting(media):
+    """Each engine costs about 5 KB to predict however few its rows (its window is padded to
+    the model's): 2,000 one-row engines in about 100 KB are refused, 413, with their count and
+    the body's allowance; the same rows as 20 engines of 100 cycles are answered."""
+    from rul.serving import admission
+
+    one_row = pd.DataFrame(1, index=range(2_000), columns=ROWS.columns)  # every value a digit
+    one_row["unit"] = np.arange(1, 2_001)
+    body = encode(one_row, media)
+    read = len(one_row) * 26 * 8 if media == PARQUET else len(body)
+    allowed = admission.engines_allowed(media, read)
+    assert admission.ENGINES_AT_LEAST <= allowed < 2_000
+    predicted = []
+    model = NamesItsUnit()
+    model.predict = lambda rows, params=None: predicted.append(rows)
+    result = answer(model, body, media)
+    assert (result.status, strict(result.payload)) == (413, {
+        "error_code": "REQUEST_LIMIT_EXCEEDED",
+        "message": f"body: 2,000 engines in {len(body) / 2**20:.1f} MB: each takes about 5 KB to "
+                   f"predict however few its rows, more than a body this size is admitted for "
+                   f"({allowed:,} engines); send fewer engines per request"})
+    assert not predicted
+    one_row["unit"] = np.arange(2_000) // 100 + 1
+    one_row["cycle"] = np.arange(2_000) % 100 + 1
+    assert answer(NamesItsUnit(), encode(one_row, media), media).status == 200

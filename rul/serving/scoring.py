@@ -18,9 +18,9 @@ from mlflow.exceptions import MlflowException
 from rul.data.errors import DataError
 from rul.data.validation import validate_rows
 from rul.serving import deadline
-from rul.serving.admission import RETRY_AFTER_S
+from rul.serving.admission import PEAK_PER_ENGINE, RETRY_AFTER_S, engines_allowed
 from rul.serving.answers import error_json, predictions_json, refusal_line
-from rul.serving.bodies import BodyError, read_body
+from rul.serving.bodies import PARQUET, BodyError, read_body
 
 logger = logging.getLogger("rul.serving")
 TYPED_FIRST = 50_000  # rows (10 MB as a frame) from which the parsed frame goes before predicting
@@ -42,14 +42,17 @@ def answer(model, body: bytes, media: str) -> Answer:
     """The answer to `body` (of `media`: rul.serving.bodies' JSON, CSV or PARQUET) from the
     served pyfunc `model`."""
     try:
+        size = len(body)
         rows, params = read_body(body, media, getattr(model, "columns", None))
         del body
+        check_engines(rows, getattr(model, "unit", None), media, size)
         rows = typed(rows)
         predictions = model.predict(rows, params=params)
         del rows
         return Answer(200, predictions_json(predictions))
     except BodyError as error:
-        return Answer.refusal(error.status, error.line)
+        return Answer.refusal(error.status, error.line,
+                              "REQUEST_LIMIT_EXCEEDED" if error.status == 413 else "BAD_REQUEST")
     except deadline.RequestTimedOut:
         return timed_out()
     except MlflowException as error:
@@ -63,6 +66,24 @@ def answer(model, body: bytes, media: str) -> Answer:
         logger.error("a request failed: %s", type(error).__name__, exc_info=True)
         return Answer.refusal(500, "server: the prediction failed (an internal error, "
                                    "logged); the server keeps serving", "INTERNAL_ERROR")
+
+
+def check_engines(rows, unit: str | None, media: str, size: int) -> None:
+    """BodyError (413) when `rows` hold more engines (runs of one `unit` value) than a body of
+    `size` bytes of `media` is admitted for (rul.serving.admission.engines_allowed; a Parquet
+    body by the bytes its rows take as read). Rows without the unit column pass: the model
+    names what is missing."""
+    if unit is None or unit not in rows.columns:
+        return
+    ids = rows[unit]
+    engines = int((ids.ne(ids.shift()) & ids.notna()).sum())
+    read = len(rows) * len(rows.columns) * 8 if media == PARQUET else size
+    allowed = engines_allowed(media, read)
+    if engines > allowed:
+        raise BodyError(f"body: {engines:,} engines in {size / 2**20:.1f} MB: each takes about "
+                        f"{PEAK_PER_ENGINE / 1000:g} KB to predict however few its rows, more "
+                        f"than a body this size is admitted for ({allowed:,} engines); send "
+                        "fewer engines per request", 413)
 
 
 def typed(rows):

@@ -53,6 +53,7 @@ class Served:
     def __init__(self, model: LeanModel):
         self.model = model
         self.columns = model.spec.layout.names  # what it reads: a body's others are not
+        self.unit = model.spec.layout.unit  # the column naming a row's engine
 
     def predict(self, rows, params=None):
         try:
