@@ -1,8 +1,7 @@
-"""What a served request costs in memory with many engines: onnxruntime's arena grows to hold
-one call's activations and keeps them, so the windows per call bound the memory a body of many
-short engines takes (a 1.1 MB CSV of 20,000 one-row engines took +465 MB at 4,096 windows a
-call; such a body is now refused for its engines, rul.serving.admission, and engines of ten
-rows are measured instead)."""
+"""What a served model costs in memory with many engines: onnxruntime's arena grows to hold
+one call's activations and keeps them, so the windows per call bound the memory many one-row
+engines take (a 1.1 MB CSV of 20,000 took +465 MB at 4,096 windows a call). A body of them is
+now refused for its engines (rul.serving.admission): the model is given their rows directly."""
 
 import subprocess
 import sys
@@ -22,21 +21,19 @@ import gc, sys
 import numpy as np, pandas as pd
 from rul.data.schema import COLUMNS
 from rul.serving import served
-from rul.serving.scoring import answer
+from rul.data.validation import validate_rows
 model = served.Served(served.load(sys.argv[1]))
-n, ROWS = int(sys.argv[2]), 10
-frame = pd.DataFrame({c: np.ones(n * ROWS, dtype=np.int64) for c in COLUMNS})
-frame["unit"] = np.arange(n * ROWS) // ROWS + 1
-frame["cycle"] = np.arange(n * ROWS) % ROWS + 1
-body = frame.to_csv(index=False).encode()
+n = int(sys.argv[2])
+frame = pd.DataFrame({c: np.ones(n, dtype=np.int64) for c in COLUMNS})
+frame["unit"] = np.arange(1, n + 1)
+rows = validate_rows(frame)
 del frame
 gc.collect()
 def peak_kb():  # this process's own peak (ru_maxrss keeps the peak of its parent before exec)
     return int(next(line for line in open("/proc/self/status")
                     if line.startswith("VmHWM")).split()[1])
 before = peak_kb()
-result = answer(model, body, "csv")
-assert result.status == 200, result.payload[:200]
+assert len(model.predict(rows)) == n
 print((peak_kb() - before) // 1024)
 """
 

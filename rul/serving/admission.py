@@ -15,12 +15,13 @@ in Python, then a row or cell in pandas): a body of empty objects or nested list
 per container (`json_peak`), where the byte ratio measured on rows of numbers fell short (44 MiB
 of nested empty objects took 1.7 GB, 37x its bytes).
 
-An engine costs more to predict than its rows' bytes say when it has few rows (its window is
-padded to the model's, and it gets an answer of its own): a body may hold as many engines as
-its expected peak pays for at PEAK_PER_ENGINE each (`engines_allowed`), counted once its rows
-are read, before anything is predicted (rul.serving.scoring). Rows of real histories (tens of
-cycles an engine) stay far within it; 100,000 one-row engines in 5.3 MB of CSV took 200-274
-MB, admitted at 85 MB.
+An engine costs PEAK_PER_ENGINE on top of its rows (its window is padded to the model's, and
+it gets an answer of its own), which the byte ratios, measured on engines of 200 cycles, do not
+count: a body may hold as many engines as an eighth of its expected peak pays for
+(`engines_allowed`: the ratios were rounded up by about that), counted once its rows are read,
+before anything is predicted (rul.serving.scoring). Real histories stay far within it (FD001's
+100 test engines in 2 MB of CSV may be 800); 100,000 one-row engines in 5.3 MB of CSV took
+200-274 MB, admitted at 85 MB.
 
 Large requests may take the budget but its SMALL_SHARE: that share is kept for the requests
 small enough to be answered in the server's own process (rul.serving.lanes), so that maximal
@@ -42,6 +43,7 @@ PEAK_PER_CONTAINER = 100
 # What an engine may cost beyond its rows: 1.5 to 4.5 KB measured on 2,000 to 100,000 one-row
 # engines in CSV and JSON (docs/data/performance.yaml, "one-row engines"), rounded up.
 PEAK_PER_ENGINE = 5_000
+ENGINE_SHARE = 1 / 8  # of a body's expected peak, the most its engines may add
 ENGINES_AT_LEAST = 64  # a request's allowance whatever its size (320 KB, within the idle margin)
 RETRY_AFTER_S = 2  # a refused request's Retry-After: most requests finish well within it
 SMALL_SHARE = 1 / 8  # of the budget, kept for small requests
@@ -54,8 +56,8 @@ def expected_peak(media: str, size: int) -> int:
 
 def engines_allowed(media: str, size: int) -> int:
     """The engines a body of `size` bytes (for Parquet: the bytes its rows take as read) may
-    hold: as many as its expected peak pays for, at least ENGINES_AT_LEAST."""
-    return max(ENGINES_AT_LEAST, expected_peak(media, size) // PEAK_PER_ENGINE)
+    hold: as many as ENGINE_SHARE of its expected peak pays for, at least ENGINES_AT_LEAST."""
+    return max(ENGINES_AT_LEAST, int(ENGINE_SHARE * expected_peak(media, size)) // PEAK_PER_ENGINE)
 
 
 def json_peak(body: bytes) -> int:
