@@ -426,6 +426,41 @@ def predict(model_uri, input_path, output, tracking_uri, short_history, strict, 
         click.echo(result.to_csv(index=False), nl=False)
 
 
+@main.command("fleet-page")
+@click.option("--model", "model_uri", required=True,
+              help="Model URI, e.g. models:/rul-fd001@champion, or a model folder")
+@click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
+              help="The engines in service: each one's rows so far (CSV, Parquet or NASA text).")
+@click.option("--output", required=True, type=click.Path(dir_okay=False),
+              help="The HTML page to write; its folder must exist.")
+@click.option("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI or ./mlflow.db)")
+@click.option("--horizon", type=float, default=None,
+              help="Cycles ahead: engines are ranked by their probability of failing within "
+                   "them (default 20; below the model's RUL cap).")
+def fleet_page(model_uri, input_path, output, tracking_uri, horizon):
+    """One self-contained HTML page of the engines in service: ranked by their probability of
+    failing within --horizon cycles, each engine's predicted RUL with its interval in a chart,
+    and its flags (outside the training fleet, a short history). It opens offline."""
+    from rul.inference import PredictOptions, predict_file
+    from rul.services import ServiceUnavailable
+    from rul.serving.fleet_page import write_page
+    from rul.serving.predictor import PARAMS
+
+    try:
+        if not Path(output).parent.is_dir():  # before the work, not after it
+            raise UserError(f"{output}: folder {Path(output).parent} does not exist")
+        result = predict_file(model_uri, input_path, tracking_uri,
+                              PredictOptions(horizon=horizon))
+        write_page(result, output, PARAMS["horizon"] if horizon is None else horizon,
+                   model_uri, str(input_path))
+    except ServiceUnavailable as error:
+        raise ServiceError(str(error)) from None
+    except (*_user_errors(), ValueError) as error:
+        raise UserError(str(error)) from None
+    flagged = int(result["flagged"].sum()) if "flagged" in result else 0
+    click.echo(f"wrote {output}: {len(result)} engines, {flagged} flagged", err=True)
+
+
 def _positive_seconds(ctx, param, value: float | None) -> float | None:
     if value is not None and not (math.isfinite(value) and value > 0):
         raise click.BadParameter(f"{value} is not a number of seconds > 0")
