@@ -63,12 +63,13 @@ def _chart(engines: pd.DataFrame, unit: str, horizon: float) -> str:
         x=engines["rul"], y=labels, mode="markers", error_x=error,
         marker=dict(size=9, color=engines["p_fail_within"].fillna(0.0),
                     colorscale="YlOrRd", cmin=0.0, cmax=1.0,
-                    colorbar=dict(title=f"P(fail within {horizon:g})"),
+                    colorbar=dict(title=f"P(fail within {horizon:g})", len=300,
+                                  lenmode="pixels", y=1.0, yanchor="top"),
                     symbol=["x" if f else "circle" for f in flagged] if flagged is not None
                     else "circle", line=dict(width=0.5, color="#333")),
         hovertemplate="%{y}: RUL %{x:.0f} cycles<extra></extra>"))
     figure.add_vline(x=horizon, line_dash="dot", line_color="#c00",
-                     annotation_text=f"horizon {horizon:g}", annotation_position="bottom right")
+                     annotation_text=f"horizon {horizon:g}", annotation_position="top right")
     figure.update_layout(
         height=140 + ROW_PX * len(engines), margin=dict(l=110, r=20, t=90, b=20),
         xaxis=dict(side="top", title="predicted RUL (cycles)" + (
