@@ -17,8 +17,8 @@ names the view), without touching the sidebar's switch.
 
 With RUL_SCREENSHOTS=<folder> (`make screenshots`) the test also saves the pictures of the docs
 there: the runs view (mlflow_runs.png) and a run's charts (mlflow_run_charts.png), of the
-default recipe (`make train`'s run name and network) trained for a few epochs, so that the
-pictures show what a user's first run shows.
+default recipe (`make train`'s run name, network and epochs), so that the pictures show what a
+user's first run shows.
 """
 
 import os
@@ -45,8 +45,8 @@ TINY = {"epochs": 2, "filters": 4, "num_layers": 2, "hidden_size": 16,
         "micro_batch_size": 1024, "accumulation_steps": 1, "patience": 5}
 PAGE_S = 90  # a page's data arrives through several REST calls
 SCREENSHOTS = os.environ.get("RUL_SCREENSHOTS")  # a folder: save the docs' pictures there
-if SCREENSHOTS:  # the default recipe, a few epochs: the run a user's `make train` makes
-    TINY = {"epochs": 8, "patience": 8}
+if SCREENSHOTS:  # the default recipe as `make train` trains it: the run a user's first shows
+    TINY = {}
 PRINTED_S = 120  # `make ui` prints the experiments' addresses once it answers
 # What only the GenAI view shows (its sidebar and overview), and the Assistant's open panel.
 GENAI_ONLY = ("Training runs", "Observability", "Evaluation runs", "Judges", "Token Usage")
