@@ -352,6 +352,34 @@ def test_lean_ensemble_predicts_what_torch_predicts(fd001, fd001_preprocessor,
     assert (lean["rul_std"] > 0).mean() > 0.5
 
 
+def test_rows_without_the_sensors_the_model_does_not_read_get_the_same_answer(
+        fd001, fd001_preprocessor, tmp_path_factory):
+    """FD001's model reads 14 sensors: rows without the other seven (constant in FD001) are
+    answered as the whole rows are, in every format's path; given, they are still checked (a
+    broken feed is flagged); a sensor it reads is still required."""
+    from rul.serving.bodies import PARQUET
+    from rul.serving.scoring import answer
+    from rul.serving.served import Served
+
+    spec = tiny_network("cnn", fd001_preprocessor.n_features)
+    folder = tmp_path_factory.mktemp("unread")
+    save_runtime(folder, spec, [spec.build().eval()], fd001_preprocessor, Interval(0.9, 20.0, 100))
+    lean = LeanModel.load(folder)
+    unread = list(fd001_preprocessor.envelope_.unread)
+    assert lean.optional == tuple(unread) and len(unread) == 7 and "s_9" not in unread
+    rows = fd001.test[fd001.test["unit"] <= 5]
+    whole = lean.predict(rows)
+    pd.testing.assert_frame_equal(lean.predict(rows.drop(columns=unread)), whole)
+    served = Served(lean)
+    body = rows.drop(columns=unread).to_parquet()
+    result = answer(served, body, PARQUET)
+    assert result.status == 200 and len(json.loads(result.payload)["predictions"]) == 5
+    broken = rows.drop(columns=unread[1:]).assign(**{unread[0]: 1e9})
+    assert lean.predict(broken)["flagged"].all()
+    with pytest.raises(ValueError, match=r"missing columns \['s_9'\]; expected unit, cycle"):
+        lean.predict(rows.drop(columns=[*unread, "s_9"]))
+
+
 def test_onnxruntime_writes_nothing_and_reports_to_no_one(real_data_dir, tmp_path):
     """Exported, checked and loaded in a fresh process whose home and temporary folders are
     empty: onnxruntime's telemetry (on by default in its Linux wheels: a device id under

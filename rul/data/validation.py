@@ -70,9 +70,10 @@ def _missing(missing: list, total: int) -> str:
 
 
 def validate_rows(frame: pd.DataFrame, source: str | Path = "input",
-                  layout: Layout = CMAPSS) -> pd.DataFrame:
+                  layout: Layout = CMAPSS, optional: tuple = ()) -> pd.DataFrame:
     """Check and type raw rows with `layout`'s columns under the data set's own names; return
-    a new frame with exactly layout.columns (unit and cycle as rul names them).
+    a new frame with exactly layout.columns (unit and cycle as rul names them), less those of
+    the `optional` sensors the rows leave out (a served model's unread ones).
 
     Accepted: integer or float columns (or strings holding numbers), unit and cycle whole;
     extra columns are ignored. DataError for a missing column (naming the unexpected ones), no
@@ -84,7 +85,10 @@ def validate_rows(frame: pd.DataFrame, source: str | Path = "input",
     if not isinstance(frame, pd.DataFrame):
         raise DataError(source, f"expected a table of rows, got {type(frame).__name__}")
     names = layout.names
-    missing = [c for c in names if c not in frame.columns]
+    absent = [c for c in names if c not in frame.columns]
+    missing = [c for c in absent if c not in optional]
+    if missing and len(missing) == len(names) - len(set(optional) & set(names)):
+        missing = absent  # none of what it reads: the optional ones are missing as much
     if missing and lacks_header(frame.columns, layout):
         raise DataError(source, no_header(layout))
     if missing:
@@ -95,7 +99,7 @@ def validate_rows(frame: pd.DataFrame, source: str | Path = "input",
     if frame.empty:
         raise DataError(source, "no rows")
     values = {name: _numeric(source, frame[name]).astype(np.float64, copy=False)
-              for name in (*layout.settings, *layout.sensors)}
+              for name in (*layout.settings, *layout.sensors) if name in frame.columns}
     ids = {own: _positive_whole(source, layout.own(own) and name,
                                 _numeric(source, frame[name], exact=True))
            for own, name in zip(ID_COLUMNS, (layout.unit, layout.time), strict=True)}

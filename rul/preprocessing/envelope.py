@@ -6,7 +6,8 @@ unread sensors; the largest cycle step and the latest first cycle. A unit is fla
 short reason, when the rows its prediction reads (its whole history when the model smooths,
 else its last window) hold a feature or the settings more than `sd_limit` training standard
 deviations out, gaps, a late start or a short history, or an unread sensor far beyond its
-range (UNREAD_FLOOR: a broken feed, flagged without effect on the answer) (docs: Predict and
+range (UNREAD_FLOOR: a broken feed, flagged without effect on the answer; an unread sensor a
+request leaves out is not checked) (docs: Predict and
 serve, Inputs outside the training fleet). Numpy and pandas only: the lean runtime imports it.
 """
 
@@ -142,10 +143,13 @@ class Envelope:
         steps = np.r_[0, np.diff(cycles)]
         steps[starts] = 0  # a unit's first row follows no cycle of its own
         unread, unread_column = np.zeros(len(rows)), np.zeros(len(rows), np.int64)
-        if self.unread:
+        given = [i for i, c in enumerate(self.unread) if c in rows.columns]  # may be left out
+        if given:
             unread, unread_column = _worst(
-                rows, list(self.unread), labels,
-                (self.unread_low, self.unread_high, self.unread_spread), UNREAD_FLOOR)
+                rows, [self.unread[i] for i in given], labels,
+                tuple(r[:, given] for r in (self.unread_low, self.unread_high,
+                                            self.unread_spread)), UNREAD_FLOOR)
+            unread_column = np.asarray(given)[unread_column]  # back to self.unread's order
         return {"cycles": cycles, "sensor_value": sensor, "sensor_column": sensor_column,
                 "sensor": np.where(read, sensor, 0.0),
                 "settings": np.where(read, settings, 0.0),

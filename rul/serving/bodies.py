@@ -96,10 +96,12 @@ def decoded_size(body: bytes) -> int:
     return size
 
 
-def read_body(body: bytes, media: str, columns: list[str] | None = None
+def read_body(body: bytes, media: str, columns: list[str] | None = None,
+              optional: tuple = ()
               ) -> tuple[pd.DataFrame, dict | None]:
     """The rows of a body and its request parameters (JSON only; None for the defaults).
-    `columns`: those the model reads; a Parquet body's others are not read."""
+    `columns`: those the model reads (`optional`: those of them it may go without); a Parquet
+    body's others are not read."""
     if media != PARQUET and body[:2] == GZIP_MAGIC:
         raise BodyError(f"body: gzip-compressed; send the {media.upper()} uncompressed (this "
                         "server decompresses nothing)")
@@ -107,7 +109,7 @@ def read_body(body: bytes, media: str, columns: list[str] | None = None
         return _json(body)
     if media == CSV:
         return _csv(body), None
-    return _parquet(body, columns), None
+    return _parquet(body, columns, optional), None
 
 
 def _json(body: bytes) -> tuple[pd.DataFrame, dict | None]:
@@ -186,10 +188,11 @@ def _need_pyarrow() -> None:
                         "send JSON or CSV", 415)
 
 
-def _parquet(body: bytes, columns: list[str] | None) -> pd.DataFrame:
-    """The `columns` of a Parquet body (None: every one), and no other; a column of lists or
-    nested values is refused before it is decoded. Where one of `columns` is missing, a frame
-    without rows under the file's names, for validation to say which."""
+def _parquet(body: bytes, columns: list[str] | None, optional: tuple = ()) -> pd.DataFrame:
+    """The `columns` of a Parquet body (None: every one) that it holds, and no other; a column
+    of lists or nested values is refused before it is decoded. Where one of `columns` not
+    `optional` is missing, a frame without rows under the file's names, for validation to
+    say which."""
     _need_pyarrow()
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -197,9 +200,10 @@ def _parquet(body: bytes, columns: list[str] | None) -> pd.DataFrame:
     try:
         file = pq.ParquetFile(pa.BufferReader(body))
         schema = file.schema_arrow
-        if columns is not None and not set(columns) <= set(schema.names):
+        if columns is not None and not {c for c in columns if c not in optional} <= set(
+                schema.names):
             return pd.DataFrame(columns=schema.names)
-        wanted = schema.names if columns is None else list(columns)
+        wanted = schema.names if columns is None else [c for c in columns if c in schema.names]
         for name in wanted:
             if pa.types.is_nested(schema.field(name).type):
                 raise BodyError(f"body: column {_quoted(name)} holds lists or nested values; "

@@ -191,7 +191,7 @@ def predict_rows(model: ServedModel, rows: pd.DataFrame, source="input",
     """
     params = check_params(params)
     horizon = check_horizon(params["horizon"], model.preprocessing.rul_cap)
-    rows = validate_rows(rows, source, model.layout)
+    rows = validate_rows(rows, source, model.layout, unread(model))
     deadline.check()
     ids, lengths = unit_lengths(rows["unit"].to_numpy())
     padded = lengths < model.preprocessing.window
@@ -209,6 +209,12 @@ def predict_rows(model: ServedModel, rows: pd.DataFrame, source="input",
     output = [model.layout.unit if c.name == "unit" else c.name for c in given]
     return pd.DataFrame({name: values[column.name]
                          for name, column in zip(output, given, strict=True)})
+
+
+def unread(model: ServedModel) -> tuple:
+    """The sensors `model` does not read, which a request may leave out (given, its envelope
+    checks them for a broken feed); none for a model without an envelope."""
+    return tuple(model.envelope.unread) if model.envelope is not None else ()
 
 
 def _too_short(model: ServedModel, ids, lengths) -> str:

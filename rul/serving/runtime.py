@@ -99,6 +99,12 @@ class LeanModel:
                     [OUTPUT_NAME], {INPUT_NAME: x[start:start + CHUNK]})[0]
         return out
 
+    @property
+    def optional(self) -> tuple:
+        """The sensors the model does not read: rows may leave them out (rul.serving.predictor
+        .unread)."""
+        return tuple(self.spec.envelope.unread) if self.spec.envelope is not None else ()
+
     def predict(self, rows: pd.DataFrame, params: dict | None = None,
                 source="input") -> pd.DataFrame:
         """One row per unit, the model's columns (rul.serving.columns). `params`:

@@ -43,7 +43,8 @@ def answer(model, body: bytes, media: str) -> Answer:
     served pyfunc `model`."""
     try:
         size = len(body)
-        rows, params = read_body(body, media, getattr(model, "columns", None))
+        rows, params = read_body(body, media, getattr(model, "columns", None),
+                                 getattr(model, "optional", ()))
         del body
         check_engines(rows, getattr(model, "unit", None), media, size)
         rows = typed(rows)

@@ -54,6 +54,7 @@ class Served:
         self.model = model
         self.columns = model.spec.layout.names  # what it reads: a body's others are not
         self.unit = model.spec.layout.unit  # the column naming a row's engine
+        self.optional = model.optional  # the unread sensors, which a body may leave out
 
     def predict(self, rows, params=None):
         try:
