@@ -178,6 +178,21 @@ def _deterministic_mode_ends_with_its_test():
     yield
     torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
+
+
+@pytest.fixture(autouse=True)
+def _signals_end_with_their_test():
+    """rul interrupted in this process leaves SIGINT and SIGTERM ignored (rul.interrupts: once
+    interrupted, a process is on its way out), and an ignored signal stays ignored across exec:
+    a later test's processes would ignore them too (a worker watching its parent sends itself
+    SIGTERM). Each test ends with the handlers it began with."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in saved.items():
+        if handler is not None:
+            signal.signal(s, handler)
+
+
 # Default synthetic layout: train units run to failure, test units are cut off earlier
 # (unit 3 of the test file is shorter than the usual 30-cycle window on purpose).
 TRAIN_LENGTHS = (52, 60, 35, 47, 41)
@@ -236,6 +251,12 @@ def synthetic_frame(lengths, seed: int = 0, first_unit: int = 1, conditions=None
     frame.insert(0, "unit", unit.astype(np.int64))
     assert list(frame.columns) == COLUMNS
     return frame
+
+
+def unwarned(text: str) -> list[str]:
+    """The lines a command printed, less its `warning: ` lines (a tiny data set's few test or
+    validation engines are said before anything else): what a test of its one line reads."""
+    return [line for line in text.strip().splitlines() if not line.startswith("warning: ")]
 
 
 def frame_to_text(frame: pd.DataFrame) -> str:
