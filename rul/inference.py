@@ -13,40 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from rul.data.errors import DataError
-from rul.data.reader import check_readable, read_trajectories
-from rul.data.validation import NO_HEADER, lacks_header
+from rul.data.reader import read_input
 from rul.files import INPUT_LIMIT, SizeLimit
-
-
-def read_rows(path: str | Path, limit: SizeLimit = INPUT_LIMIT) -> pd.DataFrame:
-    """The rows of a C-MAPSS text file (validated), a CSV with a header or a Parquet file
-    (as read: the model checks them); a file over `limit` (or not a regular file) is refused
-    before it is read."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".csv", ".parquet", ".pq"):
-        return read_trajectories(path, limit)
-    check_readable(path, limit)
-    if suffix != ".csv":
-        import pyarrow
-
-        try:
-            return pd.read_parquet(path)
-        except (pyarrow.ArrowException, OSError, ValueError) as error:
-            said = " ".join(str(error).split())[:160]
-            raise DataError(path, f"not a readable Parquet file: {said}") from None
-    try:  # "n/a" is not a number: only an empty cell is missing
-        frame = pd.read_csv(path, dtype=str, skipinitialspace=True, keep_default_na=False,
-                            na_values=[""])
-    except pd.errors.EmptyDataError:
-        raise DataError(path, "file is empty") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as error:
-        raise DataError(path, f"not a readable CSV: {error}") from None
-    frame.columns = [str(c).strip() for c in frame.columns]
-    if frame.empty:
-        raise DataError(path, NO_HEADER if lacks_header(frame.columns) else
-                        "header but no rows")
-    return frame
 
 
 @dataclass(frozen=True)
@@ -75,7 +43,7 @@ def predict_file(model_uri: str, input_path, tracking_uri: str | None = None,
     from rul.tracking.store import configure
     from rul.tracking_uri import absent_store, store_uri
 
-    rows = read_rows(input_path, SizeLimit(options.max_input_mb, INPUT_LIMIT.knob))
+    rows = read_input(input_path, SizeLimit(options.max_input_mb, INPUT_LIMIT.knob))
     uri = store_uri(tracking_uri)
     absent = None if Path(model_uri).exists() else absent_store(uri)  # a folder needs none
     if absent:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import unwarned
 from mlflow.tracking import MlflowClient
 
 from rul import config as cfg
@@ -696,10 +697,11 @@ def test_resume_on_changed_data_is_one_line_unless_asked_for_and_then_records_bo
 
     result = resume(args)
     assert result.exit_code == 2, result.output
-    assert result.stderr.startswith(f"Error: --resume: {train} changed since run {run_id} "
-                                    f"started (SHA-256 {before[:12]}... then, ")
-    assert result.stderr.endswith("continue on it on purpose with --new-data (the run records "
-                                  "both), or start a new run without --resume\n")
+    (line,) = unwarned(result.stderr)
+    assert line.startswith(f"Error: --resume: {train} changed since run {run_id} "
+                           f"started (SHA-256 {before[:12]}... then, ")
+    assert line.endswith("continue on it on purpose with --new-data (the run records "
+                         "both), or start a new run without --resume")
     run = MlflowClient(store.uri).get_run(run_id)
     assert run.info.status == "KILLED" and "data.resumed" not in run.data.tags
     assert RunCheckpoints(config.checkpoint_dir).has_checkpoint(run_id)
@@ -763,7 +765,7 @@ def test_a_store_that_turns_read_only_mid_run_is_one_line_and_resume_logs_every_
     result = CliRunner().invoke(main, ["train", *args, "--no-progress"])
     monkeypatch.undo()
     assert result.exit_code == 1, result.output
-    lines = result.stderr.strip().splitlines()
+    lines = unwarned(result.stderr)
     assert lines[-1] == ("Error: the tracking store cannot be written (SQLite: a readonly "
                          "database): make it writable, then run the command again (a run with a "
                          "checkpoint continues with --resume)")

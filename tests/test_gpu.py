@@ -127,10 +127,10 @@ def test_a_model_trained_on_the_gpu_serves_on_a_cpu(mlflow_store, real_data_dir,
     assert outcome.plan.precision.device.type == "cuda"
     script = textwrap.dedent(f"""
         import mlflow, pandas as pd, torch
-        from rul.inference import read_rows
+        from rul.data.reader import read_input
         mlflow.set_tracking_uri({mlflow_store.uri!r})
         model = mlflow.pyfunc.load_model("models:/rul-fd001@champion")
-        out = model.predict(read_rows({str(real_data_dir / "test_FD001.txt")!r}))
+        out = model.predict(read_input({str(real_data_dir / "test_FD001.txt")!r}))
         assert not torch.cuda.is_available()
         print(len(out), out["rul"].between(0, 125).all())
     """)

@@ -247,8 +247,8 @@ def test_a_csv_without_its_header_gets_one_answer_on_every_path(server, fd001, t
     in Python (the body read as pandas reads a CSV) is handed none of its columns by MLflow
     (none is declared), and says all are missing."""
     from rul.data.errors import DataError
+    from rul.data.reader import read_input
     from rul.data.validation import NO_HEADER, validate_rows
-    from rul.inference import read_rows
 
     csv = fd001.test[fd001.test["unit"] <= 2].to_csv(index=False, header=False)
     status, text = post(server, csv, "text/csv")
@@ -259,7 +259,7 @@ def test_a_csv_without_its_header_gets_one_answer_on_every_path(server, fd001, t
     assert info.value.message == DECLARED_ONLY["a CSV without its header"]
     (tmp_path / "bare.csv").write_text(csv)
     with pytest.raises(DataError) as info:  # as rul predict reads it and the model checks it
-        validate_rows(read_rows(tmp_path / "bare.csv"), tmp_path / "bare.csv")
+        validate_rows(read_input(tmp_path / "bare.csv"), tmp_path / "bare.csv")
     assert str(info.value) == f"{tmp_path / 'bare.csv'}: {NO_HEADER}"
 
 

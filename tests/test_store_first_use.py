@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import unwarned
 from mlflow.tracking import MlflowClient
 
 from rul.files import USER_CACHE_ENV
@@ -95,7 +96,7 @@ def test_a_damaged_or_read_only_store_is_one_line_and_nothing_starts(write_cmaps
     store._ready.clear()  # a new process would check it again
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
-    assert result.output.strip().splitlines() == [
+    assert unwarned(result.output) == [
         "Error: tracking store mlflow.db: the file is damaged (SQLite: database disk image is "
         "malformed); restore it from a backup, or move it away to start a new store"]
 

@@ -15,8 +15,8 @@ import pandas as pd
 
 from rul.data.errors import DataError
 from rul.data.schema import COLUMNS
-from rul.data.validation import validate_rows
-from rul.files import DATA_LIMIT, SizeLimit, refusal
+from rul.data.validation import NO_HEADER, lacks_header, validate_rows
+from rul.files import DATA_LIMIT, INPUT_LIMIT, SizeLimit, refusal
 
 # A plain decimal number, as the C parser reads it ("1_0" or full-width digits are not).
 NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -43,6 +43,37 @@ def read_trajectories(path: str | Path, limit: SizeLimit = DATA_LIMIT) -> pd.Dat
         raise DataError(path, f"expected {len(COLUMNS)} numeric columns, found {frame.shape[1]}")
     frame.columns = COLUMNS
     return validate_rows(frame, path)
+
+
+def read_input(path: str | Path, limit: SizeLimit = INPUT_LIMIT) -> pd.DataFrame:
+    """The rows a user gives to predict (`rul predict`, the fleet page): a C-MAPSS text file
+    (validated), a CSV with a header or a Parquet file (as read: the model checks them); a file
+    over `limit` (or not a regular file) is refused before it is read."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".csv", ".parquet", ".pq"):
+        return read_trajectories(path, limit)
+    check_readable(path, limit)
+    if suffix != ".csv":
+        import pyarrow
+
+        try:
+            return pd.read_parquet(path)
+        except (pyarrow.ArrowException, OSError, ValueError) as error:
+            said = " ".join(str(error).split())[:160]
+            raise DataError(path, f"not a readable Parquet file: {said}") from None
+    try:  # "n/a" is not a number: only an empty cell is missing
+        frame = pd.read_csv(path, dtype=str, skipinitialspace=True, keep_default_na=False,
+                            na_values=[""])
+    except pd.errors.EmptyDataError:
+        raise DataError(path, "file is empty") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as error:
+        raise DataError(path, f"not a readable CSV: {error}") from None
+    frame.columns = [str(c).strip() for c in frame.columns]
+    if frame.empty:
+        raise DataError(path, NO_HEADER if lacks_header(frame.columns) else
+                        "header but no rows")
+    return frame
 
 
 def read_rul(path: str | Path, n_units: int, limit: SizeLimit = DATA_LIMIT) -> np.ndarray:

@@ -138,7 +138,7 @@ def write_page(predictions: pd.DataFrame, output: str | Path, horizon: float, mo
 
 def main(argv: list[str] | None = None) -> int:
     from rul.data.errors import DataError
-    from rul.inference import read_rows
+    from rul.data.reader import read_input
     from rul.serving import served
 
     parser = argparse.ArgumentParser(
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(args.output).parent.is_dir():
             raise ValueError(f"{args.output}: folder {Path(args.output).parent} does not exist")
         model = served.load(args.model)
-        predictions = model.predict(read_rows(args.input), {"horizon": args.horizon})
+        predictions = model.predict(read_input(args.input), {"horizon": args.horizon})
         written = write_page(predictions, args.output, args.horizon, args.model, args.input)
     except (DataError, ValueError, OSError) as error:
         print(f"Error: {error}", file=sys.stderr)
