@@ -26,10 +26,10 @@ from mlflow.tracking import MlflowClient
 
 from rul.cli import main
 from rul.data.errors import DataError
+from rul.data.reader import read_input
 from rul.data.schema import COLUMNS
 from rul.data.validation import NO_HEADER, validate_rows
 from rul.evaluation.metrics import rul_metrics
-from rul.inference import read_rows
 from rul.models import NetworkSpec
 from rul.preprocessing import Preprocessor
 from rul.serving.onnx_export import ExportError
@@ -202,7 +202,7 @@ def test_validate_rows_ignores_extra_columns_and_keeps_unit_order(fd001):
     assert typed["unit"].iloc[0] == 2 and typed["unit"].iloc[-1] == 1
 
 
-# ------------------------------------------------------------------ read_rows: formats
+# ------------------------------------------------------------------ read_input: formats
 
 
 def write_csv(frame, path, header=True):
@@ -227,7 +227,7 @@ def test_every_format_reads_to_the_same_typed_rows(tmp_path, fd001, real_data_di
 
 def checked(path: Path) -> pd.DataFrame:
     """A file's rows as `rul predict` reads them and the model checks them (C-MAPSS's)."""
-    return validate_rows(read_rows(path), path)
+    return validate_rows(read_input(path), path)
 
 
 def test_csv_errors_name_the_file_and_problem(tmp_path, fd001):

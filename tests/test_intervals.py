@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from rul import config as cfg
 from rul.cli import main
+from rul.data.reader import read_input
 from rul.evaluation import figures
 from rul.evaluation.conformal import (
     ERROR_LEVELS,
@@ -38,7 +39,6 @@ from rul.evaluation.intervals import (
     fit_interval,
 )
 from rul.evaluation.truncation import LIFE_FRACTION, truncation_points, truncation_weights
-from rul.inference import read_rows
 from rul.serving.predictor import InferenceSpec, predict_frame
 from rul.tracking.metric_names import logged
 from rul.workflows.train import train_tracked
@@ -593,7 +593,7 @@ def test_run_logs_interval_metrics_and_test_coverage(synthetic_run):
 def test_model_loaded_by_uri_returns_bounds_and_failure_probability(synthetic_run, tmp_path):
     store, _, outcome, run_id, data, _ = synthetic_run
     model = mlflow.pyfunc.load_model(outcome.model_uri)
-    result = model.predict(read_rows(data / "test_FD001.txt"))  # as written: rounded values
+    result = model.predict(read_input(data / "test_FD001.txt"))  # as written: rounded values
     assert list(result.columns) == [*BANDED, "flagged", "flag_reason"]
     outputs = model.metadata.get_output_schema().input_names()
     assert "rul_lower" in outputs and "p_fail_within" in outputs
@@ -612,7 +612,7 @@ def test_model_loaded_by_uri_returns_bounds_and_failure_probability(synthetic_ru
     # ONNX (served) against torch (training): within 1e-3 cycles
     np.testing.assert_allclose(result.rul, outcome.predictions.predicted_rul, atol=1e-3)
     # another horizon: a later failure is at least as likely
-    later = model.predict(read_rows(data / "test_FD001.txt"), params={"horizon": 40})
+    later = model.predict(read_input(data / "test_FD001.txt"), params={"horizon": 40})
     assert (later.p_fail_within >= result.p_fail_within).all()
     assert (later.p_fail_within > result.p_fail_within).any()
     np.testing.assert_allclose(later.p_fail_within,
@@ -640,7 +640,7 @@ def test_a_horizon_outside_the_models_range_is_one_line_exit_2(synthetic_run, ho
     assert "Traceback" not in printed.output
     model = mlflow.pyfunc.load_model(outcome.model_uri)
     with pytest.raises(mlflow.exceptions.MlflowException, match="horizon must be a number"):
-        model.predict(read_rows(data / "test_FD001.txt"), params={"horizon": float(horizon)})
+        model.predict(read_input(data / "test_FD001.txt"), params={"horizon": float(horizon)})
 
 
 def test_interval_coverage_null_logs_a_model_without_bounds(synthetic_run):
@@ -704,7 +704,7 @@ def test_a_value_beyond_the_fleet_widens_the_interval_and_unknowns_p_fail(synthe
     engine gets [0, rul_cap] and p_fail_within NaN, with its flag; the others are unchanged."""
     store, _, outcome, _, data, _ = synthetic_run
     model = mlflow.pyfunc.load_model(outcome.model_uri)
-    rows = read_rows(data / "test_FD001.txt")
+    rows = read_input(data / "test_FD001.txt")
     clean = model.predict(rows)
     glitched = rows.copy()
     glitched.loc[glitched.index[glitched["unit"] == 2][-1], "s_9"] = 1e9
