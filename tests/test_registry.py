@@ -11,6 +11,7 @@ import queue
 
 import mlflow
 import pytest
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from rul.data.schema import COLUMNS
@@ -206,6 +207,29 @@ def test_a_move_decided_on_a_stale_read_is_corrected(store, name, monkeypatch):
     assert a["champion_promoted"] == "false" and b["champion_promoted"] == "true"
     assert a["champion_previous_version"] == v1
     assert int(a["champion_guard_rounds"]) == 2
+
+
+def test_an_alias_inserted_by_another_process_at_the_same_moment_is_no_error(store, name,
+                                                                           monkeypatch):
+    """Two first registrations: both find no champion, both insert the alias, and MLflow's
+    SQL store fails one insert on the alias's unique key. The loser reads the winner's alias
+    and decides again: the alias ends on the better of the two, no error."""
+    raced = {}
+
+    class RacingClient(MlflowClient):
+        def set_registered_model_alias(self, model, alias, version):
+            if not raced:  # the other process's insert lands first
+                raced["started"] = True
+                raced["other"] = register(store, model, 1.0)
+                raise MlflowException("(sqlite3.IntegrityError) UNIQUE constraint failed: "
+                                      "registered_model_aliases.name, registered_model_aliases"
+                                      ".alias")
+            super().set_registered_model_alias(model, alias, version)
+
+    monkeypatch.setattr(registry, "MlflowClient", RacingClient)
+    mine = register(store, name, 5.0)
+    assert champion(store, name) == str(raced["other"]["registered_version"])
+    assert mine["champion_promoted"] == "false" and int(mine["champion_guard_rounds"]) == 2
 
 
 # ---------------------------------------------------------------- two processes racing

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 
 import mlflow
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from rul.console import said_in_one_line
@@ -134,6 +135,17 @@ def best_version(val_rmse: dict[str, float], champion: str | None) -> str | None
     return min(finite, key=lambda v: (finite[v], v != champion, int(v)))
 
 
+def _set_champion(client: MlflowClient, name: str, version: str) -> None:
+    """Point the alias at `version`. Where the model has none yet, MLflow's SQL store inserts
+    it, and of two processes inserting at once one fails the alias's unique key: no error, the
+    other's alias is there, and move_champion reads it and decides again."""
+    try:
+        client.set_registered_model_alias(name, CHAMPION, version)
+    except MlflowException as error:
+        if "unique" not in str(error).lower():  # SQLite's and PostgreSQL's words for it
+            raise
+
+
 def move_champion(client: MlflowClient, name: str, own_run: str | None = None,
                   key: dict | None = None) -> tuple[str | None, int]:
     """Point `champion` at the best version of a finished run (or `own_run`'s) of evidence
@@ -145,7 +157,7 @@ def move_champion(client: MlflowClient, name: str, own_run: str | None = None,
         champion = _champion(client, name)
         best = best_version(versions, champion if champion in versions else None)
         if best is not None and best != champion:
-            client.set_registered_model_alias(name, CHAMPION, best)
+            _set_champion(client, name, best)
         if (_val_rmse_by_version(client, name, own_run, key) == versions
                 and _champion(client, name) == (best or champion)):
             return best or champion, rounds
