@@ -1,6 +1,7 @@
 """What rul does to files beyond reading them: what it agrees to read (`refusal`: a regular
-file, within a size limit, checked before a byte is read), renames made durable
-(`sync_folder`), and the user's private cache (`cache_folder`, `CacheFile`).
+file, within a size limit, checked before a byte is read), text written whole or not at all
+(`write_whole`), renames made durable (`sync_folder`), and the user's private cache
+(`cache_folder`, `CacheFile`).
 
 Every file rul reads has a limit with a knob to raise it: a config file CONFIG_LIMIT (a
 config is a few KB), a training data file `max_data_mb` (DATA_LIMIT), `rul predict --input`
@@ -221,3 +222,15 @@ def _untrusted(found: os.stat_result) -> str | None:
     if found.st_mode & 0o022:
         return f"writable by others (mode {stat.S_IMODE(found.st_mode):o})"
     return None
+
+
+def write_whole(path: Path, text: str) -> None:
+    """`text` written to `path` whole or not at all: into a scratch file beside it, renamed
+    over it (a reader never sees half a page)."""
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)

@@ -87,8 +87,8 @@ def validate_rows(frame: pd.DataFrame, source: str | Path = "input",
     names = layout.names
     absent = [c for c in names if c not in frame.columns]
     missing = [c for c in absent if c not in optional]
-    if missing and len(missing) == len(names) - len(set(optional) & set(names)):
-        missing = absent  # none of what it reads: the optional ones are missing as much
+    if missing and missing == [c for c in names if c not in optional]:  # none it needs: all
+        missing = absent
     if missing and lacks_header(frame.columns, layout):
         raise DataError(source, no_header(layout))
     if missing:

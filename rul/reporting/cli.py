@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from rul.files import write_whole
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 RECORDED_RESULTS = DOCS / "data" / "results.yaml"
@@ -23,15 +25,6 @@ class ReportError(click.ClickException):
 
 class StoreUnreachable(click.ClickException):
     exit_code = 3
-
-
-def write_whole(path: Path, text: str) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        partial.write_text(text)
-        partial.replace(path)
-    finally:
-        partial.unlink(missing_ok=True)
 
 
 def shown(value: str) -> str:

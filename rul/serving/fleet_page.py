@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from rul.files import write_whole
 from rul.serving.predictor import PARAMS
 
 ROW_PX = 22  # the chart's height per engine
@@ -126,13 +127,7 @@ def write_page(predictions: pd.DataFrame, output: str | Path, horizon: float, mo
                source: str) -> Path:
     """The page, written whole or not at all."""
     output = Path(output)
-    text = page(predictions, horizon, model, source)
-    partial = output.with_name(f".{output.name}.partial")
-    try:
-        partial.write_text(text, encoding="utf-8")
-        partial.replace(output)
-    finally:
-        partial.unlink(missing_ok=True)
+    write_whole(output, page(predictions, horizon, model, source))
     return output
 
 

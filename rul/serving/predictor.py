@@ -191,7 +191,7 @@ def predict_rows(model: ServedModel, rows: pd.DataFrame, source="input",
     """
     params = check_params(params)
     horizon = check_horizon(params["horizon"], model.preprocessing.rul_cap)
-    rows = validate_rows(rows, source, model.layout, unread(model))
+    rows = validate_rows(rows, source, model.layout, unread(model.envelope))
     deadline.check()
     ids, lengths = unit_lengths(rows["unit"].to_numpy())
     padded = lengths < model.preprocessing.window
@@ -211,10 +211,10 @@ def predict_rows(model: ServedModel, rows: pd.DataFrame, source="input",
                          for name, column in zip(output, given, strict=True)})
 
 
-def unread(model: ServedModel) -> tuple:
-    """The sensors `model` does not read, which a request may leave out (given, its envelope
-    checks them for a broken feed); none for a model without an envelope."""
-    return tuple(model.envelope.unread) if model.envelope is not None else ()
+def unread(envelope) -> tuple:
+    """The sensors a model of `envelope` does not read, which a request may leave out (given,
+    the envelope checks them for a broken feed); none for a model without an envelope."""
+    return tuple(envelope.unread) if envelope is not None else ()
 
 
 def _too_short(model: ServedModel, ids, lengths) -> str:

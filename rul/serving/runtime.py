@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from rul.serving import deadline
-from rul.serving.predictor import ServedModel, predict_rows
+from rul.serving.predictor import ServedModel, predict_rows, unread
 from rul.serving.spec import SPEC_FILE, InferenceSpec
 
 RUNTIME_FOLDER = "inference"  # the pyfunc artifact holding the spec and the ONNX files
@@ -101,9 +101,8 @@ class LeanModel:
 
     @property
     def optional(self) -> tuple:
-        """The sensors the model does not read: rows may leave them out (rul.serving.predictor
-        .unread)."""
-        return tuple(self.spec.envelope.unread) if self.spec.envelope is not None else ()
+        """The sensors the model does not read: rows may leave them out."""
+        return unread(self.spec.envelope)
 
     def predict(self, rows: pd.DataFrame, params: dict | None = None,
                 source="input") -> pd.DataFrame:
