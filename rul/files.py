@@ -119,6 +119,7 @@ class CacheFile:
 
     root: Path
     name: str
+    own_root: bool = True  # False: a folder the user named, used as it is (never made 0700)
 
     @property
     def path(self) -> Path:
@@ -176,8 +177,10 @@ class CacheFile:
         """A descriptor of the folder `folders` below the root, each level checked as it is
         opened (never through a symlink)."""
         if create:
-            self.root.parent.mkdir(parents=True, exist_ok=True)
-        handles = [_private(self.root, None, create)]
+            (self.root.parent if self.own_root else self.root).mkdir(parents=True,
+                                                                      exist_ok=True)
+        handles = [_private(self.root, None, create) if self.own_root
+                   else os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)]
         try:
             for name in folders:
                 handles.append(_private(name, handles[-1], create))

@@ -132,3 +132,18 @@ def test_a_cache_that_cannot_be_written_is_no_error(tmp_path, recwarn):
     if os.geteuid() != 0:  # root writes anyway
         assert list(read_only.iterdir()) == []
     assert warned(recwarn) == []
+
+
+def test_a_file_the_user_names_leaves_its_folder_as_it_is(tmp_path, monkeypatch):
+    """RUL_PRECISION_CACHE may name a file in a project folder: kept and read there, the
+    file 0600 as every cache file, and the folder keeps its own mode (it was made 0700)."""
+    from rul.training.cpu_probe import cache_entry
+
+    project = tmp_path / "project"
+    project.mkdir(mode=0o755)
+    project.chmod(0o755)
+    monkeypatch.setenv("RUL_PRECISION_CACHE", str(project / "precision.json"))
+    entry = cache_entry()
+    entry.keep(b"{}")
+    assert entry.read() == b"{}" and mode(project / "precision.json") == 0o600
+    assert mode(project) == 0o755

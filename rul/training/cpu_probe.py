@@ -57,7 +57,7 @@ class Measured:
 def cache_entry() -> CacheFile:
     if os.environ.get("RUL_PRECISION_CACHE"):
         path = Path(os.environ["RUL_PRECISION_CACHE"])
-        return CacheFile(path.parent, path.name)
+        return CacheFile(path.parent, path.name, own_root=False)  # its folder stays as it is
     return cache_file("precision.json")
 
 
