@@ -16,3 +16,13 @@ class DataError(InputError, ValueError):
 
 class DataUnavailableError(InputError, RuntimeError):
     """The data set is neither available locally nor downloadable."""
+
+
+SHOWN_CHARS = 40  # characters of a name (a column's, from a file or a request) a message shows
+
+
+def quoted(name) -> str:
+    """A name quoted as Python writes a string (escapes and all: nothing of it reaches a
+    terminal raw), cut to SHOWN_CHARS characters (never the whole of what was sent)."""
+    text = str(name)
+    return repr(text) if len(text) <= SHOWN_CHARS else repr(text[:SHOWN_CHARS - 3]) + "..."

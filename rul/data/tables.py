@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from rul.data.delimiter import delimiter_of, misread, named
-from rul.data.errors import DataError
+from rul.data.errors import SHOWN_CHARS, DataError, quoted
 from rul.data.layout import Layout
 from rul.data.reader import check_readable, read_trajectories
 from rul.data.schema import COLUMNS
@@ -30,7 +30,6 @@ from rul.files import DATA_LIMIT, SizeLimit
 
 SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".txt": "cmapss"}
 NAMED = 5  # a message lists this many columns, then counts the rest
-MAX_SHOWN = 40  # characters of a column's name a message shows
 MAX_PATTERN = 256  # characters of a name or glob pattern in the data description
 
 
@@ -53,7 +52,7 @@ def read_table(path: str | Path, format: str = "auto", limit: SizeLimit = DATA_L
                columns: list[str] | None = None, delimiter: str = "auto") -> pd.DataFrame:
     """The table at `path`: the `columns` named (None: every one) as the file holds them
     (C-MAPSS text: its 26 named columns, validated; a CSV split by `delimiter`, see
-    rul.data.delimiter, the one used in the frame's attrs["delimiter"]). Only those are read;
+    rul.data.delimiter). Only those are read;
     a named column of list or nested cells is a DataError, never decoded."""
     path = Path(path)
     kind = table_format(path, format)
@@ -82,10 +81,7 @@ def read_table(path: str | Path, format: str = "auto", limit: SizeLimit = DATA_L
                 convert_options=pyarrow.csv.ConvertOptions(include_columns=columns))
     if table.num_rows == 0:
         raise DataError(path, "no rows")
-    frame = table.to_pandas()
-    if kind == "csv":
-        frame.attrs["delimiter"] = delimiter
-    return frame
+    return table.to_pandas()
 
 
 def table_columns(path: str | Path, format: str = "auto", limit: SizeLimit = DATA_LIMIT,
@@ -138,17 +134,10 @@ def _unreadable(path: Path, kind: str, delimiter: str = ","):
 def shown(name) -> str:
     """A column's name as a message shows it: as written when it is plain printable text,
     else escaped as Python writes a string (no escape sequence or newline reaches the
-    terminal, none cuts the line), and cut to MAX_SHOWN characters."""
+    terminal, none cuts the line), and cut to SHOWN_CHARS characters."""
     text = str(name)
     text = text if text.isprintable() and text.strip() == text and text else repr(text)
-    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "..."
-
-
-def quoted(name) -> str:
-    """A name quoted as Python writes a string (escapes and all), cut to MAX_SHOWN
-    characters."""
-    text = str(name)
-    return repr(text) if len(text) <= MAX_SHOWN else repr(text[:MAX_SHOWN - 3]) + "..."
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
 
 
 def _listed(names: list) -> str:

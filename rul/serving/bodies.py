@@ -13,6 +13,7 @@ import json
 
 import pandas as pd
 
+from rul.data.errors import quoted
 from rul.data.validation import VALUE_COLUMNS
 
 JSON, CSV, PARQUET = "json", "csv", "parquet"
@@ -206,7 +207,7 @@ def _parquet(body: bytes, columns: list[str] | None, optional: tuple = ()) -> pd
         wanted = schema.names if columns is None else [c for c in columns if c in schema.names]
         for name in wanted:
             if pa.types.is_nested(schema.field(name).type):
-                raise BodyError(f"body: column {_quoted(name)} holds lists or nested values; "
+                raise BodyError(f"body: column {quoted(name)} holds lists or nested values; "
                                 "a cell is one number")
         return file.read(columns=wanted).to_pandas()
     except BodyError:
@@ -215,6 +216,3 @@ def _parquet(body: bytes, columns: list[str] | None, optional: tuple = ()) -> pd
         raise BodyError(_NOT_PARQUET) from None
 
 
-def _quoted(name: str, limit: int = 40) -> str:
-    """A name from a request, quoted escaped and cut (never the whole of what it sent)."""
-    return repr(name) if len(name) <= limit else repr(name[:limit - 3]) + "..."
