@@ -119,10 +119,10 @@ def data_settings(config: TrainConfig) -> DataSettings:
     """What preparing `config`'s data reads (rul.preprocessing.prepared)."""
     return DataSettings(
         config.dataset, config.data is not None, config.data_dir, config.data_limit,
-        config.val_fraction, config.late_start_max, config.window, config.rul_cap,
-        config.features, config.include_settings, config.include_cycle, config.drop_constant,
-        config.normalization, config.smoothing_alpha, config.n_conditions, config.strict_data,
-        config.seed)
+        config.val_fraction, config.late_start_max, config.censored_training, config.window,
+        config.rul_cap, config.features, config.include_settings, config.include_cycle,
+        config.drop_constant, config.normalization, config.smoothing_alpha, config.n_conditions,
+        config.strict_data, config.seed)
 
 
 def prepared(config: TrainConfig, split_seed: int, subset: Dataset | None = None

@@ -231,6 +231,54 @@ def test_engines_still_in_service_train_where_their_target_is_known(fleet):
     assert (data.train.targets[others] < config.rul_cap).any()  # theirs run to 0
 
 
+def test_engines_in_service_teach_their_lower_bound_at_every_window(fleet):
+    """censored_training: lower_bound keeps every window of an engine in service, its target
+    the range [min(T - t, cap), cap]; the engines that failed keep their one known target."""
+    known = prepared(fleet_config(fleet, train="fleet_all.parquet", test=None,
+                                  test_rul_column=None, censored_column="in_service"), 42)
+    config = fleet_config(fleet, "censored_training=lower_bound", train="fleet_all.parquet",
+                          test=None, test_rul_column=None, censored_column="in_service")
+    data = prepared(config, 42)
+    mine = np.isin(data.train.units, [3, 7, 11])
+    assert np.array_equal(data.val_units, known.val_units)
+    assert mine.sum() > np.isin(known.train.units, [3, 7, 11]).sum()
+    assert (data.train.upper[mine] == config.rul_cap).all()
+    lower = data.train.targets[mine]  # min(T - t, cap): down to 0 at the last row seen
+    assert lower.min() == 0 and lower.max() == config.rul_cap
+    assert np.array_equal(data.train.upper[~mine], data.train.targets[~mine])
+    failed = ~np.isin(known.train.units, [3, 7, 11])
+    assert np.array_equal(data.train.targets[~mine], known.train.targets[failed])
+    assert known.train.upper is None and data.val.upper is None
+
+
+def test_engines_in_service_can_be_left_out_of_training(fleet, capsys):
+    """censored_training: dropped: they neither train nor validate, and the engines line says
+    so; the split of the engines that failed is the same."""
+    config = fleet_config(fleet, "censored_training=dropped", train="fleet_failed.parquet",
+                          test=None, test_rul_column=None, failed_column="failed")
+    data = prepared(config, derive_seeds(config.seed).split)
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "fleet: 100 engines: 72 failed (train 58, validate 14), 18 held out for test, 10 in "
+        "service (not trained)")
+    assert not set(range(91, 101)) & set(data.train_units) and len(data.train_units) == 58
+    assert not np.isin(data.train.units, list(range(91, 101))).any()
+
+
+def test_a_lower_bound_training_runs_and_records_its_rule(fleet, tmp_path):
+    """One epoch end to end through `rul train`: the run's params name the rule."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    described = section(train="fleet_failed.parquet", test=None, test_rul_column=None,
+                        failed_column="failed")
+    result = CliRunner().invoke(main, ["train", *TINY, f"data_dir={fleet}", "--no-progress",
+                                       f"tracking_uri={uri}", "censored_training=lower_bound",
+                                       f"data={json.dumps(described)}"])
+    assert result.exit_code == 0, result.output
+    run = mlflow.MlflowClient(uri).search_runs(
+        [mlflow.MlflowClient(uri).get_experiment_by_name("rul-fleet").experiment_id])[0]
+    assert run.data.params["censored_training"] == "lower_bound"
+    assert np.isfinite(run.data.metrics["train/loss_epoch"])
+
+
 def test_a_table_with_its_columns_reordered_trains_the_same_model(fleet, tmp_path):
     """Sensors given by patterns, the informative ones chosen by the rule: the table's column
     order does not move the model (the canonical order: rul.data.tables), so the validation

@@ -14,7 +14,7 @@ from rul.training.batching import WindowBatches, effective_batches
 from rul.training.engine import TrainState, fit
 from rul.training.listener import TrainingListener
 from rul.training.precision import Precision, resolve_precision
-from rul.training.step import StepSettings, optimizer_step
+from rul.training.step import StepSettings, optimizer_step, rul_loss
 
 CPU = torch.device("cpu")
 FP32 = resolve_precision("fp32", CPU)
@@ -108,6 +108,44 @@ def test_dividing_by_k_on_a_short_last_batch_would_differ():
     assert_same_gradients(manual_accumulation(x, y, 128, lambda n: n / 300), accumulated)
     with pytest.raises(AssertionError):
         assert_same_gradients(manual_accumulation(x, y, 128, lambda n: 1 / 3), accumulated)
+
+
+def test_a_range_target_costs_the_squared_distance_to_it():
+    """Engines in service (censored_training: lower_bound): a target [lower, upper] costs
+    nothing inside, the squared distance outside, and a range of one value is the MSE."""
+    predicted = torch.tensor([10.0, 50.0, 130.0, 100.0])
+    known = torch.tensor([20.0, 50.0, 125.0, 90.0])
+    assert rul_loss(predicted, torch.stack([known, known]), 125.0).item() == pytest.approx(
+        rul_loss(predicted, known, 125.0).item(), rel=1e-7)
+    lower, upper = torch.tensor([20.0, 40.0, 100.0, 90.0]), torch.tensor([125.0] * 3 + [90.0])
+    expected = ((20 - 10) ** 2 + 0 + (130 - 125) ** 2 + (100 - 90) ** 2) / 4 / 125 ** 2
+    assert rul_loss(predicted, torch.stack([lower, upper]), 125.0).item() == pytest.approx(
+        expected, rel=1e-6)
+    stacked = rul_loss(torch.stack([predicted, predicted + 5]),  # members: one loss each
+                       torch.stack([torch.stack([lower] * 2), torch.stack([upper] * 2)]), 125.0)
+    assert stacked.shape == (2,) and stacked[0].item() == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("n,micro", [(300, 128), (97, 40)])
+def test_accumulation_is_exact_with_range_targets(n, micro):
+    """Ranges split with their samples (the last axis): micro-batches weighted by their share
+    give the gradient of one large batch, the last short one too."""
+    x, y = data(n)
+    third = torch.arange(n) % 3 == 0  # a third are ranges that hold the untrained model's
+    ranges = torch.stack([torch.where(third, torch.full_like(y, -500), y),
+                          torch.where(third, torch.full_like(y, 125), y)])
+    steps = []
+    for size in (n, micro):
+        model = tiny_model()
+        optimizer = GradCapture(model.parameters(), lr=0.1)
+        result = optimizer_step(model, optimizer, FP32.grad_scaler(),
+                                list(zip(x.split(size), ranges.split(size, dim=-1))),
+                                StepSettings(FP32, None, target_scale=125.0))
+        steps.append((result, optimizer.grads))
+    assert_same_gradients(steps[1][1], steps[0][1])
+    assert steps[1][0].loss == pytest.approx(steps[0][0].loss, rel=1e-5)
+    with torch.no_grad():  # those cost nothing: less than the MSE to `y`
+        assert steps[0][0].loss < 0.8 * rul_loss(tiny_model()(x), y, 125.0).item()
 
 
 def test_effective_batches_do_not_depend_on_the_split():

@@ -69,6 +69,13 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     """Train on records that start a random 0..N cycles late (drawn per training engine from
     the split seed, renumbered from 1), as records begun after wear nobody counted: the age is
     then not exact in training. Validation and test records stay as recorded."""
+    censored_training: _one_of("known", "lower_bound", "dropped") = "known"
+    """What the engines still in service (a `data:` section's censored engines) teach: seen up
+    to cycle T, each is a lower bound on the RUL at every cycle t (RUL > T - t). known: only
+    their windows whose target that makes known (T - t at least the cap: the cap); lower_bound:
+    every window, the loss penalising a prediction below min(T - t, cap) and above the cap,
+    never one between; dropped: none. They never validate (docs: Results, Engines still in
+    service)."""
     drop_constant: Flag = False
     """Drop input columns that are (nearly) constant within every operating condition of the
     training units."""
@@ -375,6 +382,7 @@ KEY_ROLES = {
 LEGACY_VALUES = {"memory_budget": None, "ensemble": 1, "ensemble_split": "shared",
                  "ensemble_training": "auto", "include_cycle": False, "late_start_max": 0,
                  "strict_data": False, "max_data_mb": DATA_LIMIT.megabytes, "data": None,
+                 "censored_training": "known",
                  "warmup_epochs": 0, "val_weights": "windows", "optimizer": "adamw",
                  "train_sampling": "windows"}
 

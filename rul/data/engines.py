@@ -20,7 +20,8 @@ class SmallSplitWarning(UserWarning):
 
 def summary(dataset, train_units, val_units, folds: int = 0) -> str:
     """One line: `fleet: 100 engines: 72 failed (train 57, validate 15), 18 held out for test,
-    10 in service` (with a test table: its engines instead of those held out); `folds`: the
+    10 in service` (with a test table: its engines instead of those held out; `(not
+    trained)` after the engines in service when none is among `train_units`); `folds`: the
     failed engines take turns to validate, in that many folds."""
     censored = np.asarray(dataset.censored, dtype=np.int64)
     trained = np.setdiff1d(np.asarray(train_units), censored)
@@ -30,11 +31,13 @@ def summary(dataset, train_units, val_units, folds: int = 0) -> str:
              f"train {len(trained)}, validate {n_val}")
     failed = f"{n_failed} failed ({split})"
     n_test, n_censored = len(np.unique(dataset.test["unit"])), len(censored)
+    untrained = " (not trained)" if n_censored and not np.isin(censored, train_units).any() \
+        else ""
     if dataset.held_out:
         return (f"{dataset.name}: {n_failed + n_test + n_censored} engines: {failed}, "
-                f"{n_test} held out for test, {n_censored} in service")
+                f"{n_test} held out for test, {n_censored} in service{untrained}")
     return (f"{dataset.name}: {n_failed + n_censored} engines: {failed}, {n_censored} in "
-            f"service; {n_test} test engines in {dataset.files['test'].name}")
+            f"service{untrained}; {n_test} test engines in {dataset.files['test'].name}")
 
 
 def check_sizes(n_validation: int, n_test: int) -> None:

@@ -16,6 +16,7 @@ from rul.data.errors import DataError
 from rul.data.records import late_starts, start_late
 from rul.data.split import fold_units, rows_of, split_units
 from rul.errors import ConfigError
+from rul.preprocessing.censored import trained_units, training_windows
 from rul.preprocessing.choices import DataChoices, choose
 from rul.preprocessing.odd_inputs import describe, find_odd, varying_in_test
 from rul.preprocessing.pipeline import Preprocessor
@@ -136,9 +137,7 @@ def split(settings: DataSettings, subset: Dataset, split_seed: int
     if subset.censored:
         units = units[~units.isin(subset.censored)]
     train_units, val_units = split_units(units, settings.val_fraction, split_seed)
-    if subset.censored:
-        train_units = np.union1d(train_units, np.asarray(subset.censored, train_units.dtype))
-    return train_units, val_units
+    return trained_units(train_units, subset.censored, settings.censored_training), val_units
 
 
 def training_rows(settings: DataSettings, subset: Dataset, units: np.ndarray, split_seed: int):
@@ -159,8 +158,8 @@ def prepare_folds(settings: DataSettings, n: int, split_seed: int,
     units in `n` folds (`split_seed`'s permutation), member i validating on fold i, with one
     preprocessing fitted on every training unit and shared. ConfigError like prepare_data."""
     subset = subset or load(settings)
-    units = np.unique(subset.train["unit"])
-    failed = np.setdiff1d(units, np.asarray(subset.censored, units.dtype))
+    failed = np.setdiff1d(np.unique(subset.train["unit"]), np.asarray(subset.censored, int))
+    units = trained_units(failed, subset.censored, settings.censored_training)
     try:
         folds = fold_units(failed, n, split_seed)
     except ValueError as error:
@@ -194,8 +193,8 @@ def _windows(settings: DataSettings, fitted: Fitted, train_rows, val_units: np.n
     train_units = np.unique(train_rows["unit"])
     val_rows = rows_of(subset.train, val_units)
     train, val = preprocessor.window_set(train_rows), preprocessor.window_set(val_rows)
-    if subset.censored:
-        train = known_targets(train, subset.censored, settings.rul_cap)
+    train = training_windows(train, subset.censored, settings.rul_cap,
+                             settings.censored_training)
     for split, windows, rows in (("training", train, train_rows), ("validation", val, val_rows)):
         if len(windows) == 0:
             longest = int(rows.groupby("unit").size().max())
@@ -206,16 +205,6 @@ def _windows(settings: DataSettings, fitted: Fitted, train_rows, val_units: np.n
     test_units, test_windows = test or _test_windows(settings, subset, preprocessor)
     return PreparedData(subset, preprocessor, train_units, val_units, train, val, test_windows,
                         test_units, fitted.odd or {}, fitted.choices)
-
-
-def known_targets(windows: WindowSet, censored, cap: float) -> WindowSet:
-    """`windows` less those of engines that have not failed whose target is unknown: seen up to
-    cycle T, a window ending at t has a RUL over T - t, its target known (the cap) only when
-    T - t reaches the cap; later windows would be guesses."""
-    keep = ~np.isin(windows.units, np.asarray(censored)) | (windows.targets >= cap)
-    return WindowSet(windows.values, windows.starts[keep], windows.targets[keep],
-                     windows.units[keep], windows.window, windows.dropped_units,
-                     windows.padded_units)
 
 
 def _test_windows(settings: DataSettings, subset: Dataset, preprocessor: Preprocessor

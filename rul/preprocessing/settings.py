@@ -14,6 +14,7 @@ class DataSettings:
     limit: SizeLimit
     val_fraction: float
     late_start_max: int
+    censored_training: str  # known | lower_bound | dropped (rul.preprocessing.censored)
     window: int
     rul_cap: int
     features: str | list  # 'informative', 'all' or sensor columns

@@ -29,6 +29,9 @@ class WindowSet:
     dropped_units: dict[int, int] = field(default_factory=dict)
     # units shorter than the window, edge-padded to one window (test): unit id -> row count
     padded_units: dict[int, int] = field(default_factory=dict)
+    # (n_windows,) a target's upper end where it is a range (an engine in service,
+    # rul.preprocessing.censored): `targets` is then its lower end; None: every target known
+    upper: np.ndarray | None = None
 
     @property
     def windows_lost(self) -> int:

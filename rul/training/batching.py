@@ -7,6 +7,7 @@ step splits each batch it is given).
 
 import math
 
+import numpy as np
 import torch
 
 from rul.training.distributed import World
@@ -14,12 +15,16 @@ from rul.training.distributed import World
 
 class WindowBatches:
     """Windows of one split held as tensors on the training device: `values` are the
-    normalized rows, window i rows starts[i] .. starts[i]+window-1, a batch one indexing op."""
+    normalized rows, window i rows starts[i] .. starts[i]+window-1, a batch one indexing op.
+    Targets are one per window, or a range [lower, upper] (2, n) where some are ranges (engines
+    in service: rul.preprocessing.censored); a batch's targets keep the samples last."""
 
     def __init__(self, window_set, device: torch.device):
         self.values = torch.as_tensor(window_set.values, device=device)
         self.starts = torch.as_tensor(window_set.starts, device=device)
-        self.targets = torch.as_tensor(window_set.targets, device=device)
+        targets = window_set.targets if window_set.upper is None else \
+            np.stack([window_set.targets, window_set.upper])
+        self.targets = torch.as_tensor(targets, device=device)
         self.offsets = torch.arange(window_set.window, device=device)
 
     def __len__(self) -> int:
@@ -27,7 +32,7 @@ class WindowBatches:
 
     def get(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = self.starts[index, None] + self.offsets  # (b, window)
-        return self.values[rows], self.targets[index]
+        return self.values[rows], self.targets[..., index]
 
     def in_order(self, batch_size: int):
         for index in torch.arange(len(self), device=self.starts.device).split(batch_size):

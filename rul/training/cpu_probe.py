@@ -140,7 +140,7 @@ def measure_step(step: StepRecipe, rounds: int = ROUNDS, seconds: float = ROUND_
     random state is restored."""
     cpu, steps, began = torch.device("cpu"), {}, time.perf_counter()
     micro_batches = step.micro_batches(cpu, batch)
-    samples = sum(len(y) for _, y in micro_batches)
+    samples = sum(y.shape[-1] for _, y in micro_batches)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         for name in PRECISIONS:

@@ -57,12 +57,12 @@ def probe(model_factory, sample_batch, settings: StepSettings, candidate_sizes,
     random_state = RandomState(x.device)  # the probe must not move the run's random streams
     try:
         first = min(candidate_sizes)  # warm-up: one-time lazy initialisation is not a cost
-        _measure(model_factory, make_optimizer, settings, x[:first], y[:first])
+        _measure(model_factory, make_optimizer, settings, x[:first], y[..., :first])
         rows = []
         for size in sorted(candidate_sizes):
             try:
                 peak, seconds = _measure(model_factory, make_optimizer, settings, x[:size],
-                                         y[:size])
+                                         y[..., :size])
             except torch.OutOfMemoryError:
                 peak, seconds = -1, math.inf
             rows.append(ProbeRow(size, peak, seconds))

@@ -71,7 +71,13 @@ def rul_loss(predicted: torch.Tensor, target: torch.Tensor, scale: float) -> tor
     """The training loss, in one place: the MSE of RUL / scale (O(1) gradients: no fp16
     overflow, and a max_grad_norm of 1.0 means something). Stacked members (a leading
     dimension): each member's mean over its samples, so that each member's gradient is that
-    of its own loss."""
+    of its own loss. A target with one more leading dimension than the prediction is a range
+    [lower, upper] per sample (an engine in service: rul.preprocessing.censored): the mean
+    squared distance to it, nothing inside it, the MSE where lower == upper."""
+    if target.dim() > predicted.dim():
+        predicted, (lower, upper) = predicted.float() / scale, target / scale
+        below, above = (lower - predicted).clamp(min=0), (predicted - upper).clamp(min=0)
+        return (below.square() + above.square()).mean(dim=-1)
     if predicted.dim() == 1:
         return nn.functional.mse_loss(predicted.float() / scale, target / scale)
     return nn.functional.mse_loss(predicted.float() / scale, target / scale,
