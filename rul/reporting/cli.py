@@ -16,6 +16,7 @@ DOCS = ROOT / "docs"
 RECORDED_RESULTS = DOCS / "data" / "results.yaml"
 RECORDED_BENCHES = DOCS / "data" / "performance.yaml"
 RECORDED_STUDIES = DOCS / "data" / "studies.yaml"
+RECORDED_IN_SERVICE = DOCS / "data" / "in_service.yaml"  # tools/in_service_study.py
 CHAMPION = "models:/rul-fd001@champion"
 
 
@@ -120,6 +121,7 @@ def report(tracking_uri, bench_dir, model_uri, data_dir, out):
     from rul.config import ConfigError
     from rul.data.errors import DataError, DataUnavailableError
     from rul.reporting.benches import read_bench_folder, read_recorded_benches
+    from rul.reporting.in_service import read_in_service
     from rul.reporting.pages import performance_page, results_page
     from rul.reporting.records import read_evaluations, read_recorded
     from rul.reporting.studies import read_recorded_studies, read_studies
@@ -141,6 +143,7 @@ def report(tracking_uri, bench_dir, model_uri, data_dir, out):
         records = read_evaluations(client)
         recorded, decisions = read_recorded(RECORDED_RESULTS)
         studies = read_studies(client) + read_recorded_studies(RECORDED_STUDIES)
+        in_service = read_in_service(RECORDED_IN_SERVICE)
         benches = read_bench_folder(Path(bench_dir)) if bench_dir else []
         recorded_benches, bench_decisions = read_recorded_benches(RECORDED_BENCHES)
         figures = _figures(model_uri or CHAMPION, model_uri is not None, data_dir, out)
@@ -152,7 +155,7 @@ def report(tracking_uri, bench_dir, model_uri, data_dir, out):
         raise ReportError(f"{uri}: {error.message}") from None
     write_whole(out / "results.md",
                 results_page(records + recorded, decisions, command, shown(uri), figures,
-                             studies))
+                             studies, in_service))
     write_whole(out / "performance.md",
                 performance_page(benches + recorded_benches, bench_decisions, command))
     click.echo(f"wrote {out / 'results.md'} ({len(records)} evaluation run(s), "
