@@ -67,7 +67,7 @@ def test_aggregates_are_mean_and_std_of_the_children(evaluated):
         assert metrics[logged(f"{key}_mean")] == pytest.approx(values.mean(), rel=1e-12), key
         assert metrics[logged(f"{key}_std")] == pytest.approx(values.std(ddof=1),
                                                                rel=1e-12), key
-    assert "test/rmse_mean" in metrics and "val/rmse_std" in metrics
+    assert "verdict/test/rmse_mean" in metrics and "val/rmse_std" in metrics
     assert metrics["system/wall_time_s"] > 0
 
 

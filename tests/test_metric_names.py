@@ -16,24 +16,26 @@ def test_training_metrics_are_logged_by_group():
     assert names.logged_metrics({"train_loss": 1, "grad_norm": 2, "lr": 3, "val_rmse": 4,
                                  "samples_per_s": 5, "best_epoch": 6, "test_rmse": 7}) == {
         "train/loss": 1.0, "train/grad_norm": 2.0, "train/lr": 3.0, "val/rmse": 4.0,
-        "system/samples_per_s": 5.0, "val/best_epoch": 6.0, "test/rmse": 7.0}
+        "system/samples_per_s": 5.0, "val/best_epoch": 6.0, "verdict/test/rmse": 7.0}
     assert names.logged("val_rmse_mean") == "val/rmse_mean"
     assert names.logged("val_rmse_std") == "val/rmse_std"
-    assert names.logged("test_rmse_mean") == "test/rmse_mean"
+    assert names.logged("test_rmse_mean") == "verdict/test/rmse_mean"
     assert names.plain("val/rmse_mean") == "val_rmse_mean"
 
 
 def test_single_values_are_grouped_by_what_they_measure():
     """A finished run's single numbers each in a section of their own: the interval's under
-    interval/ (its test figures too), the test figures under test/, the best epoch under val/;
-    only the per-step diagnostics and an ensemble's member summaries stay plain."""
-    expected = {"test_rmse_uncapped": "test/rmse_uncapped",
-                "test_p_fail_brier": "test/p_fail_brier",
-                "test_units_padded": "test/units_padded", "best_val_rmse": "val/best_rmse",
-                "interval_engines": "interval/engines",
-                "interval_coverage_target": "interval/coverage_target",
-                "test_interval_coverage": "interval/test_coverage",
-                "test_interval_width_rul_le25_std": "interval/test_width_rul_le25_std",
+    verdict/interval/ (its test figures too), the test figures under verdict/test/, the best
+    epoch under val/; only the per-step diagnostics and an ensemble's member summaries stay
+    plain."""
+    expected = {"test_rmse_uncapped": "verdict/test/rmse_uncapped",
+                "test_p_fail_brier": "verdict/test/p_fail_brier",
+                "test_units_padded": "verdict/test/units_padded",
+                "best_val_rmse": "val/best_rmse",
+                "interval_engines": "verdict/interval/engines",
+                "interval_coverage_target": "verdict/interval/coverage_target",
+                "test_interval_coverage": "verdict/interval/test_coverage",
+                "test_interval_width_rul_le25_std": "verdict/interval/test_width_rul_le25_std",
                 "member_test_rmse_mean": "member_test_rmse_mean", "clipped": "clipped",
                 "epoch": "epoch", "amp_scale": "amp_scale"}
     for name, grouped in expected.items():
@@ -43,12 +45,22 @@ def test_single_values_are_grouped_by_what_they_measure():
 
 
 def test_the_sections_of_a_finished_run():
-    """The UI orders sections (groups) alphabetically, ungrouped metrics last: a finished
-    run's results (interval/, test/) before its curves (train/, val/)."""
+    """The UI orders sections (a name less its last part) alphabetically, ungrouped metrics
+    last: a finished run's curves (train/, val/) before its results (verdict/interval/,
+    verdict/test/)."""
     final = ["test_rmse", "test_interval_width", "interval_engines", "best_epoch", "train_loss",
              "val_rmse", "grad_norm"]
-    assert sorted({names.logged(n).split("/")[0] for n in final}) == [
-        "interval", "test", "train", "val"]
+    assert sorted({names.logged(n).rsplit("/", 1)[0] for n in final}) == [
+        "train", "val", "verdict/interval", "verdict/test"]
+
+
+def test_runs_logged_with_the_former_groups_still_read():
+    """Runs logged with test/ and interval/ (before verdict/) read back under any name."""
+    former = {"test/rmse": 12.0, "interval/test_coverage": 0.9, "test/rmse_mean": 11.0}
+    assert names.read(former, "test_rmse") == names.read(former, "verdict/test/rmse") == 12.0
+    assert names.read(former, "test_interval_coverage") == 0.9
+    assert names.read(former, "test_rmse_mean") == 11.0
+    assert names.read({"val/rmse": 3.0}, "val_rmse") == 3.0
 
 
 def test_either_name_reads_either_run():

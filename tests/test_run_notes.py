@@ -61,7 +61,7 @@ def test_a_run_without_either_records_zero_and_no_tags(mlflow_store):
     with mlflow.start_run() as run:
         log_run_notes(cfg.TrainConfig(), test)  # 256 x 2 = 512: no short micro-batch
     run = MlflowClient().get_run(run.info.run_id)
-    assert run.data.metrics == {"test/units_padded": 0}
+    assert run.data.metrics == {"verdict/test/units_padded": 0}
     assert not {"padded_test_units", "batch.micro_batches"} & set(run.data.tags)
 
 

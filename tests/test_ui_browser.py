@@ -201,6 +201,8 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, mlflow_ui,
             assert "Run Name" in lines  # the runs table's header ...
             assert run_name in lines  # ... our run and its registered version
             assert version_shown(lines)
+            for metric in ("val/rmse", "verdict/test/rmse"):  # columns a new browser shows
+                assert metric in lines, (metric, lines)
             _in_model_training_view(lines)
             page.screenshot(path=str(tmp_path / "experiment.png"))
             if SCREENSHOTS:
@@ -227,24 +229,25 @@ def test_the_ui_shows_runs_metrics_and_the_champion(tracked, browser, mlflow_ui,
             if SCREENSHOTS:
                 _save_run_charts(page, f"{base}/#/experiments/{experiment_id}/runs/{run_id}")
 
-            # the model metrics tab of a finished run: its results, then its curves, each a
+            # the model metrics tab of a finished run: its curves, then its results, each a
             # section of its own (no single numbers as dots in an unnamed one)
             page.goto(f"{base}/#/experiments/{experiment_id}/runs/{run_id}/model-metrics")
-            page.get_by_text("coverage_target", exact=True).first.wait_for()
+            page.get_by_text("verdict/test", exact=True).first.wait_for()
+            page.get_by_text("grad_norm", exact=True).first.wait_for()  # the first charts
             lines = _lines(page)
             counted = {line: count for line, count in zip(lines, lines[1:])
                        if count.startswith("(") and count.endswith(")")}
-            assert list(counted)[:4] == ["interval", "test", "train", "val"], counted
-            for section in ("interval", "test", "val"):  # each holds all of its group
-                group = [m for m in run.data.metrics if m.startswith(f"{section}/")]
+            assert list(counted)[:4] == ["train", "val", "verdict/interval", "verdict/test"], \
+                counted
+            for section in ("train", "val", "verdict/interval", "verdict/test"):  # all of each
+                group = [m for m in run.data.metrics if m.rsplit("/", 1)[0] == section]
                 assert counted[section] == f"({len(group)})", (section, group)
-            assert not any(m.startswith(("test_", "best_", "interval_"))
+            assert not any(m.startswith(("test_", "best_", "interval_", "test/", "interval/"))
                            for m in run.data.metrics)
-            page.get_by_text("train", exact=True).first.scroll_into_view_if_needed()
-            page.get_by_text("grad_norm", exact=True).first.wait_for()  # charts draw in view
-            lines = _lines(page)
             charts = [line for line in lines if line in TRAIN_CHARTS]
             assert charts[:4] == TRAIN_CHARTS, charts
+            # the loss curve drawn above the results' sections, none of their charts before it
+            assert lines.index("loss") < lines.index("verdict/interval")
             assert "system/samples_per_s" not in lines  # in the System metrics tab
             page.screenshot(path=str(tmp_path / "model_metrics.png"))
 

@@ -2,12 +2,14 @@
 
 Training computes its metrics under plain names (TrainState.history, outcome.metrics:
 `train_loss`, `val_rmse`, ...) and logs each in its group, a section of the MLflow UI:
-`interval/`, `test/`, `train/`, `val/` and `system/` (a tab of its own). Only the per-step
+the curves under `train/` and `val/`, a finished run's single values under `verdict/test/`
+and `verdict/interval/` (sorted after the curves), and `system/` (a tab of its own). Only the per-step
 diagnostics (clipped, amp_scale, skipped_steps, epoch), micro_batch_size and
 accumulation_steps after an out-of-memory back-off, and an ensemble's member_* keep plain
 names. Aggregates over seeds (`rul evaluate`) add `_mean` and `_std` (`val/rmse_mean`). Runs
-logged before the groups used plain names throughout: `read` accepts either name (docs: What a
-run records, Metric names).
+logged before the groups used plain names throughout, and later ones `test/` and `interval/`
+for what is now under `verdict/`: `read` accepts any of them (docs: What a run records, Metric
+names).
 """
 
 GROUPED = {
@@ -18,8 +20,15 @@ GROUPED = {
     "wall_time_s": "system/wall_time_s",
 }
 PLAIN = {grouped: plain for plain, grouped in GROUPED.items()}
+# A finished run's single values (the test figures, the interval's) under one parent whose
+# name sorts after train/ and val/: the UI orders its sections alphabetically, so the curves
+# come first.
+RESULTS = "verdict"
 # The rest by prefix, the longest first: (plain name's prefix, its group's)
-PREFIXES = (("test_interval_", "interval/test_"), ("interval_", "interval/"), ("test_", "test/"))
+PREFIXES = (("test_interval_", f"{RESULTS}/interval/test_"),
+            ("interval_", f"{RESULTS}/interval/"), ("test_", f"{RESULTS}/test/"))
+# ... and the groups runs logged before RESULTS gave them (read, never written)
+FORMER = (("test_interval_", "interval/test_"), ("interval_", "interval/"), ("test_", "test/"))
 SUFFIXES = ("_mean", "_std")
 
 
@@ -50,8 +59,14 @@ def logged(name: str) -> str:
 
 
 def plain(name: str) -> str:
-    """The name runs logged before the groups used: `val/rmse` -> `val_rmse`."""
-    return _renamed(name, PLAIN, tuple((group, prefix) for prefix, group in PREFIXES))
+    """The name runs logged before the groups used: `val/rmse` -> `val_rmse` (a former group's
+    name too: `test/rmse` -> `test_rmse`)."""
+    return _renamed(name, PLAIN, tuple((group, prefix) for prefix, group in PREFIXES + FORMER))
+
+
+def former(name: str) -> str:
+    """The name runs logged before RESULTS used: `test_rmse` -> `test/rmse`."""
+    return _renamed(plain(name), {}, FORMER)
 
 
 def logged_metrics(metrics: dict) -> dict[str, float]:
@@ -59,8 +74,9 @@ def logged_metrics(metrics: dict) -> dict[str, float]:
 
 
 def read(metrics: dict, name: str, default=None):
-    """A run's metric under its grouped or its plain name (either may be asked for)."""
-    for key in (logged(name), plain(name)):
+    """A run's metric under any of its names, today's, its plain or its former group's (any
+    may be asked for)."""
+    for key in (logged(name), plain(name), former(name)):
         if key in metrics:
             return metrics[key]
     return default

@@ -8,7 +8,9 @@ visit, a "Detect Issues" popover over the traces, a notice that usage data is co
 (left out only where this server sends none). The page MLflow serves (index.html) gets one
 script that sets rul's defaults for those keys (BROWSER_DEFAULTS), each only where the browser
 holds no value of its own: a browser opens on the training runs, the Assistant closed and no
-popover, and what its user chooses afterwards (the switch, the Assistant's button) is kept.
+popover, each experiment's runs table with the validation and test RMSE among its columns
+(RUNS_TABLE, set the first time the UI reads an experiment's state), and what its user
+chooses afterwards (the switch, the Assistant's button, the columns) is kept.
 
 Registered for MLflow as the app `rul` (pyproject.toml, entry point group `mlflow.app`):
 `mlflow ui --app-name rul` serves it (rul.tracking.ui does).
@@ -25,6 +27,8 @@ with warnings.catch_warnings():  # MLflow's FastAPI app imports starlette's depr
     from mlflow.server.fastapi_app import app  # noqa: F401 (what uvicorn serves)
 from mlflow.telemetry.utils import is_telemetry_disabled
 
+from rul.tracking.metric_names import logged
+
 # MLflow 3.17's keys (its useLocalStorage stores `<key>_v<version>`, the value as JSON).
 BROWSER_DEFAULTS = {
     "mlflow.workflowType_v1": "machine_learning",  # the Model training view
@@ -34,9 +38,21 @@ BROWSER_DEFAULTS = {
 }
 if is_telemetry_disabled():  # the server sends no usage data (rul.tracking.ui's default)
     BROWSER_DEFAULTS["mlflow.telemetry.info.alert.dismissed_v1"] = True  # no notice saying so
-SCRIPT = ("<script>(function(d){for(var k in d){try{if(localStorage.getItem(k)===null)"
-          "localStorage.setItem(k,JSON.stringify(d[k]))}catch(e){}}})("
-          + json.dumps(BROWSER_DEFAULTS) + ")</script>")
+# An experiment's runs table keeps its state per experiment (MLflow's storage helper:
+# `MLflowLocalStorage-1.1-ExperimentPage-["<id>", ...]-ReactComponentState`, plain JSON merged
+# over its defaults): where a browser holds none, the table shows MLflow's default columns and
+# the validation and test RMSE.
+RUNS_TABLE_KEY = r"^MLflowLocalStorage-1\.1-ExperimentPage-\[.*\]-ReactComponentState$"
+RUNS_TABLE = {"selectedColumns": [
+    *(f"attributes.`{name}`" for name in ("Source", "Models", "Dataset")),  # MLflow's own
+    *(f"metrics.`{logged(name)}`" for name in ("val_rmse", "test_rmse"))]}
+SCRIPT = ("<script>(function(d,p,t){for(var k in d){try{if(localStorage.getItem(k)===null)"
+          "localStorage.setItem(k,JSON.stringify(d[k]))}catch(e){}}"
+          "try{var g=Storage.prototype.getItem;Storage.prototype.getItem=function(k){"
+          "var v=g.call(this,k);if(v===null&&this===localStorage&&p.test(k)){"
+          "v=JSON.stringify(t);try{this.setItem(k,v)}catch(e){}}return v}}catch(e){}})("
+          + json.dumps(BROWSER_DEFAULTS) + ",new RegExp(" + json.dumps(RUNS_TABLE_KEY) + "),"
+          + json.dumps(RUNS_TABLE) + ")</script>")
 
 
 @flask_app.after_request
