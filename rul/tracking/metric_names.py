@@ -3,8 +3,8 @@
 Training computes its metrics under plain names (TrainState.history, outcome.metrics:
 `train_loss`, `val_rmse`, ...) and logs each in its group, a section of the MLflow UI:
 the curves under `train/` and `val/`, a finished run's single values under `verdict/test/`
-and `verdict/interval/` (sorted after the curves), and `system/` (a tab of its own). Only the per-step
-diagnostics (clipped, amp_scale, skipped_steps, epoch), micro_batch_size and
+and `verdict/interval/` (sorted after the curves), and `system/` (a tab of its own). Only the
+per-step diagnostics (clipped, amp_scale, skipped_steps, epoch), micro_batch_size and
 accumulation_steps after an out-of-memory back-off, and an ensemble's member_* keep plain
 names. Aggregates over seeds (`rul evaluate`) add `_mean` and `_std` (`val/rmse_mean`). Runs
 logged before the groups used plain names throughout, and later ones `test/` and `interval/`
