@@ -249,12 +249,16 @@ def _ensemble_summary(config, outcome) -> str:
 
 def _engines(outcome) -> tuple[str, str]:
     """(` from 3 engines` after a test figure, and after a validation figure, of a split below
-    its minimum (rul.data.engines); else nothing)."""
+    its minimum (rul.data.engines); else nothing). The validation figure counts every engine
+    a member validated on (out-of-fold: all the failed ones)."""
+    import numpy as np
+
     from rul.data.engines import MIN_TEST, MIN_VALIDATION, counted
 
     data = outcome.data
-    return (counted(len(data.test_units), MIN_TEST),
-            counted(len(data.val_units), MIN_VALIDATION))
+    members = getattr(outcome, "members", [outcome])  # folds: each validates on its own
+    validating = np.unique(np.concatenate([m.data.val_units for m in members]))
+    return (counted(len(data.test_units), MIN_TEST), counted(len(validating), MIN_VALIDATION))
 
 
 def _where_lines(config, outcome, run_id: str) -> str:

@@ -322,6 +322,24 @@ def test_a_split_too_small_to_say_much_is_said_and_its_figures_counted(fleet, tm
     assert "% of 2 engines (target 90%), mean width" in out
 
 
+def test_out_of_fold_figures_count_every_engine_that_validated(fleet, tmp_path, monkeypatch):
+    """Folds: the validation RMSE is out-of-fold over every failed engine (6 of the 8), not
+    fold 0's 2, so it is printed without a count; the test figures keep theirs."""
+    frame = pd.read_parquet(fleet / "fleet.parquet")
+    frame[frame["engine_id"] <= 8].to_parquet(tmp_path / "small.parquet", index=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    small = section(train=str(tmp_path / "small.parquet"), test=None, test_rul_column=None)
+    result = CliRunner().invoke(main, ["train", *TINY, f"data_dir={fleet}", "--no-progress",
+                                       "ensemble=3", "ensemble_split=folds",
+                                       f"data={json.dumps(small)}"])
+    assert result.exit_code == 0, result.output
+    summary = next(line for line in result.stdout.splitlines()
+                   if line.startswith("ensemble of 3: "))
+    assert " test RMSE " in summary and " from 2 engines (members " in summary
+    assert summary.split("out-of-fold val RMSE ")[1].replace(".", "").isdigit(), summary
+
+
 @pytest.mark.parametrize("case, change, said", [
     ("a column not there", {"sensors": ["T24", "P3O"]},
      "data.sensors: no column 'P3O' (columns: "),
