@@ -69,7 +69,9 @@ def test_without_dropout_each_member_trains_as_it_trains_alone(members, val_weig
     assert len(alone[0].state.grad_norms) >= 8  # steps enough for the rounding to show
     for a, s in zip(alone, stacked, strict=True):
         assert len(s.state.grad_norms) == len(a.state.grad_norms)
-        np.testing.assert_allclose(s.state.grad_norms, a.state.grad_norms, rtol=1e-5)
+        # a norm near 0 (late in the decay) keeps the absolute rounding of the reductions,
+        # which differ between a stack and one network (AVX2-only CPUs: 3e-7 at a norm of 0.03)
+        np.testing.assert_allclose(s.state.grad_norms, a.state.grad_norms, rtol=1e-5, atol=1e-6)
         for key in ("train_loss_epoch", "val_rmse"):
             np.testing.assert_allclose([h[key] for h in s.state.history],
                                        [h[key] for h in a.state.history], rtol=1e-5)
