@@ -205,6 +205,36 @@ def test_a_fleets_evaluation_has_its_own_section_not_fd001s_tables():
     assert "published" not in fleet and "not comparable with FD001's" in fleet
 
 
+def test_engines_in_service_have_their_section_with_the_share_of_the_gap_closed():
+    """docs/data/in_service.yaml's four rows, their means, and how much of the gap between
+    dropping the engines in service and running all to failure the lower-bound loss closes."""
+    from rul.reporting.pages import results_page
+
+    def row(name, changes, rmse):
+        return {"name": name, "overrides": changes, "seeds": [42, 43], "test_rmse": rmse,
+                "val_rmse": [11.0, 12.0], "seconds": [100.0, 120.0]}
+
+    record = {"command": "python tools/in_service_study.py", "machine": "m", "commit": "abc1234",
+              "date": "2026-12-02",
+              "in_service": {"engines": 50, "of": 100, "life_seen": [0.3, 0.8], "draw_seed": 0},
+              "rows": [row("dropped", {"censored_training": "dropped"}, [14.0, 14.0]),
+                       row("known", {"censored_training": "known"}, [13.5, 13.5]),
+                       row("bound", {"censored_training": "lower_bound"}, [12.4, 12.6]),
+                       row("all failed", {"subset": "FD001"}, [12.0, 12.0])]}
+    page = results_page([], [], "rul report", "x", [], [], record)
+    section = page.split("## Engines still in service")[1]
+    assert "| bound | `censored_training: lower_bound` | 12.50 ± 0.14 |" in section
+    assert "| all failed | FD001 itself | 12.00 ± 0.00 |" in section
+    assert "is 2.00 cycles of test RMSE; today's rule closes 25 % of it." in section
+    assert "The lower-bound loss closes 75 % of it, against a goal of 50 %." in section
+    assert "a lower validation RMSE on 0 of 2 seeds and a lower test RMSE on 2 of 2." in section
+    record["rows"][2]["test_rmse"] = [13.6, 13.6]
+    page = results_page([], [], "rul report", "x", [], [], record)
+    assert "The lower-bound loss closes 20 % of it, against a goal of 50 %: short of it, so " \
+           "the mode stays opt-in" in page
+    assert "## Engines still in service" not in results_page([], [], "rul report", "x", [])
+
+
 def test_side_by_side_shows_a_recipes_most_complete_row_among_those_of_most_seeds():
     """Two recorded rows of one recipe and seeds (two machines): the one whose figures were
     all kept, not the one with the lower test RMSE; more seeds still come first."""
