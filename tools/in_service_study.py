@@ -93,13 +93,14 @@ def main(argv: list[str]) -> None:
     warnings.simplefilter("ignore", IgnoredColumnsWarning)  # the constant sensors: unread
     work = Path(args.work).absolute()
     work.mkdir(exist_ok=True)
+    commit, dirty = _git("rev-parse", "--short", "HEAD"), bool(_git("status", "--porcelain"))
     table, censored = write_fleet(work, args.draw_seed)
     store = f"sqlite:///{work / 'mlflow.db'}"
     rows = []
     for name, changes in ROWS:
         print(f"== {name}", flush=True)
-        evaluation = evaluate_seeds(row_config(table, changes, store, args.overrides), args.seeds, args.jobs,
-                                    progress=False)
+        config = row_config(table, changes, store, args.overrides)
+        evaluation = evaluate_seeds(config, args.seeds, args.jobs, progress=False)
         rows.append({"name": name, "overrides": changes or {"subset": "FD001"},
                      "run": evaluation.parent_run_id,
                      "seeds": [int(r["seed"]) for r in evaluation.rows],
@@ -107,8 +108,7 @@ def main(argv: list[str]) -> None:
                         for m in METRICS if all(m in r for r in evaluation.rows)}})
     record = {
         "command": shlex.join(["python", "tools/in_service_study.py", *argv]),
-        "machine": machine_text(machine_tags()), "commit": _git("rev-parse", "--short", "HEAD"),
-        "dirty": bool(_git("status", "--porcelain")),
+        "machine": machine_text(machine_tags()), "commit": commit, "dirty": dirty,  # at start
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         "in_service": {"engines": len(censored), "of": 100, "life_seen": list(LIFE_SEEN),
                        "draw_seed": args.draw_seed, "units": censored},
