@@ -305,15 +305,16 @@ def test_rul_train_sums_up_an_ensemble_in_one_line(split, validation):
     from rul.cli import _ensemble_summary
 
     config = cfg.load(None, {"ensemble": 3, "ensemble_split": split})
-    members = [SimpleNamespace(metrics={"test_rmse": r}) for r in (12.345, 13.0, 14.5)]
+    data = SimpleNamespace(test_units=range(100), val_units=range(20))
+    members = [SimpleNamespace(metrics={"test_rmse": r}, data=data)
+               for r in (12.345, 13.0, 14.5)]
     outcome = SimpleNamespace(members=members, metrics={
         "test_rmse": 12.1, "member_test_rmse_mean": 13.2816, "test_mae": 9.04,
-        "test_score": 250.26, "val_rmse": 11.996},
-        data=SimpleNamespace(test_units=range(100), val_units=range(20)))
+        "test_score": 250.26, "val_rmse": 11.996}, data=data)
     assert _ensemble_summary(config, outcome) == (
         "\nensemble of 3: test RMSE 12.10 (members 12.35  13.00  14.50; mean 13.28)  "
         f"MAE 9.04  score 250.3  {validation} 12.00")
-    outcome.data = SimpleNamespace(test_units=range(3), val_units=range(1))  # too few to say
+    data.test_units, data.val_units = range(3), range(1)  # too few to say
     assert _ensemble_summary(config, outcome) == (
         "\nensemble of 3: test RMSE 12.10 from 3 engines (members 12.35  13.00  14.50; mean "
         f"13.28)  MAE 9.04  score 250.3  {validation} 12.00 from 1 engine")

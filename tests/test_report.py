@@ -208,7 +208,7 @@ def test_a_fleets_evaluation_has_its_own_section_not_fd001s_tables():
 def test_engines_in_service_have_their_section_with_the_share_of_the_gap_closed():
     """docs/data/in_service.yaml's four rows, their means, and how much of the gap between
     dropping the engines in service and running all to failure the lower-bound loss closes."""
-    from rul.reporting.pages import results_page
+    from rul.reporting.pages import Appendices, results_page
 
     def row(name, changes, rmse):
         return {"name": name, "overrides": changes, "seeds": [42, 43], "test_rmse": rmse,
@@ -221,7 +221,7 @@ def test_engines_in_service_have_their_section_with_the_share_of_the_gap_closed(
                        row("known", {"censored_training": "known"}, [13.5, 13.5]),
                        row("bound", {"censored_training": "lower_bound"}, [12.4, 12.6]),
                        row("all failed", {"subset": "FD001"}, [12.0, 12.0])]}
-    page = results_page([], [], "rul report", "x", [], [], record)
+    page = results_page([], [], "rul report", "x", [], Appendices(in_service=record))
     section = page.split("## Engines still in service")[1]
     assert "| bound | `censored_training: lower_bound` | 12.50 ± 0.14 |" in section
     assert "| all failed | FD001 itself | 12.00 ± 0.00 |" in section
@@ -229,7 +229,7 @@ def test_engines_in_service_have_their_section_with_the_share_of_the_gap_closed(
     assert "The lower-bound loss closes 75 % of it, against a goal of 50 %." in section
     assert "a lower validation RMSE on 0 of 2 seeds and a lower test RMSE on 2 of 2." in section
     record["rows"][2]["test_rmse"] = [13.6, 13.6]
-    page = results_page([], [], "rul report", "x", [], [], record)
+    page = results_page([], [], "rul report", "x", [], Appendices(in_service=record))
     assert "The lower-bound loss closes 20 % of it, against a goal of 50 %: short of it, so " \
            "the mode stays opt-in" in page
     assert "## Engines still in service" not in results_page([], [], "rul report", "x", [])

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from rul import config as cfg
-from rul.reporting.pages import results_page
+from rul.reporting.pages import Appendices, results_page
 from rul.reporting.studies import StudyRecord, Trial, read_recorded_studies
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +73,7 @@ def test_the_page_lists_complete_trials_by_value_first_and_marks_the_best():
                                         "log": True}}, trials, "a machine", "abc1234",
                         "2026-11-28", "recorded", config="experiments/tune_demo.yaml",
                         adopted_by="experiments/demo.yaml")
-    page = results_page([], [], "rul report", "sqlite:///mlflow.db", [], [study])
+    page = results_page([], [], "rul report", "sqlite:///mlflow.db", [], Appendices([study]))
     section = page.split("## Studies")[1]
     assert ("`rul tune experiments/tune_demo.yaml`: 4 trials (2 complete, 1 pruned, 1 failed)"
             in section)
@@ -82,4 +82,4 @@ def test_the_page_lists_complete_trials_by_value_first_and_marks_the_best():
     rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
     assert [row.split(" | ")[0] for row in rows[1:]] == ["| **3**", "| 1", "| 0", "| 2"]
     assert rows[4].startswith("| 2 | failed | n/a | 3 | 0.001 | interrupted (SIGINT)")
-    assert "## Studies" not in results_page([], [], "rul report", "x", [], [])
+    assert "## Studies" not in results_page([], [], "rul report", "x", [], Appendices([]))

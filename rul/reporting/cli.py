@@ -122,7 +122,7 @@ def report(tracking_uri, bench_dir, model_uri, data_dir, out):
     from rul.data.errors import DataError, DataUnavailableError
     from rul.reporting.benches import read_bench_folder, read_recorded_benches
     from rul.reporting.in_service import read_in_service
-    from rul.reporting.pages import performance_page, results_page
+    from rul.reporting.pages import Appendices, performance_page, results_page
     from rul.reporting.records import read_evaluations, read_recorded
     from rul.reporting.studies import read_recorded_studies, read_studies
     from rul.tracking.store import configure, store_uri
@@ -155,7 +155,7 @@ def report(tracking_uri, bench_dir, model_uri, data_dir, out):
         raise ReportError(f"{uri}: {error.message}") from None
     write_whole(out / "results.md",
                 results_page(records + recorded, decisions, command, shown(uri), figures,
-                             studies, in_service))
+                             Appendices(studies, in_service)))
     write_whole(out / "performance.md",
                 performance_page(benches + recorded_benches, bench_decisions, command))
     click.echo(f"wrote {out / 'results.md'} ({len(records)} evaluation run(s), "

@@ -1,5 +1,7 @@
 """The Markdown of the Results and Performance pages (docs/results.md, docs/performance.md)."""
 
+from dataclasses import dataclass
+
 from rul.reporting.benches import BenchResult
 from rul.reporting.in_service import in_service_section
 from rul.reporting.markdown import table
@@ -246,9 +248,18 @@ def studies_sections(studies: list[StudyRecord]) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class Appendices:
+    """The Results page's sections after its tracks: the `rul tune` studies and the engines
+    in service (docs/data/in_service.yaml)."""
+
+    studies: list[StudyRecord] = ()
+    in_service: dict | None = None
+
+
 def results_page(records: list[ResultRecord], decisions: list[dict], command: str,
                  store: str, figures: list[tuple[str, str]],
-                 studies: list[StudyRecord] = (), in_service: dict | None = None) -> str:
+                 appendices: Appendices = Appendices()) -> str:
     runs = sum(r.source != "recorded" for r in records)
     others = [r for r in records if r.dataset != COMPARED]
     records = [r for r in records if r.dataset == COMPARED]
@@ -284,8 +295,8 @@ def results_page(records: list[ResultRecord], decisions: list[dict], command: st
                       "`make train` the sensors alone.", ""]
         lines += track_tables(chosen) if chosen else ["No evaluation on this track yet.", ""]
     lines += dataset_sections(others)
-    lines += in_service_section(in_service)
-    lines += studies_sections(list(studies))
+    lines += in_service_section(appendices.in_service)
+    lines += studies_sections(list(appendices.studies))
     if figures:
         lines += ["## What the predictions look like", ""]
         for path, caption in figures:
