@@ -297,18 +297,24 @@ def test_a_table_with_its_columns_reordered_trains_the_same_model(fleet, tmp_pat
     assert len(curves[0]) == 2 and curves[0] == curves[1]
 
 
-def test_a_split_too_small_to_say_much_is_said_and_its_figures_counted(fleet, tmp_path,
-                                                                        monkeypatch):
-    """Eight engines: 2 held out for test, 1 validates. Training warns once per split, and
-    each figure from it comes with its count of engines."""
+def _train_eight_engines(fleet, tmp_path, monkeypatch, *more):
+    """`rul train` on the fleet's first eight engines (one table: 2 held out for test)."""
     frame = pd.read_parquet(fleet / "fleet.parquet")
     frame[frame["engine_id"] <= 8].to_parquet(tmp_path / "small.parquet", index=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     small = section(train=str(tmp_path / "small.parquet"), test=None, test_rul_column=None)
     result = CliRunner().invoke(main, ["train", *TINY, f"data_dir={fleet}", "--no-progress",
-                                       f"data={json.dumps(small)}"])
+                                       *more, f"data={json.dumps(small)}"])
     assert result.exit_code == 0, result.output
+    return result
+
+
+def test_a_split_too_small_to_say_much_is_said_and_its_figures_counted(fleet, tmp_path,
+                                                                        monkeypatch):
+    """Eight engines: 2 held out for test, 1 validates. Training warns once per split, and
+    each figure from it comes with its count of engines."""
+    result = _train_eight_engines(fleet, tmp_path, monkeypatch)
     warned = [line for line in result.stderr.splitlines() if "say little" in line]
     assert warned == [
         "warning: 2 test engines: the test figures say little (fewer than 10)",
@@ -325,15 +331,8 @@ def test_a_split_too_small_to_say_much_is_said_and_its_figures_counted(fleet, tm
 def test_out_of_fold_figures_count_every_engine_that_validated(fleet, tmp_path, monkeypatch):
     """Folds: the validation RMSE is out-of-fold over every failed engine (6 of the 8), not
     fold 0's 2, so it is printed without a count; the test figures keep theirs."""
-    frame = pd.read_parquet(fleet / "fleet.parquet")
-    frame[frame["engine_id"] <= 8].to_parquet(tmp_path / "small.parquet", index=False)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    small = section(train=str(tmp_path / "small.parquet"), test=None, test_rul_column=None)
-    result = CliRunner().invoke(main, ["train", *TINY, f"data_dir={fleet}", "--no-progress",
-                                       "ensemble=3", "ensemble_split=folds",
-                                       f"data={json.dumps(small)}"])
-    assert result.exit_code == 0, result.output
+    result = _train_eight_engines(fleet, tmp_path, monkeypatch, "ensemble=3",
+                                  "ensemble_split=folds")
     summary = next(line for line in result.stdout.splitlines()
                    if line.startswith("ensemble of 3: "))
     assert " test RMSE " in summary and " from 2 engines (members " in summary
