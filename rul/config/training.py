@@ -25,6 +25,7 @@ from rul.config.values import (
 from rul.data.schema import SUBSETS
 from rul.files import DATA_LIMIT, SizeLimit
 from rul.models.spec import ARCHITECTURE_ARGS, KINDS, NETWORK_KINDS
+from rul.preprocessing.censored import CHOICES as CENSORED_TRAINING
 from rul.training.optimizers import OPTIMIZER_KINDS
 
 warnings.filterwarnings("ignore", message='Field name "register" in "TrainConfig" shadows')
@@ -69,7 +70,7 @@ class TrainConfig(_Strict):  # `register` shadows ABCMeta.register, harmless on 
     """Train on records that start a random 0..N cycles late (drawn per training engine from
     the split seed, renumbered from 1), as records begun after wear nobody counted: the age is
     then not exact in training. Validation and test records stay as recorded."""
-    censored_training: _one_of("known", "lower_bound", "dropped") = "known"
+    censored_training: _one_of(*CENSORED_TRAINING) = "known"
     """What the engines still in service (a `data:` section's censored engines) teach: seen up
     to cycle T, each is a lower bound on the RUL at every cycle t (RUL > T - t). known: only
     their windows whose target that makes known (T - t at least the cap: the cap); lower_bound:

@@ -15,7 +15,7 @@ import numpy as np
 
 from rul.preprocessing.windows import WindowSet
 
-CHOICES = ("known", "lower_bound", "dropped")
+CHOICES = ("known", "lower_bound", "dropped")  # the config key's values, in one place
 
 
 def trained_units(units: np.ndarray, censored, how: str) -> np.ndarray:
