@@ -26,6 +26,7 @@ from mlflow.tracking import MlflowClient
 
 from rul.cli import main
 from rul.data.errors import DataError
+from rul.data.layout import Layout
 from rul.data.reader import read_input
 from rul.data.schema import COLUMNS
 from rul.data.validation import NO_HEADER, validate_rows
@@ -192,6 +193,37 @@ def test_validate_rows_names_renamed_columns_briefly(fd001):
                                "setting_1..setting_3, s_1..s_21")
     with pytest.raises(DataError, match=r"^input: missing 22 of the 26 columns; expected"):
         validate_rows(fd001.test[COLUMNS[:4]])
+
+
+UNREAD = ("s_1", "s_5", "s_6", "s_10", "s_16", "s_18", "s_19")  # FD001's constant sensors
+
+
+def test_a_missing_column_line_counts_and_lists_only_the_columns_a_model_reads(fd001):
+    """With a served model's unread sensors optional, the line counts the 19 columns it reads
+    and lists them (numbered runs as ranges), and says how many others may be left out; an
+    unread sensor missing is no error."""
+    rows = fd001.test[fd001.test["unit"] <= 2]
+    reads = ("unit, cycle, setting_1..setting_3, s_2..s_4, s_7..s_9, s_11..s_15, s_17, s_20, "
+             "s_21 (7 others optional)")
+    with pytest.raises(DataError) as info:
+        validate_rows(rows.drop(columns=["s_9", *UNREAD]), optional=UNREAD)
+    assert str(info.value) == f"input: missing columns ['s_9']; expected {reads}"
+    with pytest.raises(DataError) as info:
+        validate_rows(rows[COLUMNS[:4]], optional=UNREAD)
+    assert str(info.value) == f"input: missing 15 of the 19 columns; expected {reads}"
+    with pytest.raises(DataError) as info:
+        validate_rows(pd.DataFrame({"a": [1.0]}), optional=UNREAD)
+    assert str(info.value) == (f"input: missing all 19 columns (found instead ['a']); "
+                               f"expected {reads}")
+    assert list(validate_rows(rows.drop(columns=list(UNREAD)), optional=UNREAD).columns) == [
+        c for c in COLUMNS if c not in UNREAD]
+    own = Layout(unit="engine", time="t", settings=("op1", "op2", "op3"),
+                 sensors=tuple(f"T{i:02d}" for i in range(1, 16)))
+    with pytest.raises(DataError) as info:
+        validate_rows(pd.DataFrame({"engine": [1], "t": [1]}), layout=own,
+                      optional=("T04", "T05"))
+    assert str(info.value).endswith("expected engine, t, op1..op3, T01..T03, T06..T15 "
+                                    "(2 others optional)")
 
 
 def test_validate_rows_ignores_extra_columns_and_keeps_unit_order(fd001):

@@ -185,21 +185,24 @@ def _with_value(fd001, column, value):
     return rows
 
 
+# What a served FD001 model asks of the rows: the 19 columns it reads; the seven sensors it does
+# not read (constant in FD001) a body may leave out.
+READS = ("unit, cycle, setting_1..setting_3, s_2..s_4, s_7..s_9, s_11..s_15, s_17, s_20, s_21 "
+         "(7 others optional)")
+
 BAD_REQUESTS = {
     "renamed column": (
         lambda fd: split_payload(_rows(fd).rename(columns={"s_4": "s4"})),
-        "input: missing columns ['s_4'] (found instead ['s4']); expected unit, cycle, "
-        "setting_1..setting_3, s_1..s_21"),
+        f"input: missing columns ['s_4'] (found instead ['s4']); expected {READS}"),
     "missing column": (
         lambda fd: split_payload(_rows(fd).drop(columns=["s_9"])),
-        "input: missing columns ['s_9']; expected unit, cycle, setting_1..setting_3, s_1..s_21"),
+        f"input: missing columns ['s_9']; expected {READS}"),
     "other columns": (
         lambda fd: {"dataframe_split": {"columns": ["a", "b"], "data": [[1, 2]]}},
-        "input: missing all 26 columns (found instead ['a', 'b']); expected unit, cycle, "
-        "setting_1..setting_3, s_1..s_21"),
+        f"input: missing all 19 columns (found instead ['a', 'b']); expected {READS}"),
     "empty list": (
         lambda fd: {"dataframe_split": {"columns": [], "data": []}},
-        "input: missing all 26 columns; expected unit, cycle, setting_1..setting_3, s_1..s_21"),
+        f"input: missing all 19 columns; expected {READS}"),
     "no rows": (lambda fd: {"dataframe_split": {"columns": COLUMNS, "data": []}},
                 "input: no rows"),
     "non-numeric value": (lambda fd: split_payload(_with_value(fd, "s_3", "hot")),
@@ -373,10 +376,8 @@ PATH_CASES = {  # what a caller sends: rows, and the request's params (the CLI's
 # MLflow hands model.predict only the columns the signature declares (it drops the others with
 # a warning), so there a line cannot name the columns found instead of the model's.
 DECLARED_ONLY = {
-    "a renamed column (s4)": "input: missing columns ['s_4']; expected unit, cycle, "
-                             "setting_1..setting_3, s_1..s_21",
-    "a CSV without its header": "input: missing all 26 columns; expected unit, cycle, "
-                                "setting_1..setting_3, s_1..s_21",
+    "a renamed column (s4)": f"input: missing columns ['s_4']; expected {READS}",
+    "a CSV without its header": f"input: missing all 19 columns; expected {READS}",
 }
 
 

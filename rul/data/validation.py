@@ -7,6 +7,7 @@ given: line N of a .txt file) and the column, as the data set's Layout (rul.data
 C-MAPSS's by default) names it.
 """
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -21,16 +22,47 @@ ID_MAX = np.iinfo(np.int64).max  # the largest id: 2**63 - 1 (a larger one would
 VALUE_COLUMNS = COLUMNS[2:]  # C-MAPSS's settings and sensors: floats in the result
 EXPECTED = "unit, cycle, setting_1..setting_3, s_1..s_21"  # COLUMNS, said briefly
 NAMED = 3  # a message lists this many column names, then counts the rest
+SHOWN = 10  # an "expected" list shows this many names or ranges, then counts the rest
 NO_HEADER = f"no header: the first row holds numbers; a CSV needs the header row {EXPECTED}"
 
 
-def expected(layout: Layout = CMAPSS) -> str:
-    """The columns of `layout`, said briefly (its own names)."""
+def expected(layout: Layout = CMAPSS, optional: tuple = ()) -> str:
+    """The columns of `layout`, said briefly (its own names); with `optional` (a served
+    model's unread sensors), those the rows need and how many others they may leave out (a
+    line stays short enough for a served 400, rul.serving.request_errors.MAX_LINE)."""
+    if optional:
+        needed = [c for c in layout.names if c not in optional]
+        return f"{_brief(needed)} ({len(layout.names) - len(needed)} others optional)"
     if layout == CMAPSS:
         return EXPECTED
     values = [*layout.settings, *layout.sensors]
     shown = ", ".join(values[:6]) + (f" and {len(values) - 6} more" if len(values) > 6 else "")
     return f"{layout.unit}, {layout.time}, {shown}"
+
+
+def _brief(names: list) -> str:
+    """Names in order, three or more numbered one after another as a range (s_11..s_15); past
+    SHOWN parts, a count of the names left."""
+    parts = []  # (text, how many names it stands for)
+    start = 0
+    while start < len(names):
+        end = start + 1
+        while end < len(names) and _next(names[end - 1]) == names[end]:
+            end += 1
+        run = names[start:end]
+        parts += [(f"{run[0]}..{run[-1]}", len(run))] if len(run) >= 3 else [(n, 1) for n in run]
+        start = end
+    left = sum(count for _, count in parts[SHOWN:])
+    return ", ".join(text for text, _ in parts[:SHOWN]) + (f" and {left} more" if left else "")
+
+
+def _next(name: str) -> str | None:
+    """The name numbered one after `name` (s_9 -> s_10, op01 -> op02), None without a number."""
+    match = re.fullmatch(r"(.*?)(\d+)", name)
+    if match is None:
+        return None
+    number = match[2]
+    return f"{match[1]}{int(number) + 1:0{len(number)}d}"
 
 
 def no_header(layout: Layout = CMAPSS) -> str:
@@ -85,17 +117,15 @@ def validate_rows(frame: pd.DataFrame, source: str | Path = "input",
     if not isinstance(frame, pd.DataFrame):
         raise DataError(source, f"expected a table of rows, got {type(frame).__name__}")
     names = layout.names
-    absent = [c for c in names if c not in frame.columns]
-    missing = [c for c in absent if c not in optional]
-    if missing and missing == [c for c in names if c not in optional]:  # none it needs: all
-        missing = absent
+    needed = [c for c in names if c not in optional]
+    missing = [c for c in needed if c not in frame.columns]
     if missing and lacks_header(frame.columns, layout):
         raise DataError(source, no_header(layout))
     if missing:
         unexpected = [c for c in frame.columns if c not in names]
         found = f" (found instead {_names(unexpected)})" if unexpected else ""
-        raise DataError(source, f"{_missing(missing, len(names))}{found}; expected "
-                                f"{expected(layout)}")
+        raise DataError(source, f"{_missing(missing, len(needed))}{found}; expected "
+                                f"{expected(layout, optional)}")
     if frame.empty:
         raise DataError(source, "no rows")
     values = {name: _numeric(source, frame[name]).astype(np.float64, copy=False)
