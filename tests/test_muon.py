@@ -143,11 +143,12 @@ def test_with_its_floor_a_half_precision_rounding_moves_the_update_little(precis
     about a quarter of the dtype's eps, as measured on the DCNN's head): without the floor
     Muon's update differs in its weak directions by far more; with the floor for gradients
     in `precision`, by about a percent."""
-    from rul.training.muon import HALF, floor_of, orthogonalized
+    from rul.training.muon import floor_of, orthogonalized
+    from rul.training.precision import DTYPES
 
     gradient = _gradient([1.0, 2e-3, 6e-4, *[3e-5] * 47])
     noise = torch.randn(gradient.shape, generator=torch.Generator().manual_seed(1))
-    rounding = noise * (0.25 * torch.finfo(HALF[precision]).eps * gradient.norm()
+    rounding = noise * (0.25 * torch.finfo(DTYPES[precision]).eps * gradient.norm()
                         / noise.norm())
     assert floor_of("fp32") == 0.0  # fp32: the iteration as it was, bit for bit
     assert floor_of("fp16") == floor_of("bf16") > 0  # one update rule in half precision

@@ -21,6 +21,8 @@ import math
 import torch
 from torch import nn
 
+from rul.training.precision import DTYPES
+
 # torch.optim.Muon's defaults (torch/optim/_muon.py)
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 NS_STEPS = 5
@@ -31,13 +33,12 @@ MOMENTUM = 0.95
 # splits of one batch make in either half precision. One floor for both, bf16's: fp16's own
 # eps held its splits only on some draws (docs: Concepts, Precision; Results, Decisions).
 FLOOR_EPS = 25.0
-HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def floor_of(precision: str) -> float:
     """The floor for gradients computed in `precision`: the same for fp16 and bf16, the update
     Muon takes then one function of the gradient (fp32: none, the iteration as ever)."""
-    return FLOOR_EPS * torch.finfo(torch.bfloat16).eps if precision in HALF else 0.0
+    return FLOOR_EPS * torch.finfo(torch.bfloat16).eps if precision in DTYPES else 0.0
 
 
 def takes_muon(parameter: torch.Tensor) -> bool:
