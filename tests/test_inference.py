@@ -224,6 +224,9 @@ def test_a_missing_column_line_counts_and_lists_only_the_columns_a_model_reads(f
                       optional=("T04", "T05"))
     assert str(info.value).endswith("expected engine, t, op1..op3, T01..T03, T06..T15 "
                                     "(2 others optional)")
+    with pytest.raises(DataError, match=r"expected engine, t, op1\.\.op3, T01\.\.T14 \(1 other "
+                                         r"optional\)$"):
+        validate_rows(pd.DataFrame({"engine": [1], "t": [1]}), layout=own, optional=("T15",))
 
 
 def test_validate_rows_ignores_extra_columns_and_keeps_unit_order(fd001):

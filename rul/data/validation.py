@@ -32,7 +32,8 @@ def expected(layout: Layout = CMAPSS, optional: tuple = ()) -> str:
     line stays short enough for a served 400, rul.serving.request_errors.MAX_LINE)."""
     if optional:
         needed = [c for c in layout.names if c not in optional]
-        return f"{_brief(needed)} ({len(layout.names) - len(needed)} others optional)"
+        others = len(layout.names) - len(needed)
+        return f"{_brief(needed)} ({others} other{'s' if others != 1 else ''} optional)"
     if layout == CMAPSS:
         return EXPECTED
     values = [*layout.settings, *layout.sensors]
