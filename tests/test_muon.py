@@ -232,3 +232,26 @@ def test_a_step_not_taken_on_the_device_moves_nothing():
     assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
     for index, tensors in optimizer.state_dict()["state"].items():
         assert all(torch.equal(state[index][k], v) for k, v in tensors.items())
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_a_step_given_a_closure_is_the_step_after_its_backward(on_device):
+    """As torch's optimizers (Lightning hands every step one): the closure runs with
+    gradients on, its loss comes back, and the weights move as after backward() and step()."""
+    x = torch.randn(8, 1, 30, 1, generator=torch.Generator().manual_seed(2))
+    models = [_small_dcnn(), _small_dcnn()]
+    by_hand, given = (MuonAdamW(m, lr=1e-2, weight_decay=0.1, on_device=on_device)
+                      for m in models)
+    models[0](x).square().mean().backward()
+    assert by_hand.step() is None
+
+    def closure():
+        given.zero_grad()
+        loss = models[1](x).square().mean()
+        loss.backward()
+        return loss
+
+    loss = given.step(closure)
+    assert loss is not None and loss.grad_fn is not None
+    for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        assert torch.equal(a, b)

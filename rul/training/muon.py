@@ -105,10 +105,15 @@ class MuonAdamW(torch.optim.AdamW):
 
     @torch.no_grad()
     def step(self, closure=None):
+        """One step; `closure` (as torch's optimizers take it: Lightning passes one) computes
+        the loss and its gradients first, and its loss is returned."""
+        loss = None
         if closure is not None:
-            raise ValueError("MuonAdamW.step takes no closure")
+            with torch.enable_grad():
+                loss = closure()
         if self.on_device:
-            return self._step_on_device()
+            self._step_on_device()
+            return loss
         stepped = []
         for group in self.param_groups:
             if group["muon"]:
@@ -123,6 +128,7 @@ class MuonAdamW(torch.optim.AdamW):
         finally:
             for p, grad in stepped:
                 p.grad = grad
+        return loss
 
     def _step_on_device(self) -> None:
         """Every group's step as the host takes it, each tensor it moves (the weight and its
