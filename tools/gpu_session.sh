@@ -9,11 +9,8 @@
 # `timed` alone (the promises' figures) and leave `side` to the next session. `timed` grew by a
 # minute when the default recipe went from 100 to 150 epochs (its recipe and train sections).
 #
-# Prepare here (once per checkout; the folders are ignored and travel as `carry`):
-#   echo /.whl/ >> .git/info/exclude; echo /.cmapss/ >> .git/info/exclude
-#   echo /.gitcopy/ >> .git/info/exclude
-#   bash ../shared/gpu/wheels.sh .whl          # mlflow, optuna, pydantic (~36 MB)
-#   rm -rf .cmapss .gitcopy; cp -r ../shared/cmapss .cmapss; cp -r .git .gitcopy
+# Prepare here, once per checkout: `bash tools/gpu_prepare.sh` (the wheels the machine lacks,
+# Lightning's for the peers among them, the data and the commit, in three ignored folders).
 # Run there with carry [".whl", ".cmapss", ".gitcopy"]. Without CUDA (here)
 # `GPU_SESSION_DRY=1 bash tools/gpu_session.sh PART` runs the same steps with tiny sizes and
 # short clocks, to check the script itself.
