@@ -24,6 +24,8 @@ Paths (CPU; and CUDA fp32, fp16 + GradScaler, bf16 when a GPU is present):
   bf16 autocast         the convolutions under bf16 autocast, malloc keeping freed memory:
                         what `rul train` runs on a CPU with native bf16 (AVX512-BF16/AMX);
                         emulated and ~0.15x fp32 without it
+  bf16 autocast, std malloc  as above with glibc's default malloc settings: what keeping
+                        freed memory is worth under bf16 (only where bf16 is native)
   fp32 torch.compile    only with --compile (compilation time shown as setup_s)
 
 The windows are synthetic (only shapes matter for speed).
@@ -186,6 +188,8 @@ def path_specs(compile_too: bool) -> list[PathSpec]:
              PathSpec("cpu bf16 autocast, bernoulli_", "bernoulli", "cpu", "bf16",
                       keep_freed_memory=True),
              PathSpec("cpu bf16 autocast", "default", "cpu", "bf16", keep_freed_memory=True)]
+    if cpu_has_native_bf16():  # emulated bf16 is not a path anyone takes
+        specs.append(PathSpec("cpu bf16 autocast, std malloc", "default", "cpu", "bf16"))
     if compile_too:
         specs.append(PathSpec("cpu fp32 torch.compile", "default", "cpu", "fp32",
                               keep_freed_memory=True, compiled=True))

@@ -9,6 +9,7 @@ import pytest
 
 import bench.__main__ as bench_main
 from bench.peers import runner
+from bench.peers.common import bench_config
 from rul.reporting.benches import read_bench_folder
 from rul.reporting.pages import performance_page
 
@@ -54,6 +55,8 @@ def test_a_missing_peer_is_one_line_and_rul_and_plain_still_run(real_data_dir, t
     assert all(row[1] > 0 and row[3] > 0 for row in rows.values())
     _same_training(rows)
     assert result.summary["skipped"] == "lightning, accelerate"
+    # the optimizer `make train`'s recipe steps, named: older results stepped AdamW
+    assert result.summary["optimizer"] == bench_config(2, True, "cpu").optimizer == "muon"
     assert result.summary["rul vs the fastest peer (samples/s)"].endswith("(plain)")
     page = performance_page([result], [], "rul report")
     assert "## Against the loops a user would pick instead" in page and "| rul |" in page
@@ -79,7 +82,7 @@ def test_gpu_check_runs_the_peers_and_holds_rul_to_its_gpu_target(monkeypatch, c
     monkeypatch.setattr(runner, "missing", lambda loop: loop if loop == "accelerate" else None)
     monkeypatch.setattr(runner, "run_loops", lambda loops, epochs, dry: {
         loop: {**_loop(speeds.get(loop, 2000), 10), "device": "cuda", "precision": "bf16",
-               "windows": 100} for loop in loops})
+               "optimizer": "muon", "windows": 100} for loop in loops})
     check = gpu_check.Check()
     gpu_check.check_peers(check, dry=False)
     rows = {row["what"]: row for row in check.rows}

@@ -219,4 +219,5 @@ def measured(setup: Setup, wall: float, epoch_seconds: list[float], val_rmse: fl
             "samples_per_s": samples_per_second(epoch_seconds, len(setup.data.train)),
             "val_rmse": val_rmse,
             "epochs": len(epoch_seconds), "windows": len(setup.data.train),
-            "precision": setup.precision.name, "device": str(setup.device)}
+            "precision": setup.precision.name, "device": str(setup.device),
+            "optimizer": setup.config.optimizer}

@@ -118,7 +118,8 @@ def bench_peers(epochs: int = 5, dry: bool = False) -> dict:
     load = f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     first = results[REFERENCE]
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
-    where = (f"{first['device']} {first['precision']}, {epochs} epochs of {first['windows']} "
+    where = (f"{first['device']} {first['precision']}, {first['optimizer']}, {epochs} epochs "
+             f"of {first['windows']} "
              f"windows{' (dry run: 10 engines, a tiny DCNN)' if dry else ''}, "
              f"{torch.get_num_threads()} CPU threads ({load} over {os.cpu_count()} CPUs), "
              f"{gpu}, torch {torch.__version__}")
@@ -131,7 +132,8 @@ def bench_peers(epochs: int = 5, dry: bool = False) -> dict:
     print(f"peers: rul vs the fastest peer ({peer}): {ratio:.2f}x samples/s")
     return {"columns": COLUMNS, "rows": rows,
             "summary": {"rul vs the fastest peer (samples/s)": f"{ratio:.2f}x ({peer})",
-                        "precision": first["precision"], "device": first["device"],
+                        "optimizer": first["optimizer"], "precision": first["precision"],
+                        "device": first["device"],
                         "epochs": epochs, **({"skipped": ", ".join(skipped)} if skipped
                                              else {})},
             "note": f"{where}; one run, each loop in its own process, in turns of one epoch; "

@@ -343,8 +343,9 @@ SECTIONS = (("gpu-check", "The GPU path",
             ("peers", "Against the loops a user would pick instead",
              "`python -m bench peers` (bench/peers/) trains `make train`'s recipe on the "
              "same FD001 windows, from the same initial weights, with the same micro-batches "
-             "(256 × 2), its optimizer and schedule, clipping and precision (rows measured "
-             "before the recipe was Muon stepped AdamW), for the same epochs, "
+             "(256 × 2), its optimizer and schedule, clipping and precision (a result that "
+             "names no optimizer is from before the recipe was Muon: it stepped AdamW), for "
+             "the same epochs, "
              "by rul's loop, PyTorch Lightning, Hugging Face Accelerate and a plain "
              "nanoGPT-style loop, each in a process of its own; only the loop differs. "
              "Samples/s (every epoch but the first, validation excluded) and wall time are "
