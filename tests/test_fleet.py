@@ -455,7 +455,7 @@ def test_a_fleet_is_tracked_registered_and_served_under_its_own_names(fleet, tmp
                                         "--input", str(tmp_path / "cmapss.csv")])
     assert refused.exit_code == 2
     assert refused.stderr.strip().endswith("expected engine_id, flight_cycle, altitude, mach, "
-                                           "tra, T24, T30, T50 and 11 more")
+                                           "tra, T24, T30, T50, P30, Nf and 9 more")
 
 
 @pytest.mark.slow

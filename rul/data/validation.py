@@ -20,25 +20,18 @@ from rul.data.schema import COLUMNS
 FLOAT_EXACT = 2.0**53  # from here on a float is not every whole number: ids would merge
 ID_MAX = np.iinfo(np.int64).max  # the largest id: 2**63 - 1 (a larger one would wrap around)
 VALUE_COLUMNS = COLUMNS[2:]  # C-MAPSS's settings and sensors: floats in the result
-EXPECTED = "unit, cycle, setting_1..setting_3, s_1..s_21"  # COLUMNS, said briefly
 NAMED = 3  # a message lists this many column names, then counts the rest
 SHOWN = 10  # an "expected" list shows this many names or ranges, then counts the rest
-NO_HEADER = f"no header: the first row holds numbers; a CSV needs the header row {EXPECTED}"
 
 
 def expected(layout: Layout = CMAPSS, optional: tuple = ()) -> str:
     """The columns of `layout`, said briefly (its own names); with `optional` (a served
     model's unread sensors), those the rows need and how many others they may leave out (a
     line stays short enough for a served 400, rul.serving.request_errors.MAX_LINE)."""
-    if optional:
-        needed = [c for c in layout.names if c not in optional]
-        others = len(layout.names) - len(needed)
-        return f"{_brief(needed)} ({others} other{'s' if others != 1 else ''} optional)"
-    if layout == CMAPSS:
-        return EXPECTED
-    values = [*layout.settings, *layout.sensors]
-    shown = ", ".join(values[:6]) + (f" and {len(values) - 6} more" if len(values) > 6 else "")
-    return f"{layout.unit}, {layout.time}, {shown}"
+    needed = [c for c in layout.names if c not in optional]
+    others = len(layout.names) - len(needed)
+    return _brief(needed) + (f" ({others} other{'s' if others != 1 else ''} optional)"
+                             if others else "")
 
 
 def _brief(names: list) -> str:
@@ -69,6 +62,9 @@ def _next(name: str) -> str | None:
 def no_header(layout: Layout = CMAPSS) -> str:
     return ("no header: the first row holds numbers; a CSV needs the header row "
             f"{expected(layout)}")
+
+
+NO_HEADER = no_header()  # C-MAPSS: unit, cycle, setting_1..setting_3, s_1..s_21
 
 
 def lacks_header(names, layout: Layout = CMAPSS) -> bool:

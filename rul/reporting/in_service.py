@@ -33,18 +33,22 @@ def _by_rule(record: dict) -> dict:
     return {row["overrides"].get("censored_training", "failure"): row for row in record["rows"]}
 
 
+def _test_means(record: dict) -> dict:
+    """Each rule's mean test RMSE over the seeds ("failure": every engine run to failure)."""
+    return {name: np.mean(row["test_rmse"]) for name, row in _by_rule(record).items()}
+
+
 def _gap(record: dict) -> float:
     """The mean test RMSE lost by dropping the engines in service, against all run to
     failure."""
-    rows = _by_rule(record)
-    return np.mean(rows["dropped"]["test_rmse"]) - np.mean(rows["failure"]["test_rmse"])
+    means = _test_means(record)
+    return means["dropped"] - means["failure"]
 
 
 def gap_closed(record: dict, rule: str = "lower_bound") -> float:
     """The share of that gap `rule` closes (1: as good as every engine run to failure)."""
-    rows = _by_rule(record)
-    return (np.mean(rows["dropped"]["test_rmse"]) - np.mean(rows[rule]["test_rmse"])) / \
-        _gap(record)
+    means = _test_means(record)
+    return (means["dropped"] - means[rule]) / _gap(record)
 
 
 def _lower_on(record: dict, metric: str, rule: str, other: str) -> str:
